@@ -1,0 +1,97 @@
+// lockstep::Agent — the C++ core that a training process uses to ship statistics.
+//
+// Three layers (like OpenTelemetry's api / sdk / exporter): this noexcept API; the
+// engine (preallocated queue, batching; agent/src/engine) and the transport (the
+// ZeroMQ PUSH socket, owned by one sender thread; agent/src/transport).
+//
+// Threads: Record*() and EndStep() may be called from any thread (a moodycamel queue
+// with a producer token per calling thread); they never block, never allocate after
+// warm-up, never lock, never throw. RegisterTensor() allocates and takes a mutex
+// (once per tensor: that is warm-up). Flush()/Close() may be called from any thread.
+//
+// Overflow: a full queue refuses the newest record and counts it (records_dropped);
+// the counts travel to the collector in heartbeats.
+#ifndef LOCKSTEP_AGENT_AGENT_H_
+#define LOCKSTEP_AGENT_AGENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/agent/types.h"
+#include "lockstep/common/status.h"
+
+namespace lockstep {
+
+struct AgentOptions {
+  std::string endpoint = "tcp://127.0.0.1:6200";  // collector's PULL endpoint
+  std::string run;                                 // run id (IsValidRunId)
+  std::string experiment;
+  Role role = Role::kSolo;
+  std::string platform = "cpu";   // "cuda", "npu", "cpu", ...
+  std::string device_name;
+  std::string framework;          // e.g. "torch 1.13.1"
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint64_t start_step = 0;
+  size_t queue_capacity = 16384;  // records; preallocated
+  int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
+  OverflowPolicy overflow = OverflowPolicy::kDropNewest;
+  int sketch_k = kDefaultSketchK;  // 0..kMaxSketchK
+  int hist_bins = kHistBins;       // 0 or kHistBins
+  uint32_t every = 1;              // informational: sampling period, sent in Hello
+  std::string include_regex, exclude_regex;  // informational, sent in Hello
+  std::chrono::milliseconds heartbeat_interval{1000};
+  size_t max_records_per_message = 1024;
+  // Optional ZeroMQ CURVE: the collector's public key and this agent's key pair (Z85).
+  std::string curve_server_key, curve_public_key, curve_secret_key;
+};
+
+class Transport;  // agent/src/transport: the socket behind the sender thread
+
+class Agent {
+ public:
+  // Validates options and starts the sender thread. Fails (never throws) on a bad
+  // run id, endpoint or option, with a one-line message.
+  static StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& options);
+  // For tests: the same, with an injected transport instead of ZeroMQ.
+  static StatusOr<std::unique_ptr<Agent>> CreateWithTransport(const AgentOptions& options,
+                                                              std::unique_ptr<Transport> t);
+
+  virtual ~Agent() = default;  // implementations Close() with a short timeout
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Declares a tensor and returns its id (stable for this agent). Calling it again
+  // with the same (name, kind) returns the same id. `order` is its execution order
+  // index within a step. Returns UINT32_MAX on error (counted).
+  virtual uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                                  const std::vector<int64_t>& shape, uint32_t order) noexcept = 0;
+
+  // Hands one record to the queue. false = dropped (queue full or closed), counted.
+  // `order` is the record's execution order index within the step.
+  virtual bool RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id,
+                           uint32_t order, const TensorStats& stats) noexcept = 0;
+  virtual bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept = 0;
+  // Marks the end of a step: the sender ships what it holds for that step now.
+  virtual bool EndStep(uint64_t step) noexcept = 0;
+
+  // Waits until everything enqueued before the call is on the wire (handed to the
+  // socket) or dropped. Returns false on timeout.
+  virtual bool Flush(std::chrono::milliseconds timeout) noexcept = 0;
+  // Flushes, sends Goodbye, stops the sender thread and closes the socket, waiting at
+  // most `timeout` in all (ZMQ_LINGER included). Idempotent.
+  virtual bool Close(std::chrono::milliseconds timeout) noexcept = 0;
+
+  virtual AgentCounters Counters() const noexcept = 0;
+  virtual const AgentOptions& options() const noexcept = 0;
+
+ protected:
+  Agent() = default;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_AGENT_AGENT_H_

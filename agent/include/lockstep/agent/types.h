@@ -1,0 +1,73 @@
+// Value types of the agent's public API. Plain structs: no zmq, flatbuffers or spdlog
+// types, so training code (and the Python binding) can include them freely.
+#ifndef LOCKSTEP_AGENT_TYPES_H_
+#define LOCKSTEP_AGENT_TYPES_H_
+
+#include <cstdint>
+#include <limits>
+
+#include "lockstep/common/wire.h"
+
+namespace lockstep {
+
+// Values match schema/lockstep.fbs (wire::Role, wire::TensorKind, wire::DType).
+enum class Role : uint8_t { kUnknown = 0, kBaseline = 1, kCandidate = 2, kSolo = 3 };
+enum class TensorKind : uint8_t {
+  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5
+};
+enum class DType : uint8_t {
+  kUnknown = 0, kF32 = 1, kF16 = 2, kBF16 = 3, kF64 = 4,
+  kI8 = 5, kU8 = 6, kI16 = 7, kI32 = 8, kI64 = 9, kBool = 10,
+  kF8E4M3 = 11, kF8E5M2 = 12
+};
+
+// Statistics of one tensor (DESIGN.md "Statistics of one tensor"). Fixed size so the
+// hot path copies it into a preallocated queue slot without allocating.
+// NaN/Inf are excluded from min..absmax and counted instead; when no finite value
+// exists, min..absmax are NaN.
+struct TensorStats {
+  uint64_t numel = 0;
+  double min = 0, max = 0, mean = 0, std = 0, l2 = 0, absmax = 0;
+  uint64_t nan_count = 0, inf_count = 0, zero_count = 0;
+  uint64_t sat_count = 0;        // finite values with |x| > max finite of limit_dtype
+  uint64_t subnormal_count = 0;  // non-zero values with |x| < min normal of limit_dtype
+  DType limit_dtype = DType::kUnknown;  // own dtype if low precision; for fp32: kF16
+  uint16_t sketch_k = 0;         // valid entries in sketch[]
+  uint8_t hist_bins = 0;         // valid entries in hist[] (0 or kHistBins)
+  float sketch[kMaxSketchK];     // count-sketch (see agent/src/stats/sketch.h)
+  uint32_t hist[kHistBins];      // log2-magnitude histogram
+};
+
+// Run-level scalars of one step. NaN = not given.
+struct StepScalars {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double lr = std::numeric_limits<double>::quiet_NaN();
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  double loss_scale = std::numeric_limits<double>::quiet_NaN();
+  double step_time_s = std::numeric_limits<double>::quiet_NaN();
+  uint32_t micro_steps = 1;
+  uint64_t samples = 0;
+};
+
+// What happens when the agent's queue is full. The agent never blocks training, so
+// the only policies are about which record is lost.
+enum class OverflowPolicy : uint8_t {
+  kDropNewest = 0,  // refuse the record being added (default; cheapest, keeps order)
+};
+
+// Counters, all monotonic since Create(). Read with relaxed ordering: a snapshot is
+// approximate while records are in flight.
+struct AgentCounters {
+  uint64_t records_enqueued = 0;  // accepted by Record*()
+  uint64_t records_sent = 0;      // handed to the socket
+  uint64_t records_dropped = 0;   // lost: queue full, or socket at its HWM
+  uint64_t messages_sent = 0;
+  uint64_t messages_dropped = 0;  // messages the socket refused (HWM)
+  uint64_t errors = 0;            // internal errors caught and counted
+  uint64_t queue_depth = 0;       // approximate items waiting
+  uint64_t reconnects = 0;        // connections established after the first
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_AGENT_TYPES_H_

@@ -1,0 +1,75 @@
+// FlagSet: the command-line and TOML-config parser shared by every `lockstep`
+// subcommand.
+//
+// Each subcommand declares its flags once (name, target, help); Parse() fills the
+// targets from argv and, when `--config FILE` is given, from a TOML file whose keys
+// are the flag names (dashes or underscores) at top level or in a table named after
+// the subcommand ([collect], [top], ...). The command line wins over the file.
+// Unknown flags or keys, and values of the wrong type, give one clear sentence.
+// Single-threaded: used once at start-up.
+#ifndef LOCKSTEP_CLI_FLAGS_H_
+#define LOCKSTEP_CLI_FLAGS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/status.h"
+
+namespace lockstep::cli {
+
+class FlagSet {
+ public:
+  // `command` is e.g. "collect"; `usage` the synopsis after "lockstep "; `summary`
+  // a paragraph shown by --help.
+  FlagSet(std::string command, std::string usage, std::string summary);
+
+  void String(const std::string& name, std::string* target, const std::string& help,
+              const std::string& value_name = "VALUE");
+  void StringList(const std::string& name, std::vector<std::string>* target,
+                  const std::string& help, const std::string& value_name = "VALUE");
+  void Int(const std::string& name, int64_t* target, const std::string& help,
+           const std::string& value_name = "N");
+  void Double(const std::string& name, double* target, const std::string& help,
+              const std::string& value_name = "X");
+  // --name, --name=true|false, --no-name.
+  void Bool(const std::string& name, bool* target, const std::string& help);
+
+  // Parses argv[0..argc) (the words after the subcommand). Positionals are collected
+  // in positional(). "--" ends flags. `--help`/`-h` sets help_requested().
+  Status Parse(int argc, const char* const* argv);
+
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool help_requested() const { return help_requested_; }
+  // Was the flag given (command line or config)?
+  bool WasSet(const std::string& name) const;
+  std::string Help() const;
+  const std::string& command() const { return command_; }
+
+ private:
+  enum class Type { kString, kStringList, kInt, kDouble, kBool };
+  struct Flag {
+    std::string name;
+    Type type;
+    void* target;
+    std::string help;
+    std::string value_name;
+    std::string default_text;
+    bool set = false;
+  };
+  Flag* Find(const std::string& name);
+  Status Assign(Flag* f, const std::string& value, const std::string& origin);
+  Status LoadConfig(const std::string& path);
+  void Add(Flag f);
+
+  std::string command_, usage_, summary_;
+  std::vector<Flag> flags_;
+  std::vector<std::string> positional_;
+  std::string config_path_;
+  bool help_requested_ = false;
+};
+
+}  // namespace lockstep::cli
+
+#endif  // LOCKSTEP_CLI_FLAGS_H_

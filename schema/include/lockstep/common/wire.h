@@ -1,0 +1,39 @@
+// Wire-level constants and checks shared by the agent and the collector.
+// Header-only; no flatbuffers types appear here (the agent's public headers include it).
+#ifndef LOCKSTEP_COMMON_WIRE_H_
+#define LOCKSTEP_COMMON_WIRE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace lockstep {
+
+inline constexpr uint16_t kSchemaMajor = 1;
+inline constexpr uint16_t kSchemaMinor = 0;
+
+// Largest message the collector accepts (and the agent builds): 16 MiB.
+inline constexpr size_t kMaxMessageBytes = 16u << 20;
+// Longest run id / experiment name, and longest tensor name.
+inline constexpr size_t kMaxRunIdLength = 128;
+inline constexpr size_t kMaxTensorNameLength = 1024;
+// Largest count-sketch width an agent may send.
+inline constexpr int kMaxSketchK = 256;
+inline constexpr int kDefaultSketchK = 32;
+inline constexpr int kHistBins = 16;
+
+// A run id names a file in the collector's data dir, so it must not be able to
+// escape it: 1..128 of [A-Za-z0-9._-], not starting with '.'.
+inline bool IsValidRunId(std::string_view id) noexcept {
+  if (id.empty() || id.size() > kMaxRunIdLength || id.front() == '.') return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_WIRE_H_
