@@ -36,7 +36,7 @@ struct AgentOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint64_t start_step = 0;
-  size_t queue_capacity = 16384;  // records; preallocated
+  size_t queue_capacity = 16384;  // records; preallocated (1..65536, ~1.3 KiB each)
   int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
   OverflowPolicy overflow = OverflowPolicy::kDropNewest;
   int sketch_k = kDefaultSketchK;  // 0..kMaxSketchK
@@ -44,7 +44,10 @@ struct AgentOptions {
   uint32_t every = 1;              // informational: sampling period, sent in Hello
   std::string include_regex, exclude_regex;  // informational, sent in Hello
   std::chrono::milliseconds heartbeat_interval{1000};
-  size_t max_records_per_message = 1024;
+  size_t max_records_per_message = 1024;  // 1..8192 records per StepStats message
+  // A partly filled batch ships at the latest this long after its first record (EndStep
+  // and a full batch ship at once).
+  std::chrono::milliseconds batch_linger{5};
   // Optional ZeroMQ CURVE: the collector's public key and this agent's key pair (Z85).
   std::string curve_server_key, curve_public_key, curve_secret_key;
 };

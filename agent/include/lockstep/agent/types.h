@@ -58,14 +58,15 @@ enum class OverflowPolicy : uint8_t {
 // Counters, all monotonic since Create(). Read with relaxed ordering: a snapshot is
 // approximate while records are in flight.
 struct AgentCounters {
-  uint64_t records_enqueued = 0;  // accepted by Record*()
+  uint64_t records_enqueued = 0;  // stats records accepted by RecordStats()
   uint64_t records_sent = 0;      // handed to the socket
-  uint64_t records_dropped = 0;   // lost: queue full, or socket at its HWM
+  uint64_t records_dropped = 0;   // stats records lost: queue full or closed, or socket at its HWM
   uint64_t messages_sent = 0;
   uint64_t messages_dropped = 0;  // messages the socket refused (HWM)
   uint64_t errors = 0;            // internal errors caught and counted
   uint64_t queue_depth = 0;       // approximate items waiting
   uint64_t reconnects = 0;        // connections established after the first
+  uint64_t other_dropped = 0;     // scalars / end-step items refused (queue full or closed)
 };
 
 }  // namespace lockstep

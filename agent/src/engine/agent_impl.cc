@@ -1,0 +1,219 @@
+#include "engine/agent_impl.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lockstep::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxProducerThreads = 64;  // tokens per agent; later threads are refused
+constexpr auto kDestructorCloseTimeout = std::chrono::milliseconds(2000);
+
+std::atomic<uint64_t> g_next_agent_id{1};
+
+// A tiny per-thread cache of (agent id -> token). Ids are never reused, so an entry of a
+// destroyed agent is never matched again; the token itself is owned by its agent.
+struct TokenCache {
+  static constexpr int kSlots = 4;
+  uint64_t ids[kSlots] = {0, 0, 0, 0};
+  moodycamel::ProducerToken* tokens[kSlots] = {nullptr, nullptr, nullptr, nullptr};
+  int next = 0;
+};
+thread_local TokenCache t_tokens;
+
+// Copies only the valid part of the sketch and histogram: the rest of the slot is never
+// read by the sender.
+inline void CopyStats(const TensorStats& from, TensorStats* to) noexcept {
+  constexpr size_t kHead = offsetof(TensorStats, sketch);
+  std::memcpy(static_cast<void*>(to), &from, kHead);
+  size_t k = std::min<size_t>(from.sketch_k, kMaxSketchK);
+  std::memcpy(to->sketch, from.sketch, k * sizeof(float));
+  size_t bins = std::min<size_t>(from.hist_bins, kHistBins);
+  std::memcpy(to->hist, from.hist, bins * sizeof(uint32_t));
+}
+
+}  // namespace
+
+AgentImpl::AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> transport)
+    : options_(options),
+      id_(g_next_agent_id.fetch_add(1, std::memory_order_relaxed)),
+      shared_(options.queue_capacity) {
+  int64_t start_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  sender_ = std::make_unique<Sender>(options_, &shared_, std::move(transport), start_unix_ns);
+  thread_ = std::thread([this] { sender_->Run(); });
+}
+
+AgentImpl::~AgentImpl() {
+  Close(kDestructorCloseTimeout);
+  // The sender exits once the queue is drained and the transport closed; a ZeroMQ
+  // transport never blocks past its linger, so this join is bounded.
+  if (thread_.joinable()) thread_.join();
+}
+
+moodycamel::ProducerToken* AgentImpl::Token() noexcept {
+  TokenCache& c = t_tokens;
+  for (int i = 0; i < TokenCache::kSlots; ++i) {
+    if (c.ids[i] == id_) return c.tokens[i];
+  }
+  // Warm-up: first call of this thread on this agent.
+  moodycamel::ProducerToken* token = nullptr;
+  try {
+    std::lock_guard<std::mutex> lock(tokens_mu_);
+    if (tokens_.size() >= kMaxProducerThreads) return nullptr;
+    auto t = std::make_unique<moodycamel::ProducerToken>(shared_.queue);
+    if (!t->valid()) return nullptr;
+    token = t.get();
+    tokens_.push_back(std::move(t));
+  } catch (...) {
+    return nullptr;
+  }
+  c.ids[c.next] = id_;
+  c.tokens[c.next] = token;
+  c.next = (c.next + 1) % TokenCache::kSlots;
+  return token;
+}
+
+uint32_t AgentImpl::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                                   const std::vector<int64_t>& shape, uint32_t order) noexcept {
+  uint32_t id = TensorRegistry::kInvalidId;
+  bool added = false;
+  try {
+    id = shared_.registry.Register(name, kind, dtype, shape, order, &added);
+  } catch (...) {
+    id = TensorRegistry::kInvalidId;
+  }
+  if (id == TensorRegistry::kInvalidId) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return id;
+  }
+  if (added) {
+    // A hint for the sender to ship the entry soon; if it is refused (queue full), the
+    // sender still ships every new entry before the next stats message.
+    QueueItem item;
+    item.type = ItemType::kDirectory;
+    item.tensor_id = id;
+    EnqueueOther(item);
+  }
+  return id;
+}
+
+bool AgentImpl::RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id,
+                            uint32_t order, const TensorStats& stats) noexcept {
+  auto& c = shared_.producer;
+  moodycamel::ProducerToken* token;
+  if (closed_.load(std::memory_order_relaxed) || (token = Token()) == nullptr) {
+    c.records_refused.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  QueueItem item;
+  item.type = ItemType::kStats;
+  item.micro_step = micro_step;
+  item.tensor_id = tensor_id;
+  item.order = order;
+  item.step = step;
+  CopyStats(stats, &item.stats);
+  if (!shared_.queue.try_enqueue(*token, std::move(item))) {
+    c.records_refused.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  c.records_enqueued.fetch_add(1, std::memory_order_relaxed);
+  shared_.WakeSender();
+  return true;
+}
+
+bool AgentImpl::EnqueueOther(QueueItem& item) noexcept {
+  auto& c = shared_.producer;
+  moodycamel::ProducerToken* token;
+  if (closed_.load(std::memory_order_relaxed) || (token = Token()) == nullptr ||
+      !shared_.queue.try_enqueue(*token, std::move(item))) {
+    c.other_refused.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  c.other_enqueued.fetch_add(1, std::memory_order_relaxed);
+  shared_.WakeSender();
+  return true;
+}
+
+bool AgentImpl::RecordScalars(uint64_t step, const StepScalars& scalars) noexcept {
+  QueueItem item;
+  item.type = ItemType::kScalars;
+  item.step = step;
+  item.scalars = scalars;
+  item.stats.sketch_k = 0;
+  item.stats.hist_bins = 0;
+  return EnqueueOther(item);
+}
+
+bool AgentImpl::EndStep(uint64_t step) noexcept {
+  QueueItem item;
+  item.type = ItemType::kEndStep;
+  item.step = step;
+  return EnqueueOther(item);
+}
+
+bool AgentImpl::WaitDone(uint64_t target, Clock::time_point deadline) noexcept {
+  try {
+    std::unique_lock<std::mutex> lock(shared_.mu);
+    return shared_.cv.wait_until(lock, deadline, [&] {
+      return shared_.items_done >= target || shared_.exited;
+    }) && shared_.items_done >= target;
+  } catch (...) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+}
+
+bool AgentImpl::Flush(std::chrono::milliseconds timeout) noexcept {
+  auto deadline = Clock::now() + timeout;
+  const auto& c = shared_.producer;
+  uint64_t target = c.records_enqueued.load(std::memory_order_relaxed) +
+                    c.other_enqueued.load(std::memory_order_relaxed);
+  uint64_t prev = shared_.flush_target.load(std::memory_order_relaxed);
+  while (prev < target &&
+         !shared_.flush_target.compare_exchange_weak(prev, target, std::memory_order_acq_rel)) {
+  }
+  shared_.wake.signal();
+  return WaitDone(target, deadline);
+}
+
+bool AgentImpl::Close(std::chrono::milliseconds timeout) noexcept {
+  auto deadline = Clock::now() + timeout;
+  if (!closed_.exchange(true, std::memory_order_acq_rel)) {
+    int64_t deadline_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    shared_.close_deadline_ns.store(deadline_ns, std::memory_order_release);
+    shared_.stop.store(true, std::memory_order_release);
+    shared_.wake.signal();
+  }
+  bool exited = false;
+  try {
+    std::unique_lock<std::mutex> lock(shared_.mu);
+    exited = shared_.cv.wait_until(lock, deadline, [&] { return shared_.exited; });
+  } catch (...) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  return exited;
+}
+
+AgentCounters AgentImpl::Counters() const noexcept {
+  const auto& p = shared_.producer;
+  const auto& s = shared_.sender;
+  AgentCounters out;
+  out.records_enqueued = p.records_enqueued.load(std::memory_order_relaxed);
+  out.records_sent = s.records_sent.load(std::memory_order_relaxed);
+  out.records_dropped = p.records_refused.load(std::memory_order_relaxed) +
+                        s.records_dropped.load(std::memory_order_relaxed);
+  out.messages_sent = s.messages_sent.load(std::memory_order_relaxed);
+  out.messages_dropped = s.messages_dropped.load(std::memory_order_relaxed);
+  out.errors = p.errors.load(std::memory_order_relaxed) + s.errors.load(std::memory_order_relaxed);
+  out.queue_depth = shared_.queue.size_approx();
+  out.reconnects = s.reconnects.load(std::memory_order_relaxed);
+  out.other_dropped = p.other_refused.load(std::memory_order_relaxed);
+  return out;
+}
+
+}  // namespace lockstep::engine

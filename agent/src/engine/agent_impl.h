@@ -1,0 +1,60 @@
+// AgentImpl: the engine behind lockstep::Agent (agent.h documents the contract).
+//
+// Producers (Record*/EndStep, any thread) copy into a preallocated moodycamel queue with
+// a ProducerToken per (thread, agent) and try_enqueue only, so after a thread's first
+// call nothing allocates, locks or blocks. One sender thread (engine/sender.h) drains
+// the queue and owns the transport. Flush/Close (any thread) wait on SharedState::cv
+// with a deadline and never hang.
+#ifndef LOCKSTEP_AGENT_ENGINE_AGENT_IMPL_H_
+#define LOCKSTEP_AGENT_ENGINE_AGENT_IMPL_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/sender.h"
+#include "engine/shared_state.h"
+#include "lockstep/agent/agent.h"
+
+namespace lockstep::engine {
+
+class AgentImpl final : public Agent {
+ public:
+  // Options must be validated already. Starts the sender thread (last).
+  AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> transport);
+  ~AgentImpl() override;
+
+  uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                          const std::vector<int64_t>& shape, uint32_t order) noexcept override;
+  bool RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id, uint32_t order,
+                   const TensorStats& stats) noexcept override;
+  bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept override;
+  bool EndStep(uint64_t step) noexcept override;
+  bool Flush(std::chrono::milliseconds timeout) noexcept override;
+  bool Close(std::chrono::milliseconds timeout) noexcept override;
+  AgentCounters Counters() const noexcept override;
+  const AgentOptions& options() const noexcept override { return options_; }
+
+ private:
+  // The calling thread's token for this agent; nullptr if none could be made (counted).
+  moodycamel::ProducerToken* Token() noexcept;
+  bool EnqueueOther(QueueItem& item) noexcept;
+  bool WaitDone(uint64_t target, std::chrono::steady_clock::time_point deadline) noexcept;
+
+  const AgentOptions options_;
+  const uint64_t id_;  // process-unique, never reused: keys the thread-local token cache
+  SharedState shared_;
+  std::atomic<bool> closed_{false};
+
+  std::mutex tokens_mu_;  // guards tokens_ (taken once per producer thread)
+  std::vector<std::unique_ptr<moodycamel::ProducerToken>> tokens_;
+
+  std::unique_ptr<Sender> sender_;
+  std::thread thread_;  // last: started after everything it touches exists
+};
+
+}  // namespace lockstep::engine
+
+#endif  // LOCKSTEP_AGENT_ENGINE_AGENT_IMPL_H_

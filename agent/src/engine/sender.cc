@@ -1,0 +1,240 @@
+#include "engine/sender.h"
+
+#include <algorithm>
+
+namespace lockstep::engine {
+namespace {
+
+constexpr size_t kBulk = 256;               // items per dequeue: amortizes the queue's costs
+constexpr uint32_t kDirectoryChunk = 512;   // entries per TensorDirectory (names <= 1 KiB each)
+constexpr auto kConnectPollEvery = std::chrono::milliseconds(5);
+constexpr auto kMaxSleep = std::chrono::milliseconds(20);  // also bounds a missed wake-up
+constexpr int kMaxRestarts = 1000;  // exceptions the loop survives before giving up
+
+}  // namespace
+
+Sender::Sender(const AgentOptions& options, SharedState* shared,
+               std::unique_ptr<Transport> transport, int64_t start_unix_ns)
+    : options_(options),
+      shared_(shared),
+      transport_(std::move(transport)),
+      start_unix_ns_(start_unix_ns),
+      encoder_(options.run, options.rank),
+      consumer_(shared->queue),
+      bulk_(kBulk) {
+  batch_stats_.reserve(options.max_records_per_message);
+  batch_sketch_.reserve(options.max_records_per_message * kMaxSketchK);
+  batch_hist_.reserve(options.max_records_per_message * kHistBins);
+  last_step_ = options.start_step;
+}
+
+void Sender::Run() noexcept {
+  // The one try/catch of this thread: an exception (bad_alloc in the encoder, say) is
+  // counted and the loop resumes; the training job never sees it.
+  for (int restarts = 0; restarts < kMaxRestarts; ++restarts) {
+    try {
+      Loop();
+      break;
+    } catch (...) {
+      shared_->sender.errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  Finish();
+}
+
+void Sender::Loop() {
+  auto now = Clock::now();
+  next_heartbeat_ = now + options_.heartbeat_interval;
+  next_connect_poll_ = now;
+  EnsurePreamble();
+  for (;;) {
+    size_t n = shared_->queue.try_dequeue_bulk(consumer_, bulk_.begin(), kBulk);
+    now = Clock::now();
+    for (size_t i = 0; i < n; ++i) Process(bulk_[i], now);
+    dequeued_ += n;
+
+    if (now >= next_connect_poll_) {
+      PollConnections();
+      next_connect_poll_ = now + kConnectPollEvery;
+    }
+    if (!batch_stats_.empty() && now >= batch_deadline_) ShipBatch();
+    if (now >= next_heartbeat_) {
+      SendHeartbeat();
+      next_heartbeat_ = now + options_.heartbeat_interval;
+    }
+    if (n > 0) continue;  // keep draining before anything that waits
+
+    // The queue looked empty.
+    if (shared_->flush_target.load(std::memory_order_acquire) > published_done_) {
+      ShipBatch();
+      PublishDone();
+    }
+    if (shared_->stop.load(std::memory_order_acquire)) {
+      // Items enqueued before stop was set are visible now (stop is stored after them
+      // by the closing thread, and producers refuse once closed); one more pass to be sure.
+      if (shared_->queue.size_approx() == 0) return;
+      continue;
+    }
+    auto wake_at = std::min(next_heartbeat_, now + kMaxSleep);
+    if (!batch_stats_.empty()) wake_at = std::min(wake_at, batch_deadline_);
+    auto wait_us = std::chrono::duration_cast<std::chrono::microseconds>(wake_at - now).count();
+    if (wait_us <= 0) continue;
+    shared_->sender_sleeping.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // see SharedState::WakeSender
+    if (shared_->queue.size_approx() == 0 && !shared_->stop.load(std::memory_order_relaxed) &&
+        shared_->flush_target.load(std::memory_order_relaxed) <= published_done_) {
+      shared_->wake.wait(wait_us);
+    }
+    shared_->sender_sleeping.store(false, std::memory_order_relaxed);
+  }
+}
+
+void Sender::Finish() noexcept {
+  try {
+    ShipBatch();
+    SendHeartbeat();
+    SendMessage(encoder_.Goodbye("close", last_step_, seq_), 0);
+  } catch (...) {
+    shared_->sender.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  batch_stats_.clear();
+  int64_t deadline = shared_->close_deadline_ns.load(std::memory_order_acquire);
+  int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       Clock::now().time_since_epoch())
+                       .count();
+  // Three quarters of what is left, so Close() sees this thread exit before its deadline.
+  auto linger = std::chrono::milliseconds(std::max<int64_t>(0, (deadline - now_ns) / 1000000 * 3 / 4));
+  transport_->Close(linger);
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->items_done = dequeued_;
+  shared_->exited = true;
+  shared_->cv.notify_all();
+}
+
+void Sender::Process(const QueueItem& item, Clock::time_point now) {
+  switch (item.type) {
+    case ItemType::kStats:
+      AddRecord(item, now);
+      break;
+    case ItemType::kScalars:
+      EnsurePreamble();
+      SendMessage(encoder_.Scalars(item.step, item.scalars, seq_), 0);
+      last_step_ = std::max(last_step_, item.step);
+      break;
+    case ItemType::kEndStep:
+      if (!batch_stats_.empty() && batch_step_ <= item.step) ShipBatch();
+      last_step_ = std::max(last_step_, item.step);
+      shared_->sender.last_step.store(last_step_, std::memory_order_relaxed);
+      break;
+    case ItemType::kDirectory:
+      EnsurePreamble();
+      break;
+  }
+}
+
+void Sender::AddRecord(const QueueItem& item, Clock::time_point now) {
+  const TensorStats& s = item.stats;
+  uint16_t k = std::min<uint16_t>(s.sketch_k, kMaxSketchK);
+  uint8_t bins = std::min<uint8_t>(s.hist_bins, kHistBins);
+  if (!batch_stats_.empty() && (item.step != batch_step_ || k != batch_k_ || bins != batch_bins_)) {
+    ShipBatch();
+  }
+  if (batch_stats_.empty()) {
+    batch_step_ = item.step;
+    batch_k_ = k;
+    batch_bins_ = bins;
+    batch_deadline_ = now + options_.batch_linger;
+  }
+  batch_stats_.emplace_back(item.tensor_id, item.micro_step, item.order,
+                            static_cast<wire::DType>(s.limit_dtype), 0, 0, s.numel, s.min, s.max,
+                            s.mean, s.std, s.l2, s.absmax, s.nan_count, s.inf_count, s.zero_count,
+                            s.sat_count, s.subnormal_count);
+  batch_sketch_.insert(batch_sketch_.end(), s.sketch, s.sketch + k);
+  batch_hist_.insert(batch_hist_.end(), s.hist, s.hist + bins);
+  if (batch_stats_.size() >= options_.max_records_per_message) ShipBatch();
+}
+
+void Sender::ShipBatch() {
+  if (batch_stats_.empty()) return;
+  EnsurePreamble();
+  SendMessage(encoder_.Stats(batch_step_, batch_stats_.data(), batch_stats_.size(), batch_k_,
+                             batch_sketch_.data(), batch_bins_, batch_hist_.data(), seq_),
+              batch_stats_.size());
+  batch_stats_.clear();
+  batch_sketch_.clear();
+  batch_hist_.clear();
+}
+
+bool Sender::SendMessage(Bytes bytes, uint64_t records) {
+  auto& c = shared_->sender;
+  Transport::SendResult r = Transport::SendResult::kError;
+  if (bytes.size <= kMaxMessageBytes) {
+    r = transport_->Send(bytes.data, bytes.size);
+  }
+  if (r == Transport::SendResult::kSent) {
+    ++seq_;
+    c.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    c.records_sent.fetch_add(records, std::memory_order_relaxed);
+    return true;
+  }
+  if (r == Transport::SendResult::kError) c.errors.fetch_add(1, std::memory_order_relaxed);
+  c.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+  c.records_dropped.fetch_add(records, std::memory_order_relaxed);
+  return false;
+}
+
+void Sender::EnsurePreamble() {
+  if (hello_pending_) {
+    if (!SendMessage(encoder_.Hello(options_, start_unix_ns_, seq_), 0)) return;
+    hello_pending_ = false;
+  }
+  uint32_t registered = shared_->registry.size();
+  while (directory_sent_ < registered) {
+    uint32_t to = std::min(registered, directory_sent_ + kDirectoryChunk);
+    if (!SendMessage(encoder_.Directory(shared_->registry, directory_sent_, to, seq_), 0)) return;
+    directory_sent_ = to;
+  }
+}
+
+void Sender::PollConnections() {
+  int events = transport_->TakeConnectEvents();
+  if (events <= 0) return;
+  uint64_t before = connects_;
+  connects_ += static_cast<uint64_t>(events);
+  // The first connection ever is the one Hello was queued for; each later one may be a
+  // restarted collector that has forgotten this run's Hello and directory.
+  uint64_t reconnects = connects_ - std::max<uint64_t>(before, 1);
+  if (before == 0 && connects_ == 1) reconnects = 0;
+  if (reconnects == 0) return;
+  shared_->sender.reconnects.fetch_add(reconnects, std::memory_order_relaxed);
+  hello_pending_ = true;
+  directory_sent_ = 0;
+  EnsurePreamble();
+}
+
+void Sender::SendHeartbeat() {
+  const auto& p = shared_->producer;
+  const auto& s = shared_->sender;
+  HeartbeatValues h;
+  h.records_enqueued = p.records_enqueued.load(std::memory_order_relaxed);
+  h.records_sent = s.records_sent.load(std::memory_order_relaxed);
+  h.records_dropped = p.records_refused.load(std::memory_order_relaxed) +
+                      s.records_dropped.load(std::memory_order_relaxed);
+  h.messages_dropped = s.messages_dropped.load(std::memory_order_relaxed);
+  h.queue_depth = static_cast<uint32_t>(shared_->queue.size_approx());
+  h.errors = p.errors.load(std::memory_order_relaxed) + s.errors.load(std::memory_order_relaxed);
+  h.last_step = last_step_;
+  EnsurePreamble();
+  SendMessage(encoder_.Heartbeat(h, seq_), 0);
+}
+
+void Sender::PublishDone() {
+  uint64_t done = dequeued_ - batch_stats_.size();
+  if (done == published_done_) return;
+  published_done_ = done;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->items_done = done;
+  shared_->cv.notify_all();
+}
+
+}  // namespace lockstep::engine

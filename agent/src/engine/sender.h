@@ -1,0 +1,84 @@
+// Sender: the body of the agent's one sender thread. It owns the transport and the wire
+// encoder, drains the queue in bulk, batches a step's records into StepStats messages,
+// and sends Hello / TensorDirectory / StepScalars / Heartbeat / Goodbye.
+//
+// Rules it keeps (DESIGN.md, issue 2):
+// - Hello first, and every directory entry before any stats message that could use it;
+//   both again after each reconnection (the collector may have restarted).
+// - seq per (run, rank) starts at 0 and advances only for messages the socket accepted;
+//   a refused message is counted as dropped with its records and does not consume one.
+// - A batch ships on EndStep, when full (max_records_per_message), when the step or the
+//   sketch/histogram width changes, after batch_linger, and when a Flush waits for it.
+//
+// Thread: Run() is the thread entry and the only caller of everything private here.
+#ifndef LOCKSTEP_AGENT_ENGINE_SENDER_H_
+#define LOCKSTEP_AGENT_ENGINE_SENDER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/shared_state.h"
+#include "engine/wire_encoder.h"
+#include "lockstep/agent/agent.h"
+#include "transport/transport.h"
+
+namespace lockstep::engine {
+
+class Sender {
+ public:
+  Sender(const AgentOptions& options, SharedState* shared, std::unique_ptr<Transport> transport,
+         int64_t start_unix_ns);
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+  // Thread entry. Returns after Close() asked it to stop (shared->stop) and it has
+  // drained the queue, sent Goodbye and closed the transport. Never throws.
+  void Run() noexcept;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void Loop();
+  void Finish() noexcept;
+  void Process(const QueueItem& item, Clock::time_point now);
+  void AddRecord(const QueueItem& item, Clock::time_point now);
+  void ShipBatch();
+  bool SendMessage(Bytes bytes, uint64_t records);
+  void EnsurePreamble();
+  void PollConnections();
+  void SendHeartbeat();
+  void PublishDone();
+
+  const AgentOptions options_;
+  SharedState* const shared_;
+  std::unique_ptr<Transport> transport_;
+  const int64_t start_unix_ns_;
+  WireEncoder encoder_;
+  moodycamel::ConsumerToken consumer_;
+  std::vector<QueueItem> bulk_;
+
+  // The batch being built (one step, one sketch/hist width).
+  std::vector<wire::TensorStat> batch_stats_;
+  std::vector<float> batch_sketch_;
+  std::vector<uint32_t> batch_hist_;
+  uint64_t batch_step_ = 0;
+  uint16_t batch_k_ = 0;
+  uint8_t batch_bins_ = 0;
+  Clock::time_point batch_deadline_;
+
+  uint64_t seq_ = 0;
+  bool hello_pending_ = true;
+  uint32_t directory_sent_ = 0;  // registry entries [0, directory_sent_) are on the wire
+  uint64_t connects_ = 0;
+  uint64_t last_step_ = 0;
+  uint64_t dequeued_ = 0;
+  uint64_t published_done_ = 0;
+  Clock::time_point next_heartbeat_;
+  Clock::time_point next_connect_poll_;
+};
+
+}  // namespace lockstep::engine
+
+#endif  // LOCKSTEP_AGENT_ENGINE_SENDER_H_

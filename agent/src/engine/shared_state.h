@@ -1,0 +1,76 @@
+// SharedState: what the agent's producers (training threads), its control calls
+// (Flush/Close, any thread) and its sender thread share.
+//
+// Counters are relaxed atomics: each is written by one side only (producers or the
+// sender) and read for snapshots and heartbeats, where an approximate value is fine.
+// The two sides' counters sit on separate cache lines so the hot path does not bounce
+// the sender's line. Lock order: only `mu` exists here (TensorRegistry has its own mutex,
+// never held together with it).
+#ifndef LOCKSTEP_AGENT_ENGINE_SHARED_STATE_H_
+#define LOCKSTEP_AGENT_ENGINE_SHARED_STATE_H_
+
+#include <atomic>
+#include <cassert>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "engine/queue_item.h"
+#include "engine/tensor_registry.h"
+// After queue_item.h: the semaphore header relies on concurrentqueue.h's macros.
+#include <concurrentqueue/lightweightsemaphore.h>  // NOLINT(build/include_order)
+
+namespace lockstep::engine {
+
+struct alignas(64) ProducerCounters {
+  std::atomic<uint64_t> records_enqueued{0};  // stats records accepted by the queue
+  std::atomic<uint64_t> records_refused{0};   // stats records refused (queue full or closed)
+  std::atomic<uint64_t> other_enqueued{0};    // scalars / end-step / directory notices accepted
+  std::atomic<uint64_t> other_refused{0};     // ... refused
+  std::atomic<uint64_t> errors{0};            // caught exceptions, token failures
+};
+
+struct alignas(64) SenderCounters {
+  std::atomic<uint64_t> records_sent{0};
+  std::atomic<uint64_t> records_dropped{0};   // records inside messages the socket refused
+  std::atomic<uint64_t> messages_sent{0};
+  std::atomic<uint64_t> messages_dropped{0};
+  std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> reconnects{0};
+  std::atomic<uint64_t> last_step{0};
+};
+
+struct SharedState {
+  explicit SharedState(size_t capacity) : queue(capacity) {}
+
+  Queue queue;
+  TensorRegistry registry;
+  ProducerCounters producer;
+  SenderCounters sender;
+
+  // Wakes the sender. Producers signal only while `sender_sleeping` is set, so a busy
+  // sender costs them one relaxed load, not a shared read-modify-write.
+  moodycamel::LightweightSemaphore wake;
+  alignas(64) std::atomic<bool> sender_sleeping{false};
+
+  // Control (Flush/Close): the sender publishes, under `mu`, how many queue items it
+  // has fully handled (sent or dropped) and whether it has exited; waiters use `cv`.
+  std::atomic<uint64_t> flush_target{0};  // items that a Flush() waits for (max over callers)
+  std::atomic<bool> stop{false};          // Close(): drain, say goodbye, exit
+  std::atomic<int64_t> close_deadline_ns{0};  // steady_clock; bounds the final linger
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t items_done = 0;  // guarded by mu
+  bool exited = false;      // guarded by mu
+
+  void WakeSender() noexcept {
+    // Pairs with the sender's fence between setting sender_sleeping and re-checking the
+    // queue (Dekker): either we see it sleeping, or it sees our item.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sender_sleeping.load(std::memory_order_relaxed)) wake.signal();
+  }
+};
+
+}  // namespace lockstep::engine
+
+#endif  // LOCKSTEP_AGENT_ENGINE_SHARED_STATE_H_

@@ -1,0 +1,107 @@
+#include "engine/wire_encoder.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <vector>
+
+#include "lockstep/common/wire.h"
+
+#ifndef LOCKSTEP_AGENT_VERSION
+#define LOCKSTEP_AGENT_VERSION "0.0.0"
+#endif
+
+namespace lockstep::engine {
+namespace {
+
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+}  // namespace
+
+WireEncoder::WireEncoder(std::string run_id, uint32_t rank)
+    : run_id_(std::move(run_id)), rank_(rank), fbb_(64 * 1024) {}
+
+Bytes WireEncoder::Finish(wire::Body type, flatbuffers::Offset<void> body, uint64_t seq) {
+  auto run = fbb_.CreateString(run_id_);
+  auto env = wire::CreateEnvelope(fbb_, kSchemaMajor, kSchemaMinor, run, rank_, seq, UnixNowNs(),
+                                  type, body);
+  wire::FinishEnvelopeBuffer(fbb_, env);
+  return Bytes{fbb_.GetBufferPointer(), fbb_.GetSize()};
+}
+
+Bytes WireEncoder::Hello(const AgentOptions& o, int64_t start_unix_ns, uint64_t seq) {
+  fbb_.Clear();
+  std::vector<wire::TensorKind> kinds = {wire::TensorKind::Act, wire::TensorKind::ActGrad,
+                                         wire::TensorKind::ParamGrad, wire::TensorKind::Loss};
+  auto sampling = wire::CreateSamplingConfig(
+      fbb_, o.every, static_cast<uint16_t>(o.sketch_k), static_cast<uint8_t>(o.hist_bins),
+      fbb_.CreateString(o.include_regex), fbb_.CreateString(o.exclude_regex),
+      fbb_.CreateVector(kinds));
+  auto hello = wire::CreateHello(
+      fbb_, fbb_.CreateString(o.experiment), static_cast<wire::Role>(o.role),
+      fbb_.CreateString(o.platform), fbb_.CreateString(o.device_name),
+      fbb_.CreateString(o.framework), o.world_size, fbb_.CreateString(HostName()),
+      static_cast<uint32_t>(getpid()), fbb_.CreateString(LOCKSTEP_AGENT_VERSION), start_unix_ns,
+      o.start_step, sampling);
+  return Finish(wire::Body::Hello, hello.Union(), seq);
+}
+
+Bytes WireEncoder::Directory(const TensorRegistry& registry, uint32_t from, uint32_t to,
+                             uint64_t seq) {
+  fbb_.Clear();
+  std::vector<flatbuffers::Offset<wire::TensorInfo>> infos;
+  infos.reserve(to - from);
+  registry.ForEach(from, to, [&](const TensorEntry& e) {
+    infos.push_back(wire::CreateTensorInfo(fbb_, e.id, fbb_.CreateString(e.name),
+                                           static_cast<wire::TensorKind>(e.kind),
+                                           static_cast<wire::DType>(e.dtype),
+                                           fbb_.CreateVector(e.shape), e.order));
+  });
+  auto dir = wire::CreateTensorDirectory(fbb_, fbb_.CreateVector(infos));
+  return Finish(wire::Body::TensorDirectory, dir.Union(), seq);
+}
+
+Bytes WireEncoder::Stats(uint64_t step, const wire::TensorStat* stats, size_t n, uint16_t sketch_k,
+                         const float* sketch, uint8_t hist_bins, const uint32_t* hist,
+                         uint64_t seq) {
+  fbb_.Clear();
+  auto stats_v = fbb_.CreateVectorOfStructs(stats, n);
+  flatbuffers::Offset<flatbuffers::Vector<float>> sketch_v;
+  if (sketch_k > 0) sketch_v = fbb_.CreateVector(sketch, n * sketch_k);
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> hist_v;
+  if (hist_bins > 0) hist_v = fbb_.CreateVector(hist, n * hist_bins);
+  auto body = wire::CreateStepStats(fbb_, step, stats_v, sketch_k, sketch_v, hist_bins, hist_v);
+  return Finish(wire::Body::StepStats, body.Union(), seq);
+}
+
+Bytes WireEncoder::Scalars(uint64_t step, const StepScalars& s, uint64_t seq) {
+  fbb_.Clear();
+  auto body = wire::CreateStepScalars(fbb_, step, s.loss, s.lr, s.grad_norm, s.loss_scale,
+                                      s.step_time_s, s.micro_steps, s.samples);
+  return Finish(wire::Body::StepScalars, body.Union(), seq);
+}
+
+Bytes WireEncoder::Heartbeat(const HeartbeatValues& h, uint64_t seq) {
+  fbb_.Clear();
+  auto body = wire::CreateHeartbeat(fbb_, h.records_enqueued, h.records_sent, h.records_dropped,
+                                    h.messages_dropped, h.queue_depth, h.errors, h.last_step);
+  return Finish(wire::Body::Heartbeat, body.Union(), seq);
+}
+
+Bytes WireEncoder::Goodbye(const char* reason, uint64_t last_step, uint64_t seq) {
+  fbb_.Clear();
+  auto body = wire::CreateGoodbye(fbb_, fbb_.CreateString(reason), last_step);
+  return Finish(wire::Body::Goodbye, body.Union(), seq);
+}
+
+}  // namespace lockstep::engine

@@ -1,0 +1,45 @@
+// Transport: the socket behind the agent's sender thread.
+//
+// The engine hands it finished messages; it never blocks (a full socket answers
+// kWouldBlock at once, and the engine drops and counts the message). Owned and called
+// by the sender thread only, from its first call to Close(); it may be built on another
+// thread before that thread starts (the thread start is the hand-over barrier).
+// Implementations: ZmqTransport (zmq_transport.h); tests inject fakes.
+#ifndef LOCKSTEP_AGENT_TRANSPORT_TRANSPORT_H_
+#define LOCKSTEP_AGENT_TRANSPORT_TRANSPORT_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace lockstep {
+
+class Transport {
+ public:
+  enum class SendResult : uint8_t {
+    kSent,        // the socket took the message (it will go out when a peer is there)
+    kWouldBlock,  // the socket is at its high-water mark: the message was not taken
+    kError,       // anything else; the message was not taken
+  };
+
+  virtual ~Transport() = default;
+
+  // Hands one complete message to the socket without waiting.
+  virtual SendResult Send(const uint8_t* data, size_t size) noexcept = 0;
+
+  // How many connections to the peer were established since the last call (0 when
+  // none). The engine re-sends Hello and the tensor directory on every connection
+  // after the first: the peer may be a restarted collector that lost them.
+  virtual int TakeConnectEvents() noexcept = 0;
+
+  // Lets queued messages go out for at most `linger`, then releases the socket.
+  // Idempotent; Send() after Close() returns kError.
+  virtual void Close(std::chrono::milliseconds linger) noexcept = 0;
+
+ protected:
+  Transport() = default;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_AGENT_TRANSPORT_TRANSPORT_H_
