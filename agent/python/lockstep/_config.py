@@ -1,0 +1,134 @@
+"""Monitor configuration: constructor arguments, LOCKSTEP_* environment fallbacks,
+platform and distributed-rank detection.
+
+An argument given to ``Monitor(...)`` wins; otherwise ``LOCKSTEP_<NAME>`` (upper case)
+is used; otherwise the default below. Detection (platform, device name, rank, world
+size) runs only for what is still unset.
+"""
+import importlib.util
+import os
+import re
+import socket
+import sys
+import time
+
+import torch
+
+ROLES = ("baseline", "candidate", "solo")
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+
+# name -> (type, default). Types: str, int, float.
+OPTIONS = {
+    "run": (str, None),
+    "role": (str, "solo"),
+    "experiment": (str, ""),
+    "endpoint": (str, "tcp://127.0.0.1:6200"),
+    "platform": (str, None),
+    "device_name": (str, None),
+    "rank": (int, None),
+    "world_size": (int, None),
+    "sketch_k": (int, 32),
+    "hist_bins": (int, 16),
+    "start_step": (int, 0),
+    "queue_capacity": (int, 16384),
+    "send_hwm": (int, 1000),
+    "close_timeout": (float, 5.0),
+    "heartbeat_interval": (float, 1.0),
+}
+
+
+def env_flag(name):
+    v = os.environ.get(name, "")
+    return v.strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve(args):
+    """Fills every option from ``args`` (None = unset), then the environment, then the
+    default. Raises ValueError with one sentence for a value that cannot be used."""
+    cfg = {}
+    for name, (typ, default) in OPTIONS.items():
+        value = args.get(name)
+        if value is None:
+            env_name = "LOCKSTEP_" + name.upper()
+            raw = os.environ.get(env_name)
+            if raw is not None and raw != "":
+                try:
+                    value = typ(raw)
+                except ValueError:
+                    raise ValueError("lockstep: %s=%r is not a valid %s; fix the variable"
+                                     % (env_name, raw, typ.__name__)) from None
+        cfg[name] = default if value is None else value
+
+    if cfg["role"] not in ROLES:
+        raise ValueError("lockstep: role %r is not one of baseline, candidate, solo; pass one "
+                         "of those (or set LOCKSTEP_ROLE)" % (cfg["role"],))
+    if cfg["run"] is None:
+        cfg["run"] = "run-%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid())
+        cfg["run_defaulted"] = True
+    if not _RUN_ID_RE.match(cfg["run"]):
+        raise ValueError("lockstep: run id %r may only hold letters, digits, '.', '_', '-' "
+                         "(1-128, not starting with '.'); pass another run= or LOCKSTEP_RUN"
+                         % (cfg["run"],))
+    if not 0 <= cfg["sketch_k"] <= 256:
+        raise ValueError("lockstep: sketch_k=%d is outside 0..256; pick a value in that range"
+                         % cfg["sketch_k"])
+    if cfg["hist_bins"] not in (0, 16):
+        raise ValueError("lockstep: hist_bins=%d is not supported; use 16 or 0 (off)"
+                         % cfg["hist_bins"])
+    if cfg["platform"] is None:
+        cfg["platform"] = detect_platform()
+    if cfg["device_name"] is None:
+        cfg["device_name"] = detect_device_name(cfg["platform"])
+    rank, world = detect_rank()
+    if cfg["rank"] is None:
+        cfg["rank"] = rank
+    if cfg["world_size"] is None:
+        cfg["world_size"] = world
+    cfg["framework"] = "torch " + torch.__version__
+    return cfg
+
+
+def npu_module():
+    """torch.npu when torch_npu is installed and importable, else None. Imported only
+    when installed (importing it registers the NPU backend)."""
+    if "torch_npu" not in sys.modules and importlib.util.find_spec("torch_npu") is None:
+        return None
+    try:
+        import torch_npu  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except Exception:  # a broken install must not break the training job
+        return None
+    return getattr(torch, "npu", None)
+
+
+def detect_platform():
+    npu = npu_module()
+    if npu is not None and npu.is_available():
+        return "npu"
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def detect_device_name(platform):
+    try:
+        if platform == "cuda" and torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+        if platform == "npu":
+            npu = npu_module()
+            if npu is not None:
+                return npu.get_device_name()
+    except Exception:
+        pass
+    return socket.gethostname() if platform == "cpu" else platform
+
+
+def detect_rank():
+    """(rank, world_size): torch.distributed when initialized, else torchrun's RANK /
+    WORLD_SIZE variables, else (0, 1)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1

@@ -1,0 +1,167 @@
+"""The device path: statistics of non-CPU tensors without a host sync per tensor.
+
+Each tensor's statistics row is launched on its device when its hook fires
+(``_torch_stats.device_stats``: asynchronous kernels, no ``.item()``), so later
+in-place updates of the tensor (AccumulateGrad, ``zero_grad``, the optimizer,
+``inplace=True`` activations) cannot change what is recorded and the tensor itself is
+not kept alive. At the end of a step the rows and any device scalars (loss, loss
+scale, grad norm) are concatenated and copied to host ONCE, ``non_blocking`` into a
+pinned buffer, followed by an event. The step is handed to the C++ agent when that
+event has completed — normally at the end of the next step, never by blocking the
+training thread — and at ``drain()`` (close) within a deadline.
+
+Called from the Monitor on the training thread and from autograd hooks (under the
+GIL); not for use from several Python threads at once.
+"""
+import collections
+import math
+import time
+
+import numpy as np
+import torch
+
+from lockstep import _torch_stats
+
+_MAX_PENDING = 4  # steps waiting for their copy; beyond it the oldest is waited for
+
+
+class _Step:
+    __slots__ = ("step", "event", "host", "n_rows", "width", "micros", "ids", "orders",
+                 "grad_rows", "scalars", "device_scalar_names", "buf_key")
+
+
+def _backend(device):
+    """torch.cuda / torch.npu ... for a device type, or None for cpu."""
+    if device.type == "cpu":
+        return None
+    return getattr(torch, device.type, None)
+
+
+class DevicePipeline:
+    """Collects device stats rows of the current step; ships finished steps in order
+    through ``ship(step, rows, micros, ids, orders, grad_rows, scalars)``."""
+
+    def __init__(self, sketch_k, hist_bins, ship):
+        self._k = sketch_k
+        self._bins = hist_bins
+        self._width = len(_torch_stats.FIELDS) + sketch_k + hist_bins
+        self._ship = ship
+        self._rows = []
+        self._micros = []
+        self._ids = []
+        self._orders = []
+        self._grad_rows = []  # indices of param_grad rows (for the global grad norm)
+        self._pending = collections.deque()
+        self._free = {}  # (device, numel) -> pinned host buffers to reuse
+        self.dropped_steps = 0
+
+    def add(self, tensor, tensor_id, order, micro, is_param_grad):
+        with torch.no_grad():
+            row = _torch_stats.device_stats([tensor], self._k, self._bins)
+        if is_param_grad:
+            self._grad_rows.append(len(self._rows))
+        self._rows.append(row)
+        self._micros.append(micro)
+        self._ids.append(tensor_id)
+        self._orders.append(order)
+
+    def has_rows(self):
+        return bool(self._rows)
+
+    def busy(self):
+        return bool(self._pending)
+
+    def end_step(self, step, scalars):
+        """Queues step ``step``. ``scalars`` maps loss/lr/grad_norm/loss_scale/... to
+        floats or 0-d tensors; device tensors travel in the same copy as the rows."""
+        p = _Step()
+        p.step = step
+        p.n_rows = len(self._rows)
+        p.width = self._width
+        p.micros = np.asarray(self._micros, dtype=np.uint32)
+        p.ids = np.asarray(self._ids, dtype=np.uint32)
+        p.orders = np.asarray(self._orders, dtype=np.uint32)
+        p.grad_rows = self._grad_rows
+        p.scalars = dict(scalars)
+        p.device_scalar_names = [k for k, v in scalars.items()
+                                 if isinstance(v, torch.Tensor) and v.device.type != "cpu"]
+        p.event = None
+        p.host = None
+        p.buf_key = None
+        parts = []
+        if self._rows:
+            parts.append(torch.cat(self._rows).reshape(-1))
+        with torch.no_grad():
+            for name in p.device_scalar_names:
+                parts.append(p.scalars[name].detach().reshape(-1)[:1].to(torch.float64))
+        if parts:
+            flat = torch.cat([t.to(parts[0].device) for t in parts]) if len(parts) > 1 \
+                else parts[0]
+            backend = _backend(flat.device)
+            if backend is None:
+                p.host = flat
+            else:
+                p.buf_key = (str(flat.device), flat.numel())
+                p.host = self._host_buffer(p.buf_key)
+                p.host.copy_(flat, non_blocking=True)
+                p.event = backend.Event()
+                p.event.record()
+        self._rows, self._micros, self._ids, self._orders, self._grad_rows = [], [], [], [], []
+        self._pending.append(p)
+        while len(self._pending) > _MAX_PENDING:
+            self._finish(self._pending.popleft(), wait=True)
+        self.poll()
+
+    def _host_buffer(self, key):
+        free = self._free.get(key)
+        if free:
+            return free.pop()
+        try:
+            return torch.empty(key[1], dtype=torch.float64, pin_memory=True)
+        except RuntimeError:  # no pinned memory on this build: still asynchronous enough
+            return torch.empty(key[1], dtype=torch.float64)
+
+    def poll(self):
+        """Ships every leading step whose copy has completed; never blocks."""
+        while self._pending:
+            p = self._pending[0]
+            if p.event is not None and not p.event.query():
+                return
+            self._pending.popleft()
+            self._finish(p, wait=False)
+
+    def drain(self, deadline):
+        """Ships everything, waiting for copies until ``deadline`` (time.monotonic());
+        steps whose copy has not completed by then are dropped and counted."""
+        while self._pending:
+            p = self._pending[0]
+            while p.event is not None and not p.event.query():
+                if time.monotonic() >= deadline:
+                    self.dropped_steps += len(self._pending)
+                    self._pending.clear()
+                    return False
+                time.sleep(0.0005)
+            self._pending.popleft()
+            self._finish(p, wait=False)
+        return True
+
+    def _finish(self, p, wait):
+        if wait and p.event is not None:
+            p.event.synchronize()
+        values = p.host.numpy() if p.host is not None else np.zeros(0)
+        n = p.n_rows * p.width
+        rows = values[:n].reshape(p.n_rows, p.width)
+        for i, name in enumerate(p.device_scalar_names):
+            p.scalars[name] = float(values[n + i])
+        if p.buf_key is not None:  # the buffer is reused once read; few sizes recur
+            rows = rows.copy()
+            if p.buf_key not in self._free and len(self._free) >= 8:
+                self._free.clear()
+            free = self._free.setdefault(p.buf_key, [])
+            if len(free) < _MAX_PENDING + 1:
+                free.append(p.host)
+        grad_sq = None
+        if p.grad_rows:
+            l2 = rows[p.grad_rows, _torch_stats.COL["l2"]]
+            grad_sq = float(np.sum(l2 * l2)) if np.all(np.isfinite(l2)) else math.nan
+        self._ship(p.step, rows, p.micros, p.ids, p.orders, grad_sq, p.scalars)

@@ -1,0 +1,347 @@
+"""Monitor: the object a training script holds (DESIGN.md "Agent").
+
+    mon = lockstep.Monitor(run="glm-npu-01", role="candidate", experiment="glm",
+                           endpoint="tcp://127.0.0.1:6200")
+    mon.watch(model, optimizer=opt)
+    for step, batch in enumerate(data):
+        ...; loss.backward(); opt.step(); opt.zero_grad()
+        mon.step(loss=loss, lr=sched.get_last_lr()[0])
+    mon.close()
+
+Steps are numbered from ``start_step`` (0): what is recorded before the first step()
+belongs to step start_step. Nothing here raises into the training loop: errors are
+counted and warned about once (lockstep._guard). Methods are for the training thread;
+hooks may run on autograd's threads under the GIL.
+"""
+import atexit
+import math
+import threading
+import time
+import weakref
+
+import torch
+
+from lockstep import _config, _core
+from lockstep._device import DevicePipeline
+from lockstep._guard import Guard
+from lockstep._recorder import KIND, Recorder
+from lockstep._watch import DEFAULT_KINDS, Watch
+
+_live = weakref.WeakSet()  # open monitors, closed at interpreter exit
+_AT_EXIT_TIMEOUT_S = 2.0
+
+
+def _close_all_at_exit():
+    for mon in list(_live):
+        mon.close(timeout=min(_AT_EXIT_TIMEOUT_S, mon._close_timeout))
+
+
+atexit.register(_close_all_at_exit)
+
+
+def _host_scalar(value):
+    """float, or a 0-d device tensor left on its device (read with the step's copy)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            return value.detach()
+        return float(value.detach().reshape(-1)[0])
+    return float(value)
+
+
+def _loss_scale(value):
+    """A GradScaler gives its scale without a host sync (its _scale tensor)."""
+    if value is not None and hasattr(value, "get_scale") and hasattr(value, "is_enabled"):
+        if not value.is_enabled():
+            return 1.0
+        get_async = getattr(value, "_get_scale_async", None)
+        scale = get_async() if get_async is not None else None
+        return _host_scalar(scale) if scale is not None else float(value.get_scale())
+    return _host_scalar(value)
+
+
+class NoOpMonitor:
+    """What Monitor(...) returns under LOCKSTEP_DISABLE=1: same methods, does nothing."""
+
+    enabled = False
+
+    def __init__(self, *args, **kwargs):
+        self.run = kwargs.get("run")
+
+    def watch(self, model, optimizer=None, **kwargs):
+        return self
+
+    def step(self, loss=None, lr=None, loss_scale=None, grad_norm=None, samples=0):
+        return None
+
+    def flush(self, timeout=5.0):
+        return True
+
+    def close(self, timeout=None):
+        return True
+
+    def counters(self):
+        return {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Monitor:
+    """Watches a model and ships its statistics to a lockstep collector.
+
+    Every argument left as None comes from ``LOCKSTEP_<NAME>`` or its default:
+    run (a generated id), role ("solo"; or "baseline"/"candidate"), experiment (""),
+    endpoint ("tcp://127.0.0.1:6200"), platform / device_name (detected: cpu, cuda,
+    npu), rank / world_size (torch.distributed, else RANK / WORLD_SIZE, else 0 / 1),
+    sketch_k (32), hist_bins (16), start_step (0), queue_capacity, send_hwm,
+    close_timeout (5 s), heartbeat_interval (1 s). A configuration mistake warns with
+    one sentence and gives a disabled monitor (``strict=True`` raises ValueError).
+    """
+
+    def __new__(cls, *args, **kwargs):
+        if _config.env_flag("LOCKSTEP_DISABLE"):
+            return NoOpMonitor(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, run=None, role=None, experiment=None, endpoint=None, platform=None,
+                 rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
+                 device_name=None, queue_capacity=None, send_hwm=None, close_timeout=None,
+                 heartbeat_interval=None, strict=False, _force_device_path=False):
+        self._guard = Guard()
+        self._agent = None
+        self._closed = False
+        self._watches = []
+        self._close_timeout = 5.0
+        self.enabled = False
+        args = dict(run=run, role=role, experiment=experiment, endpoint=endpoint,
+                    platform=platform, rank=rank, world_size=world_size, sketch_k=sketch_k,
+                    hist_bins=hist_bins, start_step=start_step, device_name=device_name,
+                    queue_capacity=queue_capacity, send_hwm=send_hwm,
+                    close_timeout=close_timeout, heartbeat_interval=heartbeat_interval)
+        try:
+            cfg = _config.resolve(args)
+            self._agent = _core.Agent.create(
+                endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
+                role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
+                framework=cfg["framework"], rank=cfg["rank"], world_size=cfg["world_size"],
+                start_step=cfg["start_step"], queue_capacity=cfg["queue_capacity"],
+                send_hwm=cfg["send_hwm"], sketch_k=cfg["sketch_k"],
+                hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"])
+        except ValueError as e:
+            if strict:
+                raise
+            self._guard.warn("%s; this Monitor records nothing" % str(e).replace(
+                "lockstep: ", "", 1))
+            return
+        self.config = cfg
+        self.run, self.role, self.rank = cfg["run"], cfg["role"], cfg["rank"]
+        self.platform = cfg["platform"]
+        if cfg.get("run_defaulted"):
+            self._guard.warn("no run id given (run= or LOCKSTEP_RUN); using %r" % cfg["run"])
+        self._close_timeout = cfg["close_timeout"]
+        self._lock = threading.Lock()
+        self._pipeline = DevicePipeline(cfg["sketch_k"], cfg["hist_bins"], self._ship)
+        self._rec = Recorder(self._agent, cfg["sketch_k"], cfg["hist_bins"], self._pipeline,
+                             force_device_path=_force_device_path)
+        self._step = cfg["start_step"]
+        self._every = 1
+        self._rec.new_step(self._step)
+        self._active = True
+        self._bwd = False   # a backward hook fired since the last forward
+        self._calls = {}    # module name -> calls in this micro step
+        self._t_last = time.perf_counter()
+        self.enabled = True
+        _live.add(self)
+
+    # ---- public API ---------------------------------------------------------------
+
+    @property
+    def current_step(self):
+        return getattr(self, "_step", None)
+
+    def watch(self, model, optimizer=None, include=None, exclude=None, every=1,
+              kinds=DEFAULT_KINDS, params=False, optim_state=False):
+        """Hooks ``model`` (and reads ``optimizer``'s state when optim_state=True).
+        include / exclude: regular expressions on module and parameter names.
+        every: record tensors every N steps (scalars are recorded every step).
+        Returns self. A bad argument warns once and watches nothing."""
+        if not self.enabled or self._closed:
+            return self
+        try:
+            every = int(every)
+            if every < 1:
+                raise ValueError("lockstep: every=%d must be at least 1" % every)
+            w = Watch(self, model, optimizer, include, exclude, kinds, params, optim_state)
+            self._watches.append(w)
+            self._every = every
+            self._active = self._step % every == 0
+        except ValueError as e:
+            self._guard.warn(str(e).replace("lockstep: ", "", 1))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("watch()", e)
+        return self
+
+    def step(self, loss=None, lr=None, loss_scale=None, grad_norm=None, samples=0):
+        """Closes the current step: records scalars (loss, lr, loss_scale — a number,
+        tensor or GradScaler —, grad_norm, step time) and ships the step's records."""
+        if not self.enabled or self._closed:
+            return
+        s = self._step
+        try:
+            now = time.perf_counter()
+            step_time, self._t_last = now - self._t_last, now
+            rec = self._rec
+            if self._active:
+                for w in self._watches:
+                    w.record_step_end(self)
+                if isinstance(loss, torch.Tensor) and any(
+                        "loss" in w.kinds for w in self._watches):
+                    rec.record("loss", KIND["loss"], loss.detach().reshape(-1))
+            scalars = {
+                "loss": _host_scalar(loss), "lr": _host_scalar(lr),
+                "grad_norm": _host_scalar(grad_norm), "loss_scale": _loss_scale(loss_scale),
+                "step_time_s": step_time, "micro_steps": rec.micro + 1,
+                "samples": int(samples or 0),
+                "host_grad_sq": rec.grad_sq if rec.grad_count else None,
+            }
+            self._end_step(s, scalars)
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("step()", e)
+        finally:
+            self._advance(s + 1)
+
+    def flush(self, timeout=5.0):
+        """Ships every finished step and waits until the agent has handed it to the
+        socket. Returns False on timeout. Never raises."""
+        if not self.enabled or self._closed:
+            return True
+        try:
+            deadline = time.monotonic() + timeout
+            ok = self._pipeline.drain(deadline)
+            return self._agent.flush(max(0.0, deadline - time.monotonic())) and ok
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("flush()", e)
+            return False
+
+    def close(self, timeout=None):
+        """Removes the hooks, ships what is recorded (a step left open is closed),
+        says goodbye and stops the agent, in at most ``timeout`` seconds (default
+        close_timeout) — also when no collector is listening. Idempotent."""
+        if not self.enabled or self._closed:
+            return True
+        self._closed = True
+        _live.discard(self)
+        timeout = self._close_timeout if timeout is None else timeout
+        deadline = time.monotonic() + max(0.0, timeout)
+        ok = True
+        try:
+            for w in self._watches:
+                w.remove()
+            rec = self._rec
+            if rec.order > 0 or rec.micro > 0 or self._pipeline.has_rows():
+                self._end_step(self._step, {"micro_steps": rec.micro + 1,
+                                            "host_grad_sq": None})
+            ok = self._pipeline.drain(deadline)
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("close()", e)
+            ok = False
+        try:
+            ok = self._agent.close(max(0.0, deadline - time.monotonic())) and ok
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("close()", e)
+            ok = False
+        return ok
+
+    def counters(self):
+        """Agent counters (records enqueued/sent/dropped, ...) plus the Python side's:
+        python_errors, tensors_recorded, tensors_skipped, tensors_failed, steps."""
+        out = {}
+        if self._agent is not None:
+            try:
+                out.update(self._agent.counters())
+            except Exception as e:  # pylint: disable=broad-except
+                self._guard.fail("counters()", e)
+        rec = getattr(self, "_rec", None)
+        out["python_errors"] = self._guard.count
+        out["last_python_error"] = self._guard.last
+        if rec is not None:
+            out["tensors_recorded"] = rec.records
+            out["tensors_skipped"] = rec.skipped
+            out["tensors_failed"] = rec.failed
+            out["device_steps_dropped"] = self._pipeline.dropped_steps
+            out["steps"] = self._step - self.config["start_step"]
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ---- internals (hooks call these) ------------------------------------------
+
+    def _advance(self, step):
+        self._step = step
+        self._rec.new_step(step)
+        self._calls.clear()
+        self._bwd = False
+        self._active = step % self._every == 0
+
+    def _new_micro(self):
+        self._rec.new_micro()
+        self._calls.clear()
+        self._bwd = False
+
+    def _on_act_grad(self, name, grad):
+        try:
+            self._bwd = True
+            if self._active and not self._closed:
+                self._rec.record(name, KIND["act_grad"], grad)
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the gradient hook of " + name, e)
+
+    def _on_param_grad(self, name, grad):
+        try:
+            self._bwd = True
+            if self._active and not self._closed:
+                self._rec.record(name, KIND["param_grad"], grad)
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the gradient hook of " + name, e)
+
+    def _on_backward_marker(self, _grad):
+        self._bwd = True
+
+    def _end_step(self, step, scalars):
+        p = self._pipeline
+        device_scalar = any(isinstance(v, torch.Tensor) for v in scalars.values())
+        if p.busy() or p.has_rows() or device_scalar:
+            p.end_step(step, scalars)  # shipped when its copy lands (in step order)
+        else:
+            self._ship(step, None, None, None, None, None, scalars)
+
+    def _ship(self, step, rows, micros, ids, orders, device_grad_sq, scalars):
+        """Hands one finished step to the agent: its rows, scalars, then EndStep."""
+        agent = self._agent
+        if rows is not None and len(rows):
+            agent.record_packed(step, micros, ids, orders, rows)
+        nan = math.nan
+        grad_norm = scalars.get("grad_norm", nan)
+        micro_steps = int(scalars.get("micro_steps", 1))
+        if grad_norm != grad_norm and micro_steps == 1:
+            # Without accumulation the global norm is exact from the per-tensor norms.
+            parts = [g for g in (scalars.get("host_grad_sq"), device_grad_sq) if g is not None]
+            if parts:
+                grad_norm = math.sqrt(sum(parts))
+        if "loss" in scalars:
+            agent.record_scalars(step, scalars.get("loss", nan), scalars.get("lr", nan),
+                                 grad_norm, scalars.get("loss_scale", nan),
+                                 scalars.get("step_time_s", nan), micro_steps,
+                                 scalars.get("samples", 0))
+        agent.end_step(step)

@@ -1,0 +1,65 @@
+"""How recorded tensors are named (docs/python.md "Names").
+
+A module's output is named after the module's path in ``named_modules()`` (the root
+module is ``<root>``). Inside one micro step, the k-th call (k >= 1) of the same module
+gets ``#k`` appended; elements of tuple/list outputs get ``[i]``, of dict outputs
+``[key]``, nested as deep as ``_MAX_DEPTH``. Brackets and ``#`` never occur in module
+paths, so a suffixed name can never collide with a child module's name (``layers.0``
+is a child, ``layers[0]`` an output element).
+"""
+import re
+
+import torch
+
+ROOT_NAME = "<root>"
+_MAX_DEPTH = 4
+
+
+def module_name(path):
+    return path if path else ROOT_NAME
+
+
+def call_name(base, call_index):
+    return base if call_index == 0 else "%s#%d" % (base, call_index)
+
+
+def output_tensors(output, name, out, depth=0):
+    """Appends (name, tensor) for every tensor in ``output`` to ``out``; ignores
+    anything that is not a tensor, list, tuple or dict."""
+    if isinstance(output, torch.Tensor):
+        out.append((name, output))
+    elif depth >= _MAX_DEPTH:
+        return
+    elif isinstance(output, (tuple, list)):
+        for i, item in enumerate(output):
+            output_tensors(item, "%s[%d]" % (name, i), out, depth + 1)
+    elif isinstance(output, dict):
+        for key, item in output.items():
+            output_tensors(item, "%s[%s]" % (name, key), out, depth + 1)
+
+
+class NameFilter:
+    """include / exclude regular expressions (``re.search``) on module and parameter
+    names. A bad pattern raises ValueError naming it (at watch() time)."""
+
+    def __init__(self, include=None, exclude=None):
+        self.include = self._compile(include, "include")
+        self.exclude = self._compile(exclude, "exclude")
+
+    @staticmethod
+    def _compile(pattern, what):
+        if pattern is None or pattern == "":
+            return None
+        try:
+            return re.compile(pattern)
+        except re.error as e:
+            raise ValueError(
+                "lockstep: the %s pattern %r is not a valid regular expression (%s); "
+                "fix the pattern" % (what, pattern, e)) from None
+
+    def __call__(self, name):
+        if self.include is not None and not self.include.search(name):
+            return False
+        if self.exclude is not None and self.exclude.search(name):
+            return False
+        return True

@@ -1,0 +1,111 @@
+"""Recorder: turns (name, kind, tensor) into agent records at the current
+(step, micro step, execution order).
+
+CPU tensors go through the C++ one-pass kernel over the tensor's own memory
+(``Agent.record_host_tensor``, GIL released; a non-contiguous tensor is made
+contiguous first). Other devices go through the DevicePipeline (one copy per step).
+Called from hooks under the GIL; the counters are plain ints for that reason.
+"""
+import torch
+
+from lockstep import _core
+
+KIND = dict(_core.KINDS)
+_ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
+
+
+def _torch_dtype_codes():
+    codes = {}
+    for name, code in _core.DTYPES.items():
+        dt = getattr(torch, name, None)
+        if isinstance(dt, torch.dtype):
+            codes[dt] = code
+    return codes
+
+
+DTYPE_CODES = _torch_dtype_codes()
+
+
+def probe_host_dtypes(sketch_k, hist_bins):
+    """The floating dtypes the C++ kernel accepts, found by asking it (so the package
+    follows whatever the kernel supports without a list to keep in sync)."""
+    ok = {}
+    for dt, code in DTYPE_CODES.items():
+        if not dt.is_floating_point:
+            continue
+        t = torch.zeros(4, dtype=dt)
+        try:
+            _core.host_stats(t.data_ptr(), 4, code, sketch_k, hist_bins)
+        except ValueError:
+            continue
+        ok[dt] = code
+    return ok
+
+
+class Recorder:
+    def __init__(self, agent, sketch_k, hist_bins, pipeline, force_device_path=False):
+        self._agent = agent
+        self._pipeline = pipeline
+        self._host_dtypes = probe_host_dtypes(sketch_k, hist_bins)
+        self._force_device = force_device_path
+        self._ids = {}
+        self.step = 0
+        self.micro = 0
+        self.order = 0
+        self.grad_sq = 0.0      # sum of squared l2 of host param grads in this step
+        self.grad_count = 0
+        self.records = 0        # tensors handed on (host or device)
+        self.skipped = 0        # tensors not recorded: dtype/layout the kernel lacks
+        self.failed = 0         # agent refused (queue full, closed) or the kernel failed
+
+    def new_step(self, step):
+        self.step = step
+        self.micro = 0
+        self.order = 0
+        self.grad_sq = 0.0
+        self.grad_count = 0
+
+    def new_micro(self):
+        self.micro += 1
+        self.order = 0
+
+    def _register(self, name, kind, t, order):
+        dtype = DTYPE_CODES.get(t.dtype, 0)
+        tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order)
+        if tid >= 0xFFFFFFFF:
+            return None
+        self._ids[(name, kind)] = tid
+        return tid
+
+    def record(self, name, kind, t):
+        order = self.order
+        self.order += 1
+        if t.layout != torch.strided:
+            self.skipped += 1
+            return
+        tid = self._ids.get((name, kind))
+        if tid is None:
+            tid = self._register(name, kind, t, order)
+            if tid is None:
+                self.failed += 1
+                return
+        self.records += 1
+        if t.device.type == "cpu" and not self._force_device:
+            code = self._host_dtypes.get(t.dtype)
+            if code is None:
+                self.skipped += 1
+                return
+            if not t.is_contiguous():
+                t = t.contiguous()
+            l2 = self._agent.record_host_tensor(self.step, self.micro, tid, order,
+                                                t.data_ptr(), t.numel(), code)
+            if l2 < 0.0:  # the kernel refused the tensor
+                self.failed += 1
+            elif kind == _PARAM_GRAD:
+                self.grad_sq += l2 * l2  # NaN l2 (no finite value) makes the norm NaN
+                self.grad_count += 1
+        else:
+            if not t.dtype.is_floating_point:
+                self.skipped += 1
+                return
+            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD)

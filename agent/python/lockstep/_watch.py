@@ -1,0 +1,130 @@
+"""watch(): the hooks that find the tensors of a training step.
+
+- module outputs: a forward hook per selected module (``register_forward_hook``);
+- gradients w.r.t. module outputs: ``Tensor.register_hook`` on each output that
+  requires grad, registered by that forward hook (works on torch 1.13 and 2.x, unlike
+  full backward hooks, and sees every element of tuple/dict outputs);
+- parameter gradients: ``Tensor.register_hook`` on each selected parameter; the hook
+  sees this backward's gradient, so with gradient accumulation every micro step is
+  recorded as its own micro step;
+- parameters and optimizer state (optional): read at ``Monitor.step()``.
+
+A forward pass is recorded only while grad mode is on and the watched model is in
+training mode: ``torch.no_grad()`` / ``inference_mode`` / ``model.eval()`` passes are
+not training steps. A forward that follows a backward in the same step starts a new
+micro step (gradient accumulation). Hooks run on the training thread or autograd's
+threads, always under the GIL.
+"""
+import functools
+
+import torch
+
+from lockstep._names import NameFilter, module_name, output_tensors
+from lockstep._recorder import KIND
+
+DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss")
+ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss")
+
+
+class Watch:
+    """The hooks of one watch() call; remove() takes them all out."""
+
+    def __init__(self, mon, model, optimizer, include, exclude, kinds, params, optim_state):
+        kinds = set(kinds)
+        if params:
+            kinds.add("param")
+        if optim_state:
+            kinds.add("optim")
+        unknown = kinds - set(ALL_KINDS)
+        if unknown:
+            raise ValueError("lockstep: unknown tensor kind(s) %s in kinds=; use some of %s"
+                             % (sorted(unknown), ", ".join(ALL_KINDS)))
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError("lockstep: watch() needs a torch.nn.Module, got %s"
+                             % type(model).__name__)
+        self.kinds = kinds
+        self.model = model
+        self.optimizer = optimizer
+        self.handles = []
+        filt = NameFilter(include, exclude)
+        self.params = [(n, p) for n, p in model.named_parameters()
+                       if p.requires_grad and filt(n)]
+        self._param_names = {id(p): n for n, p in model.named_parameters()}
+        want_act, want_grad = "act" in kinds, "act_grad" in kinds
+        need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
+        for path, module in model.named_modules():
+            if module is model:
+                if want_act or want_grad or need_marker:
+                    self._hook_module(mon, module, module_name(path), want_act and filt(
+                        module_name(path)), want_grad and filt(module_name(path)), need_marker)
+                continue
+            if (want_act or want_grad) and filt(path):
+                self._hook_module(mon, module, path, want_act, want_grad, False)
+        if "param_grad" in kinds:
+            for name, p in self.params:
+                self.handles.append(p.register_hook(functools.partial(mon._on_param_grad, name)))
+
+    def _hook_module(self, mon, module, name, want_act, want_grad, marker):
+        root = self.model
+        rec = mon._rec
+        act = KIND["act"]
+        on_grad = mon._on_act_grad
+        mark = mon._on_backward_marker
+
+        def forward_hook(_module, _inputs, output):
+            if not mon._active or not root.training or not torch.is_grad_enabled():
+                return None
+            try:
+                if mon._bwd:
+                    mon._new_micro()
+                calls = mon._calls
+                n = calls.get(name, 0)
+                calls[name] = n + 1
+                base = name if n == 0 else "%s#%d" % (name, n)
+                if isinstance(output, torch.Tensor):
+                    items = ((base, output),)
+                else:
+                    items = []
+                    output_tensors(output, base, items)
+                marked = not marker  # one backward marker is enough
+                for item_name, t in items:
+                    if not t.is_floating_point():
+                        continue
+                    if want_act:
+                        rec.record(item_name, act, t)
+                    if t.requires_grad:
+                        if want_grad:
+                            t.register_hook(functools.partial(on_grad, item_name))
+                        elif not marked:
+                            t.register_hook(mark)
+                            marked = True
+            except Exception as e:  # pylint: disable=broad-except
+                mon._guard.fail("the forward hook of " + name, e)
+            return None
+
+        self.handles.append(module.register_forward_hook(forward_hook))
+
+    def record_step_end(self, mon):
+        """Parameters and optimizer state at Monitor.step() (after the update)."""
+        rec = mon._rec
+        if "param" in self.kinds:
+            kind = KIND["param"]
+            for name, p in self.params:
+                rec.record(name, kind, p.detach())
+        if "optim" in self.kinds and self.optimizer is not None:
+            kind = KIND["optim"]
+            for group in self.optimizer.param_groups:
+                for p in group["params"]:
+                    state = self.optimizer.state.get(p)
+                    pname = self._param_names.get(id(p))
+                    if not state or pname is None:
+                        continue
+                    for key, value in state.items():
+                        if (isinstance(value, torch.Tensor) and value.is_floating_point()
+                                and value.dim() > 0):
+                            rec.record("%s.%s" % (pname, key), kind, value.detach())
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []

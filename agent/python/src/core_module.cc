@@ -1,0 +1,276 @@
+// lockstep._core: the pybind11 face of the C++ agent (see py_agent.h).
+//
+// Called from lockstep's pure-Python package only. Agent.create() raises ValueError
+// with the agent's one-line message (the package turns it into a warning and a no-op
+// monitor); every method used from training hooks returns a value instead of raising
+// and releases the GIL while it works.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "lockstep/agent/host_stats.h"
+#include "py_agent.h"
+
+namespace py = pybind11;
+
+namespace lockstep::python {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+Millis ToMillis(double seconds) {
+  if (!(seconds > 0)) return Millis(0);
+  if (seconds > 1e6) seconds = 1e6;
+  return Millis(static_cast<int64_t>(seconds * 1000.0));
+}
+
+Role ParseRole(const std::string& role) {
+  if (role == "baseline") return Role::kBaseline;
+  if (role == "candidate") return Role::kCandidate;
+  if (role == "solo") return Role::kSolo;
+  throw py::value_error("lockstep: role '" + role +
+                        "' is not one of baseline, candidate, solo; pass one of those");
+}
+
+py::dict StatsToDict(const TensorStats& s) {
+  py::dict d;
+  d["numel"] = s.numel;
+  d["min"] = s.min;
+  d["max"] = s.max;
+  d["mean"] = s.mean;
+  d["std"] = s.std;
+  d["l2"] = s.l2;
+  d["absmax"] = s.absmax;
+  d["nan_count"] = s.nan_count;
+  d["inf_count"] = s.inf_count;
+  d["zero_count"] = s.zero_count;
+  d["sat_count"] = s.sat_count;
+  d["subnormal_count"] = s.subnormal_count;
+  d["limit_dtype"] = static_cast<int>(s.limit_dtype);
+  py::list sketch, hist;
+  for (int i = 0; i < s.sketch_k; ++i) sketch.append(s.sketch[i]);
+  for (int i = 0; i < s.hist_bins; ++i) hist.append(s.hist[i]);
+  d["sketch"] = sketch;
+  d["hist"] = hist;
+  return d;
+}
+
+py::dict CountersToDict(const PyAgent& a) {
+  AgentCounters c = a.Counters();
+  py::dict d;
+  d["records_enqueued"] = c.records_enqueued;
+  d["records_sent"] = c.records_sent;
+  d["records_dropped"] = c.records_dropped;
+  d["messages_sent"] = c.messages_sent;
+  d["messages_dropped"] = c.messages_dropped;
+  d["errors"] = c.errors;
+  d["queue_depth"] = c.queue_depth;
+  d["reconnects"] = c.reconnects;
+  d["host_stats_errors"] = a.host_stats_errors();
+  d["packed_errors"] = a.packed_errors();
+  return d;
+}
+
+using U32Array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>;
+using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+}  // namespace
+}  // namespace lockstep::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace lockstep;
+  using namespace lockstep::python;
+  m.doc() = "lockstep C++ agent core (use the `lockstep` package, not this module)";
+
+  m.attr("DEFAULT_SKETCH_K") = kDefaultSketchK;
+  m.attr("MAX_SKETCH_K") = kMaxSketchK;
+  m.attr("HIST_BINS") = kHistBins;
+  m.attr("PACKED_FIXED_COLUMNS") = static_cast<int>(kPackedFixed);
+  m.attr("PACKED_FIXED_FIELDS") =
+      py::make_tuple("numel", "min", "max", "mean", "std", "l2", "absmax", "nan", "inf",
+                     "zero", "sat", "subnormal", "limit_dtype");
+  py::dict kinds;
+  kinds["act"] = static_cast<int>(TensorKind::kAct);
+  kinds["act_grad"] = static_cast<int>(TensorKind::kActGrad);
+  kinds["param_grad"] = static_cast<int>(TensorKind::kParamGrad);
+  kinds["param"] = static_cast<int>(TensorKind::kParam);
+  kinds["optim"] = static_cast<int>(TensorKind::kOptim);
+  kinds["loss"] = static_cast<int>(TensorKind::kLoss);
+  m.attr("KINDS") = kinds;
+  py::dict dtypes;
+  dtypes["float32"] = static_cast<int>(DType::kF32);
+  dtypes["float16"] = static_cast<int>(DType::kF16);
+  dtypes["bfloat16"] = static_cast<int>(DType::kBF16);
+  dtypes["float64"] = static_cast<int>(DType::kF64);
+  dtypes["int8"] = static_cast<int>(DType::kI8);
+  dtypes["uint8"] = static_cast<int>(DType::kU8);
+  dtypes["int16"] = static_cast<int>(DType::kI16);
+  dtypes["int32"] = static_cast<int>(DType::kI32);
+  dtypes["int64"] = static_cast<int>(DType::kI64);
+  dtypes["bool"] = static_cast<int>(DType::kBool);
+  dtypes["float8_e4m3fn"] = static_cast<int>(DType::kF8E4M3);
+  dtypes["float8_e5m2"] = static_cast<int>(DType::kF8E5M2);
+  m.attr("DTYPES") = dtypes;
+
+  // For tests and tools: the host kernel on `numel` contiguous elements at address
+  // `data_ptr` (the caller keeps the memory alive). Raises ValueError on a bad dtype.
+  m.def(
+      "host_stats",
+      [](uintptr_t data_ptr, uint64_t numel, int dtype, int sketch_k, int hist_bins) {
+        StatsConfig cfg;
+        cfg.sketch_k = sketch_k;
+        cfg.hist_bins = hist_bins;
+        TensorStats stats;
+        Status s;
+        {
+          py::gil_scoped_release release;
+          s = ComputeHostStats(reinterpret_cast<const void*>(data_ptr),
+                               static_cast<DType>(dtype), numel, cfg, &stats);
+        }
+        if (!s.ok()) throw py::value_error(s.message());
+        return StatsToDict(stats);
+      },
+      py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"),
+      py::arg("sketch_k") = kDefaultSketchK, py::arg("hist_bins") = kHistBins);
+
+  // For tests: what record_packed() makes of one row (None if it rejects it).
+  m.def(
+      "unpack_row",
+      [](F64Array row, int sketch_k, int hist_bins) -> py::object {
+        TensorStats stats;
+        if (row.ndim() != 1) return py::none();
+        if (!UnpackRow(row.data(), static_cast<size_t>(row.shape(0)), sketch_k, hist_bins,
+                       &stats)) {
+          return py::none();
+        }
+        return StatsToDict(stats);
+      },
+      py::arg("row"), py::arg("sketch_k"), py::arg("hist_bins"));
+
+  py::class_<PyAgent>(m, "Agent")
+      .def_static(
+          "create",
+          [](const std::string& endpoint, const std::string& run, const std::string& experiment,
+             const std::string& role, const std::string& platform,
+             const std::string& device_name, const std::string& framework, uint32_t rank,
+             uint32_t world_size, uint64_t start_step, size_t queue_capacity, int send_hwm,
+             int sketch_k, int hist_bins, uint32_t every, const std::string& include_regex,
+             const std::string& exclude_regex, double heartbeat_interval_s,
+             size_t max_records_per_message) {
+            AgentOptions o;
+            o.endpoint = endpoint;
+            o.run = run;
+            o.experiment = experiment;
+            o.role = ParseRole(role);
+            o.platform = platform;
+            o.device_name = device_name;
+            o.framework = framework;
+            o.rank = rank;
+            o.world_size = world_size;
+            o.start_step = start_step;
+            o.queue_capacity = queue_capacity;
+            o.send_hwm = send_hwm;
+            o.sketch_k = sketch_k;
+            o.hist_bins = hist_bins;
+            o.every = every;
+            o.include_regex = include_regex;
+            o.exclude_regex = exclude_regex;
+            o.heartbeat_interval = ToMillis(heartbeat_interval_s);
+            o.max_records_per_message = max_records_per_message;
+            StatusOr<std::unique_ptr<PyAgent>> agent = [&] {
+              py::gil_scoped_release release;
+              return PyAgent::Create(o);
+            }();
+            if (!agent.ok()) throw py::value_error(agent.status().message());
+            return std::move(agent).value();
+          },
+          py::arg("endpoint"), py::arg("run"), py::arg("experiment") = "",
+          py::arg("role") = "solo", py::arg("platform") = "cpu", py::arg("device_name") = "",
+          py::arg("framework") = "", py::arg("rank") = 0, py::arg("world_size") = 1,
+          py::arg("start_step") = 0, py::arg("queue_capacity") = 16384,
+          py::arg("send_hwm") = 1000, py::arg("sketch_k") = kDefaultSketchK,
+          py::arg("hist_bins") = kHistBins, py::arg("every") = 1,
+          py::arg("include_regex") = "", py::arg("exclude_regex") = "",
+          py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024)
+      .def("register_tensor",
+           [](PyAgent& a, const std::string& name, int kind, int dtype,
+              const std::vector<int64_t>& shape, uint32_t order) {
+             return a.RegisterTensor(name, static_cast<TensorKind>(kind),
+                                     static_cast<DType>(dtype), shape, order);
+           },
+           py::arg("name"), py::arg("kind"), py::arg("dtype"), py::arg("shape"),
+           py::arg("order"))
+      .def("record_host_tensor",
+           [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+              uintptr_t data_ptr, uint64_t numel, int dtype) {
+             py::gil_scoped_release release;
+             return a.RecordHostTensor(step, micro, id, order,
+                                       reinterpret_cast<const void*>(data_ptr), numel,
+                                       static_cast<DType>(dtype));
+           },
+           py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
+           py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
+      // One call per step: row i of `rows` ([n, 13 + sketch_k + hist_bins] float64,
+      // the layout of lockstep._torch_stats) is tensor ids[i] at micro step micros[i]
+      // with order orders[i]. Returns how many records were accepted.
+      .def("record_packed",
+           [](PyAgent& a, uint64_t step, U32Array micros, U32Array ids, U32Array orders,
+              F64Array rows) -> size_t {
+             if (rows.ndim() != 2) return 0;
+             size_t n = static_cast<size_t>(rows.shape(0));
+             size_t cols = static_cast<size_t>(rows.shape(1));
+             if (ids.size() != static_cast<py::ssize_t>(n) ||
+                 orders.size() != static_cast<py::ssize_t>(n) ||
+                 micros.size() != static_cast<py::ssize_t>(n)) {
+               return 0;
+             }
+             const uint32_t* m_ptr = micros.data();
+             const uint32_t* i_ptr = ids.data();
+             const uint32_t* o_ptr = orders.data();
+             const double* r_ptr = rows.data();
+             py::gil_scoped_release release;
+             return a.RecordPacked(step, m_ptr, i_ptr, o_ptr, r_ptr, n, cols);
+           },
+           py::arg("step"), py::arg("micros"), py::arg("ids"), py::arg("orders"),
+           py::arg("rows"))
+      .def("record_scalars",
+           [](PyAgent& a, uint64_t step, double loss, double lr, double grad_norm,
+              double loss_scale, double step_time_s, uint32_t micro_steps, uint64_t samples) {
+             StepScalars s;
+             s.loss = loss;
+             s.lr = lr;
+             s.grad_norm = grad_norm;
+             s.loss_scale = loss_scale;
+             s.step_time_s = step_time_s;
+             s.micro_steps = micro_steps;
+             s.samples = samples;
+             py::gil_scoped_release release;
+             return a.RecordScalars(step, s);
+           },
+           py::arg("step"), py::arg("loss") = NAN, py::arg("lr") = NAN,
+           py::arg("grad_norm") = NAN, py::arg("loss_scale") = NAN,
+           py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0)
+      .def("end_step", &PyAgent::EndStep, py::arg("step"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("flush",
+           [](PyAgent& a, double timeout_s) {
+             py::gil_scoped_release release;
+             return a.Flush(ToMillis(timeout_s));
+           },
+           py::arg("timeout_s") = 5.0)
+      .def("close",
+           [](PyAgent& a, double timeout_s) {
+             py::gil_scoped_release release;
+             return a.Close(ToMillis(timeout_s));
+           },
+           py::arg("timeout_s") = 5.0)
+      .def("counters", &CountersToDict)
+      .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.stats_config().sketch_k; })
+      .def_property_readonly("hist_bins",
+                             [](const PyAgent& a) { return a.stats_config().hist_bins; });
+}

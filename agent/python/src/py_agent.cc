@@ -1,0 +1,122 @@
+#include "py_agent.h"
+
+#include <cmath>
+#include <utility>
+
+namespace lockstep::python {
+
+namespace {
+
+// A count arrives as a double; it must be a non-negative integer below 2^53.
+bool ToCount(double v, uint64_t* out) noexcept {
+  if (!(v >= 0.0) || v > 9007199254740992.0) return false;
+  *out = static_cast<uint64_t>(v);
+  return true;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PyAgent>> PyAgent::Create(const AgentOptions& options) {
+  StatsConfig config;
+  config.sketch_k = options.sketch_k;
+  config.hist_bins = options.hist_bins;
+  auto agent = Agent::Create(options);
+  if (!agent.ok()) return agent.status();
+  return std::unique_ptr<PyAgent>(new PyAgent(std::move(agent).value(), config));
+}
+
+PyAgent::PyAgent(std::unique_ptr<Agent> agent, StatsConfig config)
+    : agent_(std::move(agent)), stats_config_(config) {}
+
+PyAgent::~PyAgent() = default;
+
+uint32_t PyAgent::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                                 const std::vector<int64_t>& shape,
+                                 uint32_t order) noexcept {
+  return agent_->RegisterTensor(name, kind, dtype, shape, order);
+}
+
+double PyAgent::RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                               const void* data, uint64_t numel, DType dtype) noexcept {
+  // TensorStats is ~1.2 KB: on the stack, so concurrent callers (autograd threads)
+  // need no lock and nothing is allocated.
+  TensorStats stats;
+  Status s = ComputeHostStats(data, dtype, numel, stats_config_, &stats);
+  if (!s.ok()) {
+    host_stats_errors_.fetch_add(1, std::memory_order_relaxed);
+    return -1.0;
+  }
+  agent_->RecordStats(step, micro, id, order, stats);
+  return stats.l2;
+}
+
+bool UnpackRow(const double* row, size_t cols, int sketch_k, int hist_bins,
+               TensorStats* out) noexcept {
+  if (sketch_k < 0 || sketch_k > kMaxSketchK || hist_bins < 0 || hist_bins > kHistBins) {
+    return false;
+  }
+  if (cols != static_cast<size_t>(kPackedFixed + sketch_k + hist_bins)) return false;
+  TensorStats& s = *out;
+  if (!ToCount(row[kColNumel], &s.numel) || !ToCount(row[kColNan], &s.nan_count) ||
+      !ToCount(row[kColInf], &s.inf_count) || !ToCount(row[kColZero], &s.zero_count) ||
+      !ToCount(row[kColSat], &s.sat_count) ||
+      !ToCount(row[kColSubnormal], &s.subnormal_count)) {
+    return false;
+  }
+  uint64_t limit = 0;
+  if (!ToCount(row[kColLimitDtype], &limit) || limit > static_cast<uint64_t>(DType::kF8E5M2)) {
+    return false;
+  }
+  s.limit_dtype = static_cast<DType>(limit);
+  s.min = row[kColMin];
+  s.max = row[kColMax];
+  s.mean = row[kColMean];
+  s.std = row[kColStd];
+  s.l2 = row[kColL2];
+  s.absmax = row[kColAbsmax];
+  s.sketch_k = static_cast<uint16_t>(sketch_k);
+  s.hist_bins = static_cast<uint8_t>(hist_bins);
+  const double* sketch = row + kPackedFixed;
+  for (int i = 0; i < sketch_k; ++i) s.sketch[i] = static_cast<float>(sketch[i]);
+  const double* hist = sketch + sketch_k;
+  for (int i = 0; i < hist_bins; ++i) {
+    uint64_t c = 0;
+    if (!ToCount(hist[i], &c) || c > UINT32_MAX) return false;
+    s.hist[i] = static_cast<uint32_t>(c);
+  }
+  return true;
+}
+
+size_t PyAgent::RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
+                             const uint32_t* orders, const double* rows, size_t n,
+                             size_t cols) noexcept {
+  size_t accepted = 0;
+  TensorStats stats;
+  for (size_t i = 0; i < n; ++i) {
+    if (!UnpackRow(rows + i * cols, cols, stats_config_.sketch_k, stats_config_.hist_bins,
+                   &stats)) {
+      packed_errors_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (agent_->RecordStats(step, micros[i], ids[i], orders[i], stats)) ++accepted;
+  }
+  return accepted;
+}
+
+bool PyAgent::RecordScalars(uint64_t step, const StepScalars& scalars) noexcept {
+  return agent_->RecordScalars(step, scalars);
+}
+
+bool PyAgent::EndStep(uint64_t step) noexcept { return agent_->EndStep(step); }
+
+bool PyAgent::Flush(std::chrono::milliseconds timeout) noexcept {
+  return agent_->Flush(timeout);
+}
+
+bool PyAgent::Close(std::chrono::milliseconds timeout) noexcept {
+  return agent_->Close(timeout);
+}
+
+AgentCounters PyAgent::Counters() const noexcept { return agent_->Counters(); }
+
+}  // namespace lockstep::python

@@ -1,0 +1,84 @@
+// PyAgent: what `lockstep._core.Agent` wraps — a lockstep::Agent plus the host
+// statistics kernel, shaped for calls from Python hooks.
+//
+// Threads: the hot calls (RecordHostTensor, RecordPacked, RecordScalars, EndStep) are
+// called by lockstep's Python hooks on whatever thread torch runs them (the training
+// thread, autograd's worker threads); they are as thread-safe as lockstep::Agent and
+// run with the GIL released. They never throw: a failure returns false / a count and
+// is counted by the agent (Counters().errors) or here (host_stats_errors).
+#ifndef LOCKSTEP_AGENT_PYTHON_PY_AGENT_H_
+#define LOCKSTEP_AGENT_PYTHON_PY_AGENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/agent/agent.h"
+#include "lockstep/agent/host_stats.h"
+#include "lockstep/agent/types.h"
+#include "lockstep/common/status.h"
+
+namespace lockstep::python {
+
+// Column layout of one row of lockstep._torch_stats.device_stats(): kPackedFixed
+// fixed columns, then sketch_k sketch values, then hist_bins histogram counts.
+enum PackedColumn : int {
+  kColNumel = 0, kColMin, kColMax, kColMean, kColStd, kColL2, kColAbsmax, kColNan,
+  kColInf, kColZero, kColSat, kColSubnormal, kColLimitDtype, kPackedFixed
+};
+
+class PyAgent {
+ public:
+  static StatusOr<std::unique_ptr<PyAgent>> Create(const AgentOptions& options);
+  ~PyAgent();
+  PyAgent(const PyAgent&) = delete;
+  PyAgent& operator=(const PyAgent&) = delete;
+
+  uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                          const std::vector<int64_t>& shape, uint32_t order) noexcept;
+  // Runs the one-pass host kernel over `numel` contiguous elements at `data` and
+  // records the result. Returns the tensor's l2 norm (for the global grad norm), or
+  // -1 when the kernel refused the tensor (bad dtype). A record the queue refuses is
+  // counted by the agent (records_dropped), not reported here.
+  double RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                        const void* data, uint64_t numel, DType dtype) noexcept;
+  // Records `n` rows of a [n, cols] row-major float64 matrix in the packed layout.
+  // Returns how many were accepted.
+  size_t RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
+                      const uint32_t* orders, const double* rows, size_t n,
+                      size_t cols) noexcept;
+  bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept;
+  bool EndStep(uint64_t step) noexcept;
+  bool Flush(std::chrono::milliseconds timeout) noexcept;
+  bool Close(std::chrono::milliseconds timeout) noexcept;
+
+  AgentCounters Counters() const noexcept;
+  uint64_t host_stats_errors() const noexcept {
+    return host_stats_errors_.load(std::memory_order_relaxed);
+  }
+  uint64_t packed_errors() const noexcept {
+    return packed_errors_.load(std::memory_order_relaxed);
+  }
+  const AgentOptions& options() const noexcept { return agent_->options(); }
+  const StatsConfig& stats_config() const noexcept { return stats_config_; }
+
+ private:
+  PyAgent(std::unique_ptr<Agent> agent, StatsConfig config);
+
+  std::unique_ptr<Agent> agent_;
+  StatsConfig stats_config_;
+  std::atomic<uint64_t> host_stats_errors_{0};
+  std::atomic<uint64_t> packed_errors_{0};
+};
+
+// Converts one packed row into TensorStats. false when the row is malformed (width
+// does not match sketch_k/hist_bins, or a count/limit code out of range).
+bool UnpackRow(const double* row, size_t cols, int sketch_k, int hist_bins,
+               TensorStats* out) noexcept;
+
+}  // namespace lockstep::python
+
+#endif  // LOCKSTEP_AGENT_PYTHON_PY_AGENT_H_

@@ -1,0 +1,162 @@
+"""Shared fixtures of the Python agent's tests: a real `lockstep collect` on an
+ephemeral port, `lockstep inspect` of its log, and a recording fake agent for unit
+tests of the hooks (it computes statistics with the real C++ kernel)."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+import lockstep  # noqa: E402  (after set_num_threads)
+from lockstep import _core  # noqa: E402
+
+KIND_NAMES = {v: k for k, v in _core.KINDS.items()}
+
+
+def lockstep_bin():
+    path = os.environ.get("LOCKSTEP_BIN", "")
+    return path if path and os.access(path, os.X_OK) else None
+
+
+class Collector:
+    def __init__(self, proc, endpoint, data_dir):
+        self.proc = proc
+        self.endpoint = endpoint
+        self.data_dir = data_dir
+
+    def log_path(self, run):
+        return os.path.join(self.data_dir, run + ".lslog")
+
+    def inspect(self, run, deadline_s=10.0):
+        """The run log as JSON objects, polled until the Goodbye has been logged."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            records = []
+            path = self.log_path(run)
+            if os.path.exists(path):
+                out = subprocess.run([lockstep_bin(), "inspect", path], capture_output=True,
+                                     text=True, timeout=30, check=False)
+                records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+                if any(r["type"] == "Goodbye" for r in records):
+                    return records
+            if time.monotonic() > deadline:
+                return records
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def collector(tmp_path):
+    exe = lockstep_bin()
+    if exe is None:
+        pytest.skip("build/lockstep not built (LOCKSTEP_BIN unset); build target lockstep")
+    ready = tmp_path / "ready.json"
+    data = tmp_path / "data"
+    proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
+                             str(data), "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    endpoint = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("lockstep collect exited: " + proc.stderr.read().decode())
+        try:
+            endpoint = json.loads(ready.read_text())["listen"][0]
+            break
+        except (OSError, ValueError, KeyError, IndexError):
+            time.sleep(0.02)
+    assert endpoint, "lockstep collect wrote no ready file within 20 s"
+    yield Collector(proc, endpoint, str(data))
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class FakeAgent:
+    """Stands in for lockstep._core.Agent: keeps every call, computes host stats with
+    the real kernel. Attribute `fail` makes every method raise (failure injection)."""
+
+    def __init__(self, sketch_k=32, hist_bins=16):
+        self.k, self.bins = sketch_k, hist_bins
+        self.tensors = {}      # id -> (name, kind name, dtype, shape, order)
+        self.records = []      # dict(step, micro, name, kind, order, stats)
+        self.scalars = []      # dict(step, loss, lr, grad_norm, loss_scale, ...)
+        self.ended = []
+        self.fail = False
+
+    def _check(self):
+        if self.fail:
+            raise RuntimeError("injected failure")
+
+    def register_tensor(self, name, kind, dtype, shape, order):
+        self._check()
+        for tid, t in self.tensors.items():
+            if t[0] == name and t[1] == KIND_NAMES[kind]:
+                return tid
+        tid = len(self.tensors)
+        self.tensors[tid] = (name, KIND_NAMES[kind], dtype, tuple(shape), order)
+        return tid
+
+    def _add(self, step, micro, tid, order, stats):
+        name, kind = self.tensors[tid][:2]
+        self.records.append(dict(step=step, micro=micro, name=name, kind=kind, order=order,
+                                 stats=stats))
+
+    def record_host_tensor(self, step, micro, tid, order, ptr, numel, dtype):
+        self._check()
+        stats = _core.host_stats(ptr, numel, dtype, self.k, self.bins)
+        self._add(step, micro, tid, order, stats)
+        return stats["l2"]
+
+    def record_packed(self, step, micros, ids, orders, rows):
+        self._check()
+        for m, i, o, row in zip(micros, ids, orders, rows):
+            self._add(step, int(m), int(i), int(o), _core.unpack_row(row, self.k, self.bins))
+        return len(rows)
+
+    def record_scalars(self, step, loss, lr, grad_norm, loss_scale, step_time_s, micro_steps,
+                       samples):
+        self._check()
+        self.scalars.append(dict(step=step, loss=loss, lr=lr, grad_norm=grad_norm,
+                                 loss_scale=loss_scale, step_time_s=step_time_s,
+                                 micro_steps=micro_steps, samples=samples))
+        return True
+
+    def end_step(self, step):
+        self._check()
+        self.ended.append(step)
+        return True
+
+    def flush(self, timeout_s=5.0):
+        return True
+
+    def close(self, timeout_s=5.0):
+        return True
+
+    def counters(self):
+        self._check()
+        return {"records_enqueued": len(self.records)}
+
+    def names(self, kind=None, step=None):
+        return [r["name"] for r in self.records
+                if (kind is None or r["kind"] == kind) and (step is None or r["step"] == step)]
+
+
+def fake_monitor(**kwargs):
+    """A Monitor whose agent is a FakeAgent (the real agent is created, then closed)."""
+    kwargs.setdefault("run", "unit")
+    kwargs.setdefault("endpoint", "tcp://127.0.0.1:9")  # nobody listens; never used
+    mon = lockstep.Monitor(**kwargs)
+    assert mon.enabled, "Monitor failed to start"
+    mon._agent.close(0.5)
+    fake = FakeAgent(mon.config["sketch_k"], mon.config["hist_bins"])
+    mon._agent = fake
+    mon._rec._agent = fake
+    return mon, fake

@@ -1,0 +1,130 @@
+"""Monitor configuration from arguments and LOCKSTEP_* variables; LOCKSTEP_DISABLE;
+platform and rank detection; seed_all."""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import lockstep
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("LOCKSTEP_") and key != "LOCKSTEP_BIN" or key in ("RANK", "WORLD_SIZE"):
+            monkeypatch.delenv(key, raising=False)
+    return monkeypatch
+
+
+def test_environment_supplies_every_unset_argument(clean_env):
+    clean_env.setenv("LOCKSTEP_RUN", "env-run")
+    clean_env.setenv("LOCKSTEP_ROLE", "candidate")
+    clean_env.setenv("LOCKSTEP_EXPERIMENT", "exp-1")
+    clean_env.setenv("LOCKSTEP_ENDPOINT", "tcp://127.0.0.1:9")
+    clean_env.setenv("LOCKSTEP_SKETCH_K", "8")
+    clean_env.setenv("LOCKSTEP_PLATFORM", "npu")
+    clean_env.setenv("RANK", "3")
+    clean_env.setenv("WORLD_SIZE", "8")
+    mon = lockstep.Monitor(experiment="arg-wins")
+    try:
+        c = mon.config
+        assert (c["run"], c["role"], c["endpoint"], c["sketch_k"]) == (
+            "env-run", "candidate", "tcp://127.0.0.1:9", 8)
+        assert c["experiment"] == "arg-wins"
+        assert (c["platform"], c["rank"], c["world_size"]) == ("npu", 3, 8)
+        assert c["framework"] == "torch " + torch.__version__
+    finally:
+        mon.close(timeout=0.5)
+
+
+def test_defaults_detect_platform_and_generate_a_run_id(clean_env):
+    with pytest.warns(RuntimeWarning, match="no run id"):
+        mon = lockstep.Monitor(endpoint="tcp://127.0.0.1:9")
+    try:
+        expected = "cuda" if torch.cuda.is_available() else "cpu"
+        assert mon.config["platform"] == expected
+        assert mon.config["role"] == "solo"
+        assert (mon.config["rank"], mon.config["world_size"]) == (0, 1)
+        assert mon.run.startswith("run-")
+    finally:
+        mon.close(timeout=0.5)
+
+
+def test_lockstep_disable_gives_a_no_op_monitor(clean_env):
+    clean_env.setenv("LOCKSTEP_DISABLE", "1")
+    mon = lockstep.Monitor(run="x", endpoint="not even checked")
+    assert isinstance(mon, lockstep.NoOpMonitor) and not mon.enabled
+    model = nn.Linear(2, 2)
+    with mon:
+        assert mon.watch(model, optimizer=None, every=2) is mon
+        model(torch.randn(1, 2)).sum().backward()
+        mon.step(loss=1.0, lr=0.1)
+        assert mon.flush() and mon.counters() == {}
+    assert not model._forward_hooks  # nothing was hooked
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(role="teacher"), "role 'teacher'"),
+    (dict(run="../etc/passwd"), "run id"),
+    (dict(sketch_k=1000), "sketch_k=1000"),
+])
+def test_configuration_mistakes_warn_once_and_disable(clean_env, kwargs, match):
+    kwargs.setdefault("run", "ok")
+    with pytest.warns(RuntimeWarning, match=match):
+        mon = lockstep.Monitor(endpoint="tcp://127.0.0.1:9", **kwargs)
+    assert not mon.enabled
+    with pytest.raises(ValueError, match=match):
+        lockstep.Monitor(endpoint="tcp://127.0.0.1:9", strict=True, **kwargs)
+
+
+def test_bad_environment_value_names_the_variable(clean_env):
+    clean_env.setenv("LOCKSTEP_SKETCH_K", "lots")
+    with pytest.raises(ValueError, match="LOCKSTEP_SKETCH_K"):
+        lockstep.Monitor(run="x", endpoint="tcp://127.0.0.1:9", strict=True)
+
+
+def test_watch_with_a_bad_regex_warns_and_watches_nothing(clean_env):
+    mon = lockstep.Monitor(run="x", endpoint="tcp://127.0.0.1:9")
+    model = nn.Linear(2, 2)
+    with pytest.warns(RuntimeWarning, match="include pattern"):
+        mon.watch(model, include="(unclosed")
+    assert not model._forward_hooks
+    mon.close(timeout=0.5)
+
+
+def test_seed_all_makes_runs_repeatable(clean_env):
+    def draw():
+        return (random.random(), np.random.rand(), torch.rand(3).tolist(),
+                nn.Linear(3, 3).weight.tolist())
+
+    lockstep.seed_all(42)
+    a = draw()
+    lockstep.seed_all(42)
+    b = draw()
+    lockstep.seed_all(43)
+    c = draw()
+    assert a == b and a != c
+    assert os.environ["PYTHONHASHSEED"] == "42"
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert os.environ["HCCL_DETERMINISTIC"] == "true"
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    torch.use_deterministic_algorithms(False)
+
+
+def test_seed_all_disable_dropout_turns_dropout_off(clean_env):
+    x = torch.ones(1000)
+    assert (nn.Dropout(0.5).train()(x) == 0).any()
+    lockstep.seed_all(1, deterministic=False, disable_dropout=True)
+    assert torch.equal(nn.Dropout(0.5).train()(x), x)
+    assert torch.equal(torch.nn.functional.dropout(x, 0.9, True), x)
+    mha = nn.MultiheadAttention(8, 2, dropout=0.9)
+    q = torch.randn(5, 1, 8)
+    torch.manual_seed(0)
+    a = mha(q, q, q)[0]
+    torch.manual_seed(1)
+    b = mha(q, q, q)[0]
+    assert torch.allclose(a, b)  # attention dropout is off too

@@ -1,0 +1,294 @@
+"""Unit tests of Monitor.watch()/step(): which tensors are recorded, under which
+names, kinds, steps, micro steps and execution order (with a recording fake agent
+and the real C++ statistics kernel)."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import fake_monitor
+
+
+def train_step(model, x, mon=None, opt=None, **step_kwargs):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    if opt is not None:
+        opt.step()
+        opt.zero_grad()
+    if mon is not None:
+        mon.step(loss=loss, **step_kwargs)
+    return loss
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def test_module_outputs_grads_and_param_grads_in_execution_order():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    x = torch.randn(3, 4)
+    out = {}
+    model[2].register_forward_hook(lambda m, i, o: out.setdefault("y", o.detach().clone()))
+    train_step(model, x, mon)
+    recs = [r for r in fake.records if r["step"] == 0]
+    acts = [(r["name"], r["order"]) for r in recs if r["kind"] == "act"]
+    assert acts == [("0", 0), ("1", 1), ("2", 2), ("<root>", 3)]
+    grads = [r["name"] for r in recs if r["kind"] == "act_grad"]
+    # backward runs in reverse; "2" and "<root>" are the same tensor, whose hooks run in
+    # the order they were registered (the child's forward hook fires first)
+    assert grads == ["2", "<root>", "1", "0"]
+    assert sorted(r["name"] for r in recs if r["kind"] == "param_grad") == [
+        "0.bias", "0.weight", "2.bias", "2.weight"]
+    orders = [r["order"] for r in recs]
+    assert orders == list(range(len(recs)))  # one index per tensor per step
+    y = [r for r in recs if r["name"] == "2" and r["kind"] == "act"][0]["stats"]
+    ref = out["y"].double()
+    assert y["numel"] == 6
+    assert y["l2"] == pytest.approx(ref.norm().item(), rel=1e-5)
+    assert y["max"] == pytest.approx(ref.max().item(), rel=1e-6)
+    assert [r["name"] for r in recs if r["kind"] == "loss"] == ["loss"]
+    assert fake.ended == [0]
+
+
+def test_param_grad_stats_and_global_grad_norm():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    train_step(model, torch.randn(5, 4), mon)
+    g = {n: p.grad.double() for n, p in model.named_parameters()}
+    recs = {r["name"]: r["stats"] for r in fake.records if r["kind"] == "param_grad"}
+    for name, grad in g.items():
+        assert recs[name]["l2"] == pytest.approx(grad.norm().item(), rel=1e-5)
+        assert recs[name]["mean"] == pytest.approx(grad.mean().item(), rel=1e-4, abs=1e-7)
+    total = math.sqrt(sum(t.norm().item() ** 2 for t in g.values()))
+    assert fake.scalars[0]["grad_norm"] == pytest.approx(total, rel=1e-5)
+    assert fake.scalars[0]["step_time_s"] > 0
+
+
+class Multi(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y, None, [y * 2, 3, "text"], {"a": y + 1, "b": torch.ones(2, dtype=torch.long)}
+
+
+class Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.multi = Multi()
+
+    def forward(self, x):
+        y, _, lst, d = self.multi(x)
+        return y + lst[0] + d["a"]
+
+
+def test_tuple_list_dict_outputs_get_index_suffixes_and_non_tensors_are_ignored():
+    mon, fake = fake_monitor()
+    model = Wrapper()
+    mon.watch(model)
+    train_step(model, torch.randn(2, 4), mon)
+    acts = fake.names("act")
+    assert acts == ["multi.lin", "multi[0]", "multi[2][0]", "multi[3][a]", "<root>"]
+    # the long tensor multi[3][b] is not floating point: not recorded
+    assert set(fake.names("act_grad")) == {"multi.lin", "multi[0]", "multi[2][0]", "multi[3][a]",
+                                           "<root>"}
+
+
+class Twice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
+def test_module_called_twice_gets_call_suffix():
+    mon, fake = fake_monitor()
+    model = Twice()
+    mon.watch(model)
+    for _ in range(2):
+        train_step(model, torch.randn(2, 4), mon)
+    for step in (0, 1):
+        assert fake.names("act", step) == ["lin", "lin#1", "<root>"]
+        assert fake.names("act_grad", step) == ["lin#1", "<root>", "lin"]
+    # a shared parameter's gradient arrives once per backward, summed over the calls
+    assert fake.names("param_grad", 0).count("lin.weight") == 1
+
+
+def test_gradient_accumulation_records_micro_steps():
+    mon, fake = fake_monitor()
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon.watch(model, optimizer=opt)
+    for _step in range(2):
+        for _micro in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss=1.0)
+    for step in (0, 1):
+        recs = [r for r in fake.records if r["step"] == step]
+        assert sorted({r["micro"] for r in recs}) == [0, 1, 2]
+        for micro in range(3):
+            m = [r for r in recs if r["micro"] == micro]
+            assert [r["name"] for r in m if r["kind"] == "act"] == ["0", "1", "2", "<root>"]
+            assert [r["order"] for r in m] == list(range(len(m)))  # order restarts per micro
+    assert [s["micro_steps"] for s in fake.scalars] == [3, 3]
+    assert all(math.isnan(s["grad_norm"]) for s in fake.scalars)  # not exact: not guessed
+
+
+def test_no_grad_and_eval_passes_are_not_training_steps():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    train_step(model, torch.randn(2, 4), mon)
+    n = len(fake.records)
+    with torch.no_grad():
+        model(torch.randn(2, 4))
+    model.eval()
+    model(torch.randn(2, 4))
+    model.train()
+    assert len(fake.records) == n
+    train_step(model, torch.randn(2, 4), mon)
+    assert {r["step"] for r in fake.records} == {0, 1}
+    assert all(r["micro"] == 0 for r in fake.records)
+    assert fake.names("act", 1) == ["0", "1", "2", "<root>"]
+
+
+def test_every_n_steps_records_tensors_but_scalars_every_step():
+    mon, fake = fake_monitor(start_step=10)
+    model = mlp()
+    mon.watch(model, every=3)
+    for _ in range(7):
+        train_step(model, torch.randn(2, 4), mon)
+    assert sorted({r["step"] for r in fake.records}) == [12, 15]
+    assert [s["step"] for s in fake.scalars] == list(range(10, 17))
+    assert fake.ended == list(range(10, 17))
+
+
+def test_include_exclude_and_kinds():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model, include=r"^[02]", exclude=r"bias", kinds=("act", "param_grad"))
+    train_step(model, torch.randn(2, 4), mon)
+    assert fake.names("act") == ["0", "2"]
+    assert fake.names("act_grad") == []
+    assert sorted(fake.names("param_grad")) == ["0.weight", "2.weight"]
+    assert fake.names("loss") == []
+
+
+def test_params_and_optimizer_state_after_the_update():
+    mon, fake = fake_monitor()
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    mon.watch(model, optimizer=opt, params=True, optim_state=True, kinds=())
+    train_step(model, torch.randn(2, 4), mon, opt)
+    params = {r["name"]: r["stats"] for r in fake.records if r["kind"] == "param"}
+    assert sorted(params) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert params["0.weight"]["l2"] == pytest.approx(model[0].weight.double().norm().item(),
+                                                     rel=1e-5)
+    optim = sorted(fake.names("optim"))
+    assert "0.weight.exp_avg" in optim and "0.weight.exp_avg_sq" in optim
+    assert not any(n.endswith(".step") for n in optim)  # scalar state is skipped
+
+
+def test_scalars_lr_loss_scale_and_explicit_grad_norm():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    loss = train_step(model, torch.randn(2, 4))
+    mon.step(loss=loss, lr=torch.tensor(0.5), loss_scale=1024.0, grad_norm=3.0, samples=2)
+    s = fake.scalars[0]
+    assert s["loss"] == pytest.approx(loss.item())
+    assert (s["lr"], s["loss_scale"], s["grad_norm"], s["samples"]) == (0.5, 1024.0, 3.0, 2)
+
+
+def test_loss_scale_from_a_grad_scaler():
+    mon, fake = fake_monitor()
+    with pytest.warns(None):
+        scaler = torch.cuda.amp.GradScaler(init_scale=256.0, enabled=torch.cuda.is_available())
+    mon.step(loss=1.0, loss_scale=scaler)
+    expected = 256.0 if torch.cuda.is_available() else 1.0  # a disabled scaler scales by 1
+    assert fake.scalars[0]["loss_scale"] == expected
+
+
+def test_step_numbers_start_at_zero_or_start_step():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    train_step(model, torch.randn(2, 4), mon)
+    train_step(model, torch.randn(2, 4), mon)
+    assert sorted({r["step"] for r in fake.records}) == [0, 1]
+    mon2, fake2 = fake_monitor(start_step=500)
+    mon2.watch(mlp())
+    mon2.step(loss=0.0)
+    assert fake2.ended == [500]
+
+
+def test_close_ships_a_step_left_open_and_removes_hooks():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    train_step(model, torch.randn(2, 4), mon)
+    model(torch.randn(2, 4)).sum().backward()  # recorded, but no step() follows
+    assert mon.close(timeout=1.0)
+    assert fake.ended == [0, 1]
+    n = len(fake.records)
+    train_step(model, torch.randn(2, 4))
+    assert len(fake.records) == n
+
+
+def test_non_contiguous_and_half_precision_outputs():
+    class T(nn.Module):
+        def forward(self, x):
+            return x.t(), x.half(), x.to(torch.bfloat16)
+
+    mon, fake = fake_monitor()
+    model = nn.Sequential(nn.Linear(3, 5), T())
+    mon.watch(model, kinds=("act",))
+    x = torch.randn(4, 3)
+    with torch.enable_grad():
+        out = model(x)
+    recs = {r["name"]: r["stats"] for r in fake.records}
+    ref = out[0].detach().double()
+    assert recs["1[0]"]["l2"] == pytest.approx(ref.norm().item(), rel=1e-5)
+    assert recs["1[1]"]["numel"] == 20 and recs["1[2]"]["numel"] == 20
+    assert recs["1[1]"]["l2"] == pytest.approx(out[1].double().norm().item(), rel=1e-3)
+
+
+def test_device_path_matches_host_path():
+    """The batched device path (device_stats + one copy per step + record_packed),
+    forced on CPU tensors, records what the C++ kernel records."""
+    pytest.importorskip("lockstep._torch_stats")
+    torch.manual_seed(1)
+    model = mlp()
+    x = torch.randn(6, 4)
+    results = []
+    for force in (False, True):
+        mon, fake = fake_monitor(_force_device_path=force)
+        m = mlp()
+        m.load_state_dict(model.state_dict())
+        mon.watch(m)
+        train_step(m, x, mon)
+        train_step(m, x, mon)
+        mon.close(timeout=2.0)
+        results.append(fake)
+    host, dev = results
+    assert [(r["step"], r["name"], r["kind"], r["order"]) for r in host.records] == \
+           [(r["step"], r["name"], r["kind"], r["order"]) for r in dev.records]
+    for a, b in zip(host.records, dev.records):
+        for key in ("numel", "nan_count", "inf_count", "zero_count"):
+            assert a["stats"][key] == b["stats"][key], (a["name"], key)
+        for key in ("min", "max", "mean", "std", "l2", "absmax"):
+            assert b["stats"][key] == pytest.approx(a["stats"][key], rel=1e-5, abs=1e-7)
+    assert [s["grad_norm"] for s in dev.scalars] == pytest.approx(
+        [s["grad_norm"] for s in host.scalars], rel=1e-5)
+    assert dev.ended == [0, 1]
