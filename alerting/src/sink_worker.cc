@@ -1,0 +1,250 @@
+#include "sink_worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+namespace lockstep::alerting {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Repeated failure lines of one sink: at most one per this interval (the rest counted).
+constexpr auto kWarnInterval = std::chrono::seconds(10);
+
+std::chrono::nanoseconds SteadyNow() { return SteadyClock::now().time_since_epoch(); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink,
+                                                         const AlertingOptions& all, size_t index) {
+  std::unique_ptr<SinkWorker> w(new SinkWorker());
+  w->sink_ = sink;
+  w->name_ = sink.name.empty() ? std::string(SinkKindName(sink.kind)) + "-" + std::to_string(index)
+                               : sink.name;
+  w->redacted_target_ = IsHttpKind(sink.kind) ? RedactUrl(sink.target) : sink.target;
+  w->capacity_ = all.queue_capacity;
+  w->clock_ = all.clock ? all.clock : Clock(SteadyNow);
+  auto t = Transport::Create(sink, w->name_);
+  if (!t.ok()) return t.status();
+  w->transport_ = std::move(t.value());
+  // Only HTTP sinks can be unreachable; log and jsonl are local and never spool to disk.
+  std::string dir;
+  if (IsHttpKind(sink.kind) && !all.spool_dir.empty())
+    dir = (std::filesystem::path(all.spool_dir) / SpoolSubdirName(SinkKindName(sink.kind), sink.target))
+              .string();
+  auto s = Spool::Open(dir, all.spool_max_bytes, all.memory_spool_max);
+  if (!s.ok()) return s.status();
+  w->spool_ = std::move(s.value());
+  w->spool_size_ = w->spool_->Size();
+  if (w->spool_size_ > 0)
+    spdlog::info("alerting: sink {} found {} undelivered alert(s) in its spool {}; delivering them",
+                 w->name_, w->spool_size_, dir);
+  auto cooldown = sink.cooldown.count() >= 0 ? sink.cooldown : all.dedup_cooldown;
+  w->dedup_ = std::make_unique<DedupFilter>(cooldown);
+  w->rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
+  w->next_attempt_ = SteadyClock::now();
+  w->thread_ = std::thread([p = w.get()] { p->Run(); });
+  return w;
+}
+
+SinkWorker::~SinkWorker() { Stop(); }
+
+bool SinkWorker::Enqueue(const Alert& alert) noexcept {
+  try {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_ || queue_.size() >= capacity_) {
+        c_.queue_dropped.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      queue_.push_back(alert);
+    }
+    wake_cv_.notify_one();
+    return true;
+  } catch (...) {  // bad_alloc: drop and count, never throw into the collector
+    c_.queue_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+}
+
+bool SinkWorker::WaitIdle(SteadyClock::time_point deadline) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return idle_cv_.wait_until(lk, deadline,
+                             [&] { return stop_ || (queue_.empty() && spool_size_ == 0 && !busy_); }) &&
+         queue_.empty() && spool_size_ == 0 && !busy_;
+}
+
+void SinkWorker::Stop() noexcept {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  transport_->Abort();
+  wake_cv_.notify_all();
+  idle_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+SinkCounters SinkWorker::Snapshot() const {
+  SinkCounters s;
+  s.name = name_;
+  s.kind = SinkKindName(sink_.kind);
+  s.target = redacted_target_;
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  s.delivered = r(c_.delivered);
+  s.failed = r(c_.failed);
+  s.retried = r(c_.retried);
+  s.spooled = r(c_.spooled);
+  s.spool_dropped = r(c_.spool_dropped);
+  s.deduped = r(c_.deduped);
+  s.rate_limited = r(c_.rate_limited);
+  s.filtered = r(c_.filtered);
+  s.queue_dropped = r(c_.queue_dropped);
+  std::lock_guard<std::mutex> lk(mu_);
+  s.pending = queue_.size() + spool_size_;
+  s.last_error = last_error_;
+  return s;
+}
+
+void SinkWorker::Warn(const std::string& line) {
+  auto now = SteadyClock::now();
+  if (now - last_warn_ < kWarnInterval) {
+    ++warns_suppressed_;
+    return;
+  }
+  last_warn_ = now;
+  if (warns_suppressed_ > 0) {
+    spdlog::warn("alerting: sink {} ({}): {} ({} similar lines suppressed)", name_, redacted_target_,
+                 line, warns_suppressed_);
+    warns_suppressed_ = 0;
+  } else {
+    spdlog::warn("alerting: sink {} ({}): {}", name_, redacted_target_, line);
+  }
+}
+
+std::chrono::milliseconds SinkWorker::Backoff(int attempt) {
+  // Exponential with "equal jitter": half the delay fixed, half random, so sinks
+  // (and collectors) that failed together do not retry in lockstep.
+  double d = static_cast<double>(sink_.backoff_base.count());
+  for (int i = 1; i < attempt && d < sink_.backoff_max.count(); ++i) d *= 2;
+  d = std::min(d, static_cast<double>(sink_.backoff_max.count()));
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  return std::chrono::milliseconds(static_cast<int64_t>(d * jitter(rng_)));
+}
+
+void SinkWorker::Accept(Alert alert) {
+  if (alert.severity < sink_.min_severity) {
+    c_.filtered.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto now = clock_();
+  if (!dedup_->Admit(&alert, now)) {
+    c_.deduped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!rate_->Admit(now)) {
+    c_.rate_limited.fetch_add(1, std::memory_order_relaxed);
+    Warn("rate limit reached (" + std::to_string(sink_.rate_per_min) + "/min, burst " +
+         std::to_string(sink_.burst) + "); dropping alerts until it refills");
+    return;
+  }
+  Status write_error;
+  uint64_t dropped = spool_->Push(alert, &write_error);
+  if (!write_error.ok()) Warn(write_error.message());
+  if (dropped > 0) {
+    c_.spool_dropped.fetch_add(dropped, std::memory_order_relaxed);
+    Warn("spool full; dropped the " + std::to_string(dropped) + " oldest undelivered alert(s)");
+  }
+  if (down_) c_.spooled.fetch_add(1, std::memory_order_relaxed);
+}
+
+void SinkWorker::AttemptHead() {
+  const Alert* head = spool_->Front();
+  if (head == nullptr) return;
+  if (attempt_ > 0) c_.retried.fetch_add(1, std::memory_order_relaxed);
+  AttemptResult r = transport_->Deliver(*head);
+  auto now = SteadyClock::now();
+  if (r.ok) {
+    c_.delivered.fetch_add(1, std::memory_order_relaxed);
+    spool_->PopFront();
+    if (down_)
+      spdlog::info("alerting: sink {} ({}) is reachable again; delivering {} spooled alert(s)", name_,
+                   redacted_target_, spool_->Size());
+    down_ = false;
+    attempt_ = 0;
+    next_attempt_ = now;
+    std::lock_guard<std::mutex> lk(mu_);
+    last_error_.clear();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    last_error_ = r.detail;
+  }
+  if (!r.retryable) {
+    c_.failed.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("alerting: sink {} ({}) rejected alert {} ({}): {}; not retrying, since the same "
+                  "request will fail again: check the sink's URL, token and format",
+                  name_, redacted_target_, head->id, head->DedupKey(), r.detail);
+    spool_->PopFront();
+    attempt_ = 0;
+    next_attempt_ = now;
+    return;
+  }
+  ++attempt_;
+  auto wait = Backoff(attempt_);
+  next_attempt_ = now + wait;
+  if (attempt_ == sink_.max_retries + 1) {
+    // This alert used its retries: the receiver is down. Everything waiting now
+    // counts as spooled, and so does what arrives until it is back.
+    down_ = true;
+    c_.spooled.fetch_add(spool_->Size(), std::memory_order_relaxed);
+    Warn(r.detail + "; " + std::to_string(spool_->Size()) + " alert(s) kept in the " +
+         (spool_->on_disk() ? "on-disk" : "in-memory") + " spool, retrying with backoff");
+  } else if (attempt_ <= sink_.max_retries) {
+    Warn(r.detail + "; retry " + std::to_string(attempt_) + "/" + std::to_string(sink_.max_retries) +
+         " in " + std::to_string(wait.count()) + " ms");
+  }
+}
+
+void SinkWorker::Run() noexcept {
+  try {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      auto due = [&] { return spool_size_ > 0 && SteadyClock::now() >= next_attempt_; };
+      if (!stop_ && queue_.empty() && !due()) {
+        if (spool_size_ > 0) {
+          wake_cv_.wait_until(lk, next_attempt_, [&] { return stop_ || !queue_.empty() || due(); });
+        } else {
+          wake_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        }
+      }
+      std::deque<Alert> batch;
+      batch.swap(queue_);
+      bool stopping = stop_;
+      busy_ = true;
+      lk.unlock();
+      for (auto& a : batch) Accept(std::move(a));
+      if (!stopping && !spool_->Empty() && SteadyClock::now() >= next_attempt_) AttemptHead();
+      lk.lock();
+      spool_size_ = spool_->Size();
+      busy_ = false;
+      if (queue_.empty() && spool_size_ == 0) idle_cv_.notify_all();
+      if (stopping && queue_.empty()) break;
+    }
+    if (spool_size_ > 0 && !spool_->on_disk())
+      spdlog::warn("alerting: sink {} stops with {} undelivered alert(s) (no --alert-spool-dir, so they "
+                   "are lost)", name_, spool_size_);
+  } catch (const std::exception& e) {
+    spdlog::error("alerting: sink {} worker stopped by an internal error: {}", name_, e.what());
+  } catch (...) {
+    spdlog::error("alerting: sink {} worker stopped by an unknown internal error", name_);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  busy_ = false;
+  idle_cv_.notify_all();
+}
+
+}  // namespace lockstep::alerting

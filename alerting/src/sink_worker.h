@@ -1,0 +1,94 @@
+// SinkWorker: one sink's thread. Takes alerts from its bounded queue, filters them
+// (min severity, dedup cooldown, rate limit), appends them to its spool, and
+// delivers the spool's head through its Transport — retrying with exponential
+// backoff and jitter while the receiver fails in a way that may pass, dropping
+// (with one clear log line) what a 4xx says will never succeed.
+//
+// Threads: Enqueue(), WaitIdle(), Snapshot() from any thread; Stop() from the owner
+// (Dispatcher) once. The worker thread is the only user of the spool, filters and
+// transport. Lock order: mu_ only (counters are atomics).
+#ifndef LOCKSTEP_ALERTING_SRC_SINK_WORKER_H_
+#define LOCKSTEP_ALERTING_SRC_SINK_WORKER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "lockstep/alerting/dispatcher.h"
+#include "lockstep/alerting/options.h"
+#include "spool.h"
+#include "throttle.h"
+#include "transport.h"
+
+namespace lockstep::alerting {
+
+class SinkWorker {
+ public:
+  using Clock = std::function<std::chrono::nanoseconds()>;
+  // `index` makes the default name ("<kind>-<index>"). Opens the spool, starts the thread.
+  static StatusOr<std::unique_ptr<SinkWorker>> Create(const SinkOptions& sink,
+                                                      const AlertingOptions& all, size_t index);
+  ~SinkWorker();
+  SinkWorker(const SinkWorker&) = delete;
+  SinkWorker& operator=(const SinkWorker&) = delete;
+
+  // Never blocks beyond a short critical section; false (counted) when the queue is full.
+  bool Enqueue(const Alert& alert) noexcept;
+  // True once nothing is queued, spooled or in flight; false at `deadline`.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  // Stops the thread, aborting a request in flight; queued alerts go to the spool.
+  void Stop() noexcept;
+  SinkCounters Snapshot() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  SinkWorker() = default;
+  void Run() noexcept;
+  void Accept(Alert alert);
+  void AttemptHead();
+  std::chrono::milliseconds Backoff(int attempt);
+  void Warn(const std::string& line);
+
+  SinkOptions sink_;
+  std::string name_, redacted_target_;
+  size_t capacity_ = 0;
+  Clock clock_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Spool> spool_;
+  std::unique_ptr<DedupFilter> dedup_;
+  std::unique_ptr<RateLimiter> rate_;
+  std::mt19937_64 rng_{std::random_device{}()};
+
+  // Worker-thread state.
+  int attempt_ = 0;  // failed attempts of the current head
+  bool down_ = false;
+  std::chrono::steady_clock::time_point next_attempt_{};
+  std::chrono::steady_clock::time_point last_warn_{};
+  uint64_t warns_suppressed_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_cv_;  // worker waits: new alerts, stop, retry due
+  std::condition_variable idle_cv_;  // WaitIdle waits
+  std::deque<Alert> queue_;          // guarded by mu_
+  size_t spool_size_ = 0;            // guarded by mu_; mirrors spool_->Size()
+  bool busy_ = false;                // guarded by mu_: alerts held outside queue_
+  bool stop_ = false;                // guarded by mu_
+  std::string last_error_;           // guarded by mu_
+
+  struct Counters {
+    std::atomic<uint64_t> delivered{0}, failed{0}, retried{0}, spooled{0}, spool_dropped{0},
+        deduped{0}, rate_limited{0}, filtered{0}, queue_dropped{0};
+  } c_;
+  std::thread thread_;  // started last
+};
+
+}  // namespace lockstep::alerting
+
+#endif  // LOCKSTEP_ALERTING_SRC_SINK_WORKER_H_

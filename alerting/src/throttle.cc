@@ -1,0 +1,55 @@
+#include "throttle.h"
+
+#include <algorithm>
+
+namespace lockstep::alerting {
+
+namespace {
+// Beyond this many keys, those idle for a whole cooldown are forgotten: memory stays
+// bounded however many distinct tensors alert.
+constexpr size_t kMaxKeys = 10000;
+}  // namespace
+
+bool DedupFilter::Admit(Alert* alert, std::chrono::nanoseconds now) {
+  if (cooldown_.count() <= 0) return true;
+  std::string key = alert->DedupKey();
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    if (keys_.size() >= kMaxKeys) {
+      for (auto i = keys_.begin(); i != keys_.end();) {
+        i = now - i->second.last_sent >= cooldown_ ? keys_.erase(i) : std::next(i);
+      }
+    }
+    Key k;
+    k.last_sent = now;
+    k.seen = std::max<uint64_t>(alert->repeat_count, 1);
+    k.first_seen_unix_ns = alert->first_seen_unix_ns;
+    keys_.emplace(std::move(key), k);
+    return true;
+  }
+  Key& k = it->second;
+  k.seen += std::max<uint64_t>(alert->repeat_count, 1);
+  if (now - k.last_sent < cooldown_) return false;
+  k.last_sent = now;
+  alert->repeat_count = k.seen;
+  if (k.first_seen_unix_ns != 0) alert->first_seen_unix_ns = k.first_seen_unix_ns;
+  return true;
+}
+
+bool RateLimiter::Admit(std::chrono::nanoseconds now) {
+  if (per_min_ <= 0) return true;
+  if (!started_) {
+    started_ = true;
+    last_ = now;
+  }
+  double minutes = std::chrono::duration<double>(now - last_).count() / 60.0;
+  if (minutes > 0) {
+    tokens_ = std::min(burst_, tokens_ + minutes * per_min_);
+    last_ = now;
+  }
+  if (tokens_ < 1.0) return false;
+  tokens_ -= 1.0;
+  return true;
+}
+
+}  // namespace lockstep::alerting

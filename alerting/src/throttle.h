@@ -1,0 +1,52 @@
+// Dedup and rate limit: the two filters a sink applies before it spools an alert.
+// Time comes from the caller (an injectable clock), so tests need no sleeps.
+// Threads: single owner (the sink's worker thread).
+#ifndef LOCKSTEP_ALERTING_SRC_THROTTLE_H_
+#define LOCKSTEP_ALERTING_SRC_THROTTLE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "lockstep/alerting/alert.h"
+
+namespace lockstep::alerting {
+
+// Per DedupKey(): the first alert passes; repeats within `cooldown` of the last one
+// that passed are suppressed; the next one to pass carries repeat_count = every
+// time the key was seen (suppressed ones included) and the key's first-seen time.
+// A cooldown of zero passes everything.
+class DedupFilter {
+ public:
+  explicit DedupFilter(std::chrono::nanoseconds cooldown) : cooldown_(cooldown) {}
+  // True: send `*alert` (its repeat_count/first_seen updated). False: suppressed.
+  bool Admit(Alert* alert, std::chrono::nanoseconds now);
+
+ private:
+  struct Key {
+    std::chrono::nanoseconds last_sent{0};
+    uint64_t seen = 0;
+    int64_t first_seen_unix_ns = 0;
+  };
+  std::chrono::nanoseconds cooldown_;
+  std::unordered_map<std::string, Key> keys_;
+};
+
+// Token bucket: `burst` tokens, refilled at `per_min` a minute. per_min <= 0: no limit.
+class RateLimiter {
+ public:
+  RateLimiter(double per_min, int burst) : per_min_(per_min), burst_(burst), tokens_(burst) {}
+  bool Admit(std::chrono::nanoseconds now);
+
+ private:
+  double per_min_;
+  double burst_;
+  double tokens_;
+  std::chrono::nanoseconds last_{0};
+  bool started_ = false;
+};
+
+}  // namespace lockstep::alerting
+
+#endif  // LOCKSTEP_ALERTING_SRC_THROTTLE_H_
