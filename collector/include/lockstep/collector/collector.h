@@ -1,0 +1,112 @@
+// Collector: the ingest side of `lockstep collect`, usable in-process by tests and
+// benches.
+//
+//   auto c = Collector::Create(options);      // makes the data dir, rebuilds the
+//   if (!c.ok()) ...;                         // registry from its logs, binds sockets
+//   (*c)->AddSink(&aligner);                  // optional, before Start()
+//   (*c)->Start();                            // starts the ingest thread
+//   ... (*c)->counters(), (*c)->registry().Snapshot(), (*c)->endpoints() ...
+//   (*c)->Shutdown(std::chrono::seconds(5));  // drain, flush, fsync, join
+//
+// One ingest thread owns the ZeroMQ PULL socket (bound in Create() on the caller's
+// thread, handed over at Start()). For each message it checks size, file identifier,
+// schema major, flatbuffers Verifier and run id (ingest/envelope_check.h); a bad one is
+// counted by reason, logged rate-limited (one line per reason per second) and never
+// stops ingest. A good one is appended to `<data_dir>/<run>.lslog` (runlog/), counted
+// in the registry (ingest/registry.h), then given to every MessageSink in the order
+// they were added — on the ingest thread, so a sink must not block.
+//
+// Log writes are buffered and handed to the kernel whenever the socket runs dry; an
+// fdatasync follows every `fsync_interval_ms` and at shutdown.
+//
+// Thread-safety: Create/AddSink/Start/Shutdown from one controlling thread;
+// counters(), registry(), endpoints(), health() from any thread.
+#ifndef LOCKSTEP_COLLECTOR_COLLECTOR_H_
+#define LOCKSTEP_COLLECTOR_COLLECTOR_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ingest/envelope_check.h"
+#include "ingest/message_sink.h"
+#include "ingest/registry.h"
+#include "lockstep/common/status.h"
+#include "lockstep/common/wire.h"
+
+namespace lockstep::collector {
+
+struct CollectorOptions {
+  // ZeroMQ endpoints to bind, e.g. "tcp://127.0.0.1:6200", "tcp://127.0.0.1:*" (an
+  // ephemeral port: read endpoints()), "ipc:///tmp/ls.sock". Non-loopback TCP binds
+  // are allowed with a warning.
+  std::vector<std::string> listen{"tcp://127.0.0.1:6200"};
+  std::string data_dir = "./lockstep-data";  // created if missing
+  size_t max_message_bytes = kMaxMessageBytes;
+  // fdatasync period for the logs; 0 = after every burst of messages.
+  int64_t fsync_interval_ms = 1000;
+  size_t write_buffer_bytes = 256 << 10;  // per run log
+  int receive_hwm = 100000;               // ZMQ_RCVHWM, messages
+  bool rebuild_from_logs = true;          // replay existing logs into the registry
+};
+
+struct CollectorCounters {
+  uint64_t received = 0;   // frames taken off the socket
+  uint64_t accepted = 0;   // passed every check
+  uint64_t records = 0;    // tensor stat + step scalar records in accepted messages
+  uint64_t bytes = 0;      // bytes of accepted messages
+  uint64_t rejected = 0;   // sum of rejected_by
+  uint64_t rejected_by[static_cast<size_t>(Reject::kCount)] = {};
+  uint64_t log_errors = 0;        // appends/flushes/fsyncs that failed (disk full...)
+  uint64_t log_lost_records = 0;  // accepted messages that never reached the disk
+  uint64_t sink_errors = 0;       // exceptions thrown by sinks (caught)
+  uint64_t fsyncs = 0;
+  uint64_t rebuilt_messages = 0;  // replayed from logs at start-up
+};
+
+class Collector {
+ public:
+  // InvalidArgument for a malformed endpoint, Unavailable when it is in use, IOError
+  // when the data dir cannot be created or written. Each with one sentence that names
+  // the endpoint or directory.
+  static StatusOr<std::unique_ptr<Collector>> Create(CollectorOptions options);
+  ~Collector();  // Shutdown(5 s) if still running
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+
+  // Not owned; must outlive Shutdown(). Only before Start().
+  Status AddSink(MessageSink* sink);
+  Status Start();
+  // Stops taking new work, drains what is already queued in the socket (until
+  // `timeout`), flushes and fsyncs every log, joins the thread. Idempotent. Timeout
+  // when messages were still queued at the deadline; the ingest thread's failure
+  // otherwise.
+  Status Shutdown(std::chrono::milliseconds timeout);
+
+  CollectorCounters counters() const;
+  const Registry& registry() const;
+  // The bound endpoints, with ephemeral ports resolved ("tcp://127.0.0.1:41234").
+  const std::vector<std::string>& endpoints() const;
+  const CollectorOptions& options() const;
+  // OK while the ingest thread is healthy; its error once it died (e.g. an
+  // unexpected ZeroMQ error).
+  Status health() const;
+
+  class Impl;
+
+ private:
+  explicit Collector(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// True for "tcp://127.x.x.x:P", "tcp://localhost:P", "tcp://[::1]:P", ipc:// and
+// inproc://; false for anything reachable from other hosts ("tcp://*:P",
+// "tcp://0.0.0.0:P", a LAN address).
+bool IsLoopbackEndpoint(const std::string& endpoint);
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_COLLECTOR_H_

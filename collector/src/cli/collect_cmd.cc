@@ -1,0 +1,204 @@
+// `lockstep collect`: runs the Collector (ingest, run logs, registry) until SIGINT or
+// SIGTERM, printing a status line every --status-interval-s.
+//
+// Threads: main() blocks SIGINT/SIGTERM before anything else starts (so every thread
+// inherits the mask) and then waits for them with sigtimedwait(), which doubles as the
+// status-line timer. No signal handler runs arbitrary code.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "lockstep/collector/collector.h"
+#include "runlog/json_out.h"
+#include "runlog/log_format.h"
+
+namespace lockstep::cli {
+namespace {
+
+using collector::Collector;
+using collector::CollectorOptions;
+
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "lockstep collect: %s\n", msg.c_str());
+  return kExitUsage;
+}
+
+// Written once listening: {"listen":[...],"pid":N,"data_dir":"..."}. Tests and scripts
+// wait for it instead of sleeping. Written to a temp name and renamed, so a reader
+// never sees half of it.
+Status WriteReadyFile(const std::string& path, const Collector& c) {
+  std::string json;
+  collector::JsonOut j(&json);
+  j.BeginObject().Key("listen").BeginArray();
+  for (const auto& ep : c.endpoints()) j.Str(ep);
+  j.EndArray().FieldI("pid", getpid()).Field("data_dir", c.options().data_dir).EndObject();
+  json.push_back('\n');
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f || !(f << json) || !f.flush())
+      return Status::IOError("cannot write the ready file '" + path + "': " + std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IOError("cannot write the ready file '" + path + "': " + ec.message());
+  return Status::OK();
+}
+
+class StatusLine {
+ public:
+  explicit StatusLine(const Collector& c) : c_(c), last_(Clock::now()), prev_(c.counters()) {}
+  void Print() {
+    auto now = Clock::now();
+    auto cur = c_.counters();
+    double dt = std::chrono::duration<double>(now - last_).count();
+    if (dt <= 0) dt = 1e-9;
+    auto t = c_.registry().Totals();
+    spdlog::info(
+        "status: {} runs ({} ranks), {:.0f} records/s, {:.0f} messages/s, {} records in all; "
+        "agent drops {}, gaps {}, duplicates {}, bad messages {}, log errors {}",
+        t.runs, t.ranks, (cur.records - prev_.records) / dt, (cur.accepted - prev_.accepted) / dt,
+        t.records, t.agent_records_dropped, t.gaps, t.duplicates, cur.rejected, cur.log_errors);
+    prev_ = cur;
+    last_ = now;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const Collector& c_;
+  Clock::time_point last_;
+  collector::CollectorCounters prev_;
+};
+
+}  // namespace
+
+int CollectCommand(int argc, const char* const* argv) {
+  std::vector<std::string> listen{"tcp://127.0.0.1:6200"};
+  std::string data_dir = "./lockstep-data", ready_file, log_level = "info";
+  int64_t fsync_ms = 1000, status_s = 10, max_bytes = static_cast<int64_t>(kMaxMessageBytes);
+  FlagSet flags("collect", "collect [FLAGS]",
+                "Runs the collector: agents push statistics to --listen; every verified message "
+                "is appended to <data-dir>/<run>.lslog. Stops cleanly on Ctrl-C / SIGTERM.");
+  flags.StringList("listen", &listen,
+                   "ZeroMQ endpoint to bind; may repeat (default tcp://127.0.0.1:6200; use "
+                   "tcp://127.0.0.1:* for a free port)",
+                   "ENDPOINT");
+  flags.String("data-dir", &data_dir, "directory of the run logs (created if missing)", "DIR");
+  flags.String("ready-file", &ready_file,
+               "once listening, write {\"listen\":[bound endpoints],\"pid\":N} here", "FILE");
+  flags.Int("fsync-interval-ms", &fsync_ms, "fsync the run logs this often (0 = after every burst)",
+            "MS");
+  flags.Int("status-interval-s", &status_s, "log a status line this often (0 = never)", "S");
+  flags.Int("max-message-bytes", &max_bytes, "refuse messages larger than this", "BYTES");
+  flags.String("log-level", &log_level, "trace, debug, info, warn, error or off", "LEVEL");
+
+  Status s = flags.Parse(argc, argv);
+  if (!s.ok()) return Usage(s.message());
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return kExitOk;
+  }
+  if (!flags.positional().empty())
+    return Usage("unexpected argument '" + flags.positional().front() +
+                 "' (collect takes only flags; see 'lockstep collect --help')");
+  auto level = spdlog::level::from_str(log_level);
+  if (level == spdlog::level::off && log_level != "off")
+    return Usage("--log-level expects trace, debug, info, warn, error or off, got '" + log_level + "'");
+  if (fsync_ms < 0) return Usage("--fsync-interval-ms must be 0 or more");
+  if (status_s < 0) return Usage("--status-interval-s must be 0 or more");
+  if (max_bytes < 1 || max_bytes > static_cast<int64_t>(collector::runlog::kMaxRecordBytes))
+    return Usage("--max-message-bytes must be between 1 and " +
+                 std::to_string(collector::runlog::kMaxRecordBytes));
+
+  auto logger = spdlog::stderr_color_mt("collect");
+  logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(level);
+
+  // Before any thread exists, so ZeroMQ's and ours inherit the mask and the signals
+  // wait for sigtimedwait() below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  CollectorOptions opts;
+  opts.listen = listen;
+  opts.data_dir = data_dir;
+  opts.fsync_interval_ms = fsync_ms;
+  opts.max_message_bytes = static_cast<size_t>(max_bytes);
+  auto c = Collector::Create(std::move(opts));
+  if (!c.ok()) {
+    std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
+    bool usage = c.status().IsInvalidArgument() || c.status().code() == Status::Code::kIOError;
+    return usage ? kExitUsage : kExitFailure;
+  }
+  Collector& col = **c;
+  s = col.Start();
+  if (!s.ok()) {
+    std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
+    return kExitFailure;
+  }
+  std::string eps;
+  for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
+  spdlog::info("lockstep {} collecting on {} into {}", LOCKSTEP_VERSION, eps, data_dir);
+  if (!ready_file.empty()) {
+    s = WriteReadyFile(ready_file, col);
+    if (!s.ok()) {
+      std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
+      (void)col.Shutdown(std::chrono::seconds(5));
+      return kExitUsage;
+    }
+  }
+
+  StatusLine status(col);
+  const auto interval = std::chrono::seconds(status_s > 0 ? status_s : 3600);
+  auto next_status = std::chrono::steady_clock::now() + interval;
+  int sig = 0;
+  while (true) {
+    auto left = next_status - std::chrono::steady_clock::now();
+    // At most a second, so a dead ingest thread is noticed promptly.
+    left = std::clamp<std::chrono::steady_clock::duration>(left, std::chrono::nanoseconds(0),
+                                                           std::chrono::seconds(1));
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    sig = sigtimedwait(&stop_signals, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    if (sig < 0 && errno != EAGAIN && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() >= next_status) {
+      if (status_s > 0) status.Print();
+      next_status += interval;
+    }
+    Status h = col.health();
+    if (!h.ok()) {
+      std::fprintf(stderr, "lockstep collect: %s\n", h.message().c_str());
+      return kExitFailure;
+    }
+  }
+  spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  s = col.Shutdown(std::chrono::seconds(5));
+  if (status_s > 0) status.Print();
+  if (!ready_file.empty()) std::remove(ready_file.c_str());
+  if (!s.ok()) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace lockstep::cli

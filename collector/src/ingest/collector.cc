@@ -1,0 +1,459 @@
+#include "lockstep/collector/collector.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+
+#include "lockstep/schema/lockstep_generated.h"
+#include "runlog/log_format.h"
+#include "runlog/log_writer.h"
+
+namespace lockstep::collector {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int64_t NowUnixNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Single writer (the ingest thread), many readers: a relaxed load+store is enough and
+// avoids a locked instruction per message.
+inline void Bump(std::atomic<uint64_t>& a, uint64_t n = 1) {
+  a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// One log line per key per second; the next line says how many were held back.
+class RateLimiter {
+ public:
+  // Returns true when a line may be written now; *suppressed = lines held back since.
+  bool Allow(size_t key, uint64_t* suppressed) {
+    auto now = Clock::now();
+    Slot& s = slots_[key % kSlots];
+    if (now - s.last < std::chrono::seconds(1) && s.last != Clock::time_point{}) {
+      ++s.suppressed;
+      return false;
+    }
+    *suppressed = s.suppressed;
+    s.suppressed = 0;
+    s.last = now;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kSlots = 16;
+  struct Slot {
+    Clock::time_point last{};
+    uint64_t suppressed = 0;
+  };
+  Slot slots_[kSlots];
+};
+
+enum LogKey : size_t { kKeyLogError = static_cast<size_t>(Reject::kCount), kKeySinkError };
+
+uint64_t RecordsIn(const wire::Envelope& env) {
+  switch (env.body_type()) {
+    case wire::Body::StepStats: {
+      const auto* s = env.body_as_StepStats()->stats();
+      return s ? s->size() : 0;
+    }
+    case wire::Body::StepScalars: return 1;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+bool IsLoopbackEndpoint(const std::string& ep) {
+  if (ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0) return true;
+  if (ep.rfind("tcp://", 0) != 0) return false;
+  std::string host = ep.substr(6);
+  // "tcp://iface;host:port" binds are not meant for us; take the part after ';'.
+  if (auto semi = host.find(';'); semi != std::string::npos) host = host.substr(semi + 1);
+  auto colon = host.rfind(':');
+  if (colon != std::string::npos) host = host.substr(0, colon);
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+class Collector::Impl {
+ public:
+  explicit Impl(CollectorOptions o) : opts(std::move(o)), ctx(1), socket(ctx, zmq::socket_type::pull) {}
+
+  Status Init();
+  Status Rebuild();
+  void Run();  // ingest thread entry
+  size_t DrainBurst(size_t max);
+  void Handle(const zmq::message_t& msg);
+  LogWriter* WriterFor(std::string_view run);
+  void FlushAll();
+  void SyncAll();
+  void LogIoError(const Status& s);
+
+  CollectorOptions opts;
+  zmq::context_t ctx;
+  zmq::socket_t socket;
+  std::vector<std::string> endpoints;
+  std::vector<MessageSink*> sinks;
+  Registry registry;
+  std::thread thread;
+  bool started = false, stopped = false;
+  std::atomic<bool> stop{false};
+  Clock::time_point drain_deadline{};
+  bool drain_timed_out = false;
+
+  mutable std::mutex health_mu;
+  Status health;
+
+  // Ingest-thread state.
+  std::unordered_map<std::string, std::unique_ptr<LogWriter>, StringHash, std::equal_to<>> writers;
+  std::vector<LogWriter*> unflushed;  // writers with buffered records
+  std::unordered_map<std::string, bool, StringHash, std::equal_to<>> recovered;  // at start-up
+  std::vector<uint8_t> scratch;       // aligned copy of a misaligned frame
+  zmq::message_t msg;
+  RateLimiter limiter;
+
+  struct {
+    std::atomic<uint64_t> received{0}, accepted{0}, records{0}, bytes{0}, rejected{0};
+    std::atomic<uint64_t> rejected_by[static_cast<size_t>(Reject::kCount)] = {};
+    std::atomic<uint64_t> log_errors{0}, log_lost{0}, sink_errors{0}, fsyncs{0}, rebuilt{0};
+  } n;
+};
+
+Status Collector::Impl::Init() {
+  if (opts.listen.empty())
+    return Status::InvalidArgument("no endpoint to listen on: give --listen at least once");
+  if (opts.max_message_bytes == 0 || opts.max_message_bytes > runlog::kMaxRecordBytes)
+    return Status::InvalidArgument("--max-message-bytes must be between 1 and " +
+                                   std::to_string(runlog::kMaxRecordBytes));
+  // The data dir: created, and proven writable with a probe file (whose leading dot
+  // cannot collide with a run id).
+  std::error_code ec;
+  fs::create_directories(opts.data_dir, ec);
+  if (ec)
+    return Status::IOError("cannot create the data dir '" + opts.data_dir + "': " + ec.message() +
+                           "; pass --data-dir a directory you can write");
+  std::string probe = opts.data_dir + "/.lockstep-write-test";
+  {
+    std::ofstream f(probe);
+    if (!f || !(f << "x") || !(f.flush())) {
+      return Status::IOError("cannot write to the data dir '" + opts.data_dir + "': " +
+                             std::strerror(errno) + "; pass --data-dir a directory you can write");
+    }
+  }
+  fs::remove(probe, ec);
+
+  try {
+    socket.set(zmq::sockopt::rcvhwm, opts.receive_hwm);
+    socket.set(zmq::sockopt::linger, 0);
+    // Far beyond the cap ZeroMQ drops the connection instead of buffering the frame:
+    // bounded memory against a runaway peer. Between 1x and 4x the cap a message is
+    // received, counted as oversized and logged.
+    socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(opts.max_message_bytes) * 4);
+  } catch (const zmq::error_t& e) {
+    return Status::Internal(std::string("cannot configure the ZeroMQ socket: ") + e.what());
+  }
+  for (const auto& ep : opts.listen) {
+    try {
+      socket.bind(ep);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EADDRINUSE)
+        return Status::Unavailable("cannot listen on '" + ep +
+                                   "': the address is in use (another collector?); pick another "
+                                   "port with --listen");
+      return Status::InvalidArgument("cannot listen on '" + ep + "': " + e.what() +
+                                     "; an endpoint looks like tcp://127.0.0.1:6200");
+    }
+    std::string bound = socket.get(zmq::sockopt::last_endpoint);
+    endpoints.push_back(bound);
+    if (!IsLoopbackEndpoint(bound))
+      spdlog::warn(
+          "listening on {} which other hosts can reach: anyone who can connect can write run "
+          "logs here (there is no authentication); bind tcp://127.0.0.1:PORT unless you mean it",
+          bound);
+  }
+  if (opts.rebuild_from_logs) LOCKSTEP_RETURN_IF_ERROR(Rebuild());
+  return Status::OK();
+}
+
+Status Collector::Impl::Rebuild() {
+  std::error_code ec;
+  uint64_t files = 0, messages = 0, skipped = 0;
+  for (const auto& entry : fs::directory_iterator(opts.data_dir, ec)) {
+    const fs::path& p = entry.path();
+    if (p.extension() != runlog::kLogSuffix || !entry.is_regular_file()) continue;
+    std::string run = p.stem().string();
+    if (!IsValidRunId(run)) continue;
+    auto rec = LogWriter::Recover(p.string(), [&](const LogReader::Record& r) {
+      EnvelopeCheck c = CheckEnvelope(r.data, r.size, runlog::kMaxRecordBytes);
+      if (c.reject != Reject::kNone) {
+        ++skipped;
+        return;
+      }
+      registry.OnMessage(*c.env, r.recv_unix_ns, r.size);
+      ++messages;
+    });
+    if (!rec.ok()) {
+      // Not fatal: this run's new messages will fail to open the same file and be
+      // counted as log errors, the other runs go on.
+      spdlog::error("{} (skipped)", rec.status().message());
+      continue;
+    }
+    recovered.emplace(run, true);
+    ++files;
+  }
+  if (ec)
+    return Status::IOError("cannot list the data dir '" + opts.data_dir + "': " + ec.message());
+  n.rebuilt.store(messages, std::memory_order_relaxed);
+  if (files > 0)
+    spdlog::info("rebuilt the registry from {} run logs in {} ({} messages{})", files,
+                 opts.data_dir, messages,
+                 skipped ? ", " + std::to_string(skipped) + " unreadable records skipped" : "");
+  return Status::OK();
+}
+
+LogWriter* Collector::Impl::WriterFor(std::string_view run) {
+  auto it = writers.find(run);
+  if (it != writers.end()) return it->second.get();
+  std::string path = runlog::LogPathFor(opts.data_dir, run);
+  bool known = recovered.find(run) != recovered.end();
+  auto w = LogWriter::Open(path, /*recover=*/!known, opts.write_buffer_bytes);
+  if (!w.ok()) {
+    LogIoError(w.status());
+    return nullptr;
+  }
+  return writers.emplace(std::string(run), std::move(*w)).first->second.get();
+}
+
+void Collector::Impl::LogIoError(const Status& s) {
+  Bump(n.log_errors);
+  uint64_t held = 0;
+  if (limiter.Allow(kKeyLogError, &held))
+    spdlog::error("{}{}", s.message(),
+                  held ? fmt::format(" ({} more log errors since the last line)", held) : "");
+}
+
+void Collector::Impl::Handle(const zmq::message_t& m) {
+  Bump(n.received);
+  const auto* data = static_cast<const uint8_t*>(m.data());
+  size_t size = m.size();
+  // ZeroMQ may hand out a frame at any offset of its receive buffer; the verifier
+  // (and flatbuffers' accessors) want 8-byte alignment. Copy into a reused buffer.
+  if ((reinterpret_cast<uintptr_t>(data) & 7) != 0 && size <= opts.max_message_bytes) {
+    if (scratch.size() < size) scratch.resize(size);
+    std::memcpy(scratch.data(), data, size);
+    data = scratch.data();
+  }
+  EnvelopeCheck c = CheckEnvelope(data, size, opts.max_message_bytes);
+  int64_t now = NowUnixNs();
+  if (c.reject != Reject::kNone) {
+    Bump(n.rejected);
+    Bump(n.rejected_by[static_cast<size_t>(c.reject)]);
+    std::string who;
+    if (c.env != nullptr && c.env->run_id() != nullptr) {
+      std::string_view run(c.env->run_id()->c_str(), c.env->run_id()->size());
+      if (IsValidRunId(run)) {
+        registry.OnBad(run, c.env->rank());
+        who = fmt::format(" from run '{}' rank {}", run, c.env->rank());
+      }
+    }
+    uint64_t held = 0;
+    if (limiter.Allow(static_cast<size_t>(c.reject), &held))
+      spdlog::warn("refused {}{} ({}: {} so far{})", DescribeReject(c, size, opts.max_message_bytes),
+                   who, RejectName(c.reject),
+                   n.rejected_by[static_cast<size_t>(c.reject)].load(std::memory_order_relaxed),
+                   held ? fmt::format(", {} not logged", held) : "");
+    return;
+  }
+  const wire::Envelope& env = *c.env;
+  std::string_view run(env.run_id()->c_str(), env.run_id()->size());
+  // The log first: it is the truth that restarts and replays rebuild from.
+  if (LogWriter* w = WriterFor(run)) {
+    bool was_empty = !w->has_buffered();
+    uint64_t lost_before = w->lost_records();
+    Status s = w->Append(data, static_cast<uint32_t>(size), now);
+    if (!s.ok()) LogIoError(s);
+    if (w->lost_records() != lost_before) Bump(n.log_lost, w->lost_records() - lost_before);
+    if (was_empty && w->has_buffered()) unflushed.push_back(w);
+  } else {
+    Bump(n.log_lost);
+  }
+  registry.OnMessage(env, now, size);
+  Bump(n.accepted);
+  Bump(n.records, RecordsIn(env));
+  Bump(n.bytes, size);
+  for (MessageSink* sink : sinks) {
+    try {
+      sink->OnMessage(env, now);
+    } catch (const std::exception& e) {
+      Bump(n.sink_errors);
+      uint64_t held = 0;
+      if (limiter.Allow(kKeySinkError, &held)) spdlog::error("a message sink failed: {}", e.what());
+    } catch (...) {
+      Bump(n.sink_errors);
+    }
+  }
+}
+
+size_t Collector::Impl::DrainBurst(size_t max) {
+  size_t got = 0;
+  while (got < max) {
+    auto r = socket.recv(msg, zmq::recv_flags::dontwait);
+    if (!r) break;
+    Handle(msg);
+    ++got;
+  }
+  return got;
+}
+
+void Collector::Impl::FlushAll() {
+  for (LogWriter* w : unflushed) {
+    uint64_t lost_before = w->lost_records();
+    Status s = w->Flush();
+    if (!s.ok()) LogIoError(s);
+    if (w->lost_records() != lost_before) Bump(n.log_lost, w->lost_records() - lost_before);
+  }
+  unflushed.clear();
+}
+
+void Collector::Impl::SyncAll() {
+  FlushAll();
+  for (auto& [run, w] : writers) {
+    if (!w->dirty()) continue;
+    Status s = w->Sync();
+    if (!s.ok()) LogIoError(s);
+    Bump(n.fsyncs);
+  }
+}
+
+void Collector::Impl::Run() {
+  constexpr size_t kBurst = 4096;
+  try {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    const auto period = std::chrono::milliseconds(opts.fsync_interval_ms);
+    auto next_sync = Clock::now() + period;
+    while (!stop.load(std::memory_order_acquire)) {
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_sync - Clock::now());
+      // Bounded so a stop request is seen within 50 ms.
+      wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(50));
+      zmq::poll(&item, 1, wait);
+      size_t got = DrainBurst(kBurst);
+      // A full burst means more is waiting: keep the buffers filling. Otherwise the
+      // socket ran dry and the kernel gets what we have.
+      if (got < kBurst) FlushAll();
+      if (Clock::now() >= next_sync || (opts.fsync_interval_ms == 0 && got > 0)) {
+        SyncAll();
+        next_sync = Clock::now() + period;
+      }
+    }
+    // Shutdown: take what is already queued, within the deadline.
+    while (DrainBurst(kBurst) == kBurst) {
+      if (Clock::now() >= drain_deadline) {
+        drain_timed_out = true;
+        break;
+      }
+    }
+    SyncAll();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(health_mu);
+    health = Status::Internal(std::string("the ingest thread stopped: ") + e.what());
+    spdlog::error("{}", health.message());
+  }
+  try {
+    SyncAll();
+    writers.clear();  // closes the files
+    socket.close();
+  } catch (...) {
+  }
+}
+
+StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Status s = impl->Init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Collector>(new Collector(std::move(impl)));
+}
+
+Collector::Collector(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Collector::~Collector() {
+  Status s = Shutdown(std::chrono::seconds(5));
+  if (!s.ok()) spdlog::warn("collector shutdown: {}", s.message());
+}
+
+Status Collector::AddSink(MessageSink* sink) {
+  if (impl_->started) return Status::InvalidArgument("AddSink() after Start()");
+  if (sink != nullptr) impl_->sinks.push_back(sink);
+  return Status::OK();
+}
+
+Status Collector::Start() {
+  if (impl_->started) return Status::InvalidArgument("Start() called twice");
+  impl_->started = true;
+  // The socket was bound on this thread; std::thread's start is the full memory
+  // barrier ZeroMQ asks for when a socket changes threads.
+  impl_->thread = std::thread([this] { impl_->Run(); });
+  return Status::OK();
+}
+
+Status Collector::Shutdown(std::chrono::milliseconds timeout) {
+  if (impl_->stopped) return health();
+  impl_->stopped = true;
+  if (!impl_->started) {
+    impl_->socket.close();
+    return Status::OK();
+  }
+  impl_->drain_deadline = Clock::now() + timeout;
+  impl_->stop.store(true, std::memory_order_release);
+  impl_->thread.join();
+  Status h = health();
+  if (!h.ok()) return h;
+  if (impl_->drain_timed_out)
+    return Status::Timeout("messages were still queued when the shutdown deadline passed");
+  return Status::OK();
+}
+
+CollectorCounters Collector::counters() const {
+  auto& n = impl_->n;
+  CollectorCounters c;
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  c.received = ld(n.received);
+  c.accepted = ld(n.accepted);
+  c.records = ld(n.records);
+  c.bytes = ld(n.bytes);
+  c.rejected = ld(n.rejected);
+  for (size_t i = 0; i < static_cast<size_t>(Reject::kCount); ++i) c.rejected_by[i] = ld(n.rejected_by[i]);
+  c.log_errors = ld(n.log_errors);
+  c.log_lost_records = ld(n.log_lost);
+  c.sink_errors = ld(n.sink_errors);
+  c.fsyncs = ld(n.fsyncs);
+  c.rebuilt_messages = ld(n.rebuilt);
+  return c;
+}
+
+const Registry& Collector::registry() const { return impl_->registry; }
+const std::vector<std::string>& Collector::endpoints() const { return impl_->endpoints; }
+const CollectorOptions& Collector::options() const { return impl_->opts; }
+Status Collector::health() const {
+  std::lock_guard<std::mutex> lock(impl_->health_mu);
+  return impl_->health;
+}
+
+}  // namespace lockstep::collector

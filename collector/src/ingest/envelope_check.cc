@@ -1,0 +1,141 @@
+#include "ingest/envelope_check.h"
+
+#include <cstring>
+
+#include "lockstep/common/wire.h"
+#include "lockstep/schema/lockstep_generated.h"
+
+namespace lockstep::collector {
+namespace {
+
+uint16_t Load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Reads schema_major/minor of a buffer the Verifier refused, with every offset
+// bounds-checked by hand. A message from a future major may legitimately fail the
+// v1 verifier; this lets it be reported as "unknown major" rather than "garbage".
+bool PeekVersion(const uint8_t* d, size_t n, uint16_t* major, uint16_t* minor) {
+  if (n < 8) return false;
+  uint32_t table = Load32(d);
+  if (table > n - 4) return false;
+  int32_t soff;
+  std::memcpy(&soff, d + table, 4);
+  int64_t vt = static_cast<int64_t>(table) - soff;
+  if (vt < 0 || static_cast<uint64_t>(vt) + 4 > n) return false;
+  uint16_t vt_size = Load16(d + vt);
+  if (static_cast<uint64_t>(vt) + vt_size > n) return false;
+  auto field = [&](uint16_t voff) -> uint16_t {
+    if (voff + 2u > vt_size) return 0;
+    uint16_t fo = Load16(d + vt + voff);
+    if (fo == 0 || table + fo + 2u > n) return 0;
+    return Load16(d + table + fo);
+  };
+  *major = field(wire::Envelope::VT_SCHEMA_MAJOR);
+  *minor = field(wire::Envelope::VT_SCHEMA_MINOR);
+  return true;
+}
+
+}  // namespace
+
+const char* RejectName(Reject r) {
+  switch (r) {
+    case Reject::kNone: return "none";
+    case Reject::kEmpty: return "empty";
+    case Reject::kOversized: return "oversized";
+    case Reject::kFileIdentifier: return "file_identifier";
+    case Reject::kMalformed: return "malformed";
+    case Reject::kSchemaMajor: return "schema_major";
+    case Reject::kRunId: return "run_id";
+    case Reject::kNoBody: return "no_body";
+    case Reject::kCount: break;
+  }
+  return "unknown";
+}
+
+EnvelopeCheck CheckEnvelope(const uint8_t* data, size_t size, size_t max_bytes) {
+  EnvelopeCheck c;
+  if (size == 0) {
+    c.reject = Reject::kEmpty;
+    return c;
+  }
+  if (size > max_bytes) {
+    c.reject = Reject::kOversized;
+    return c;
+  }
+  if (size < 8 || !wire::EnvelopeBufferHasIdentifier(data)) {
+    c.reject = Reject::kFileIdentifier;
+    return c;
+  }
+  flatbuffers::Verifier verifier(data, size);
+  if (!wire::VerifyEnvelopeBuffer(verifier)) {
+    uint16_t major = 0, minor = 0;
+    if (PeekVersion(data, size, &major, &minor) && major != kSchemaMajor) {
+      c.schema_major = major;
+      c.schema_minor = minor;
+      c.reject = Reject::kSchemaMajor;
+    } else {
+      c.reject = Reject::kMalformed;
+    }
+    return c;
+  }
+  const wire::Envelope* env = wire::GetEnvelope(data);
+  c.schema_major = env->schema_major();
+  c.schema_minor = env->schema_minor();
+  // A newer minor only appends fields, which the verifier above already skipped.
+  if (c.schema_major != kSchemaMajor) {
+    c.reject = Reject::kSchemaMajor;
+    c.env = env;  // verifiable: lets the caller attribute it to its run
+    return c;
+  }
+  const flatbuffers::String* run = env->run_id();
+  if (run == nullptr || !IsValidRunId(std::string_view(run->c_str(), run->size()))) {
+    c.reject = Reject::kRunId;
+    return c;
+  }
+  if (env->body_type() == wire::Body::NONE || env->body() == nullptr) {
+    c.reject = Reject::kNoBody;
+    c.env = env;
+    return c;
+  }
+  c.env = env;
+  return c;
+}
+
+std::string DescribeReject(const EnvelopeCheck& c, size_t size, size_t max_bytes) {
+  switch (c.reject) {
+    case Reject::kNone: return "accepted";
+    case Reject::kEmpty: return "an empty message";
+    case Reject::kOversized:
+      return "a message of " + std::to_string(size) + " bytes, over the cap of " +
+             std::to_string(max_bytes) + " (raise --max-message-bytes if the agent is right)";
+    case Reject::kFileIdentifier:
+      return "a message of " + std::to_string(size) +
+             " bytes without the lockstep identifier 'LKS1' (is something else sending to "
+             "this port?)";
+    case Reject::kMalformed:
+      return "a malformed or truncated lockstep message of " + std::to_string(size) +
+             " bytes (the FlatBuffers verifier refused it)";
+    case Reject::kSchemaMajor:
+      if (c.schema_major == 0) return "a message without a schema version (agent too old?)";
+      return "a message of schema version " + std::to_string(c.schema_major) + "." +
+             std::to_string(c.schema_minor) + " (this collector reads " +
+             std::to_string(kSchemaMajor) +
+             ".x): run an agent and a collector of the same major version";
+    case Reject::kRunId:
+      return "a message whose run id is empty, longer than 128 characters, starts with '.' "
+             "or has characters outside [A-Za-z0-9._-]";
+    case Reject::kNoBody: return "a message with no body";
+    case Reject::kCount: break;
+  }
+  return "a bad message";
+}
+
+}  // namespace lockstep::collector

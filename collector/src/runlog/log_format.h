@@ -1,0 +1,41 @@
+// On-disk layout of a run log (`<run>.lslog`); docs/runlog.md is the prose version.
+//
+//   file   := header record*
+//   header := magic "LKSTPLOG" (8) | u16 format_major | u16 format_minor | u32 crc32c(first 12 bytes)
+//   record := u32 length | u32 crc32c(length | recv_unix_ns | payload) | i64 recv_unix_ns | payload
+//
+// All integers little-endian. `payload` is one wire::Envelope exactly as received.
+// Records are not padded: readers copy the payload into an aligned buffer before
+// handing it to flatbuffers.
+#ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_FORMAT_H_
+#define LOCKSTEP_COLLECTOR_RUNLOG_LOG_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace lockstep::collector::runlog {
+
+inline constexpr char kMagic[8] = {'L', 'K', 'S', 'T', 'P', 'L', 'O', 'G'};
+inline constexpr uint16_t kFormatMajor = 1;
+inline constexpr uint16_t kFormatMinor = 0;
+inline constexpr size_t kFileHeaderBytes = 16;
+inline constexpr size_t kRecordHeaderBytes = 16;
+// A record longer than this is "absurd": its length field is taken as corruption.
+// Well above the wire cap (kMaxMessageBytes = 16 MiB) so --max-message-bytes can grow.
+inline constexpr uint32_t kMaxRecordBytes = 256u << 20;
+inline constexpr std::string_view kLogSuffix = ".lslog";
+
+// "<data_dir>/<run_id>.lslog". The caller has checked IsValidRunId(run_id).
+inline std::string LogPathFor(const std::string& data_dir, std::string_view run_id) {
+  std::string p = data_dir;
+  if (!p.empty() && p.back() != '/') p.push_back('/');
+  p.append(run_id);
+  p.append(kLogSuffix);
+  return p;
+}
+
+}  // namespace lockstep::collector::runlog
+
+#endif  // LOCKSTEP_COLLECTOR_RUNLOG_LOG_FORMAT_H_

@@ -1,0 +1,105 @@
+#include "runlog/log_reader.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "ingest/envelope_check.h"
+#include "runlog/crc32c.h"
+#include "runlog/log_format.h"
+
+namespace lockstep::collector {
+namespace {
+
+uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    int e = errno;
+    std::string msg = "cannot open run log '" + path + "': " + std::strerror(e);
+    if (e == ENOENT) return Status::NotFound(msg);
+    return Status::IOError(msg);
+  }
+  // Large stdio buffer: records are read with two small freads each.
+  std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
+  uint8_t h[runlog::kFileHeaderBytes];
+  size_t got = std::fread(h, 1, sizeof h, f);
+  if (got != sizeof h || std::memcmp(h, runlog::kMagic, sizeof runlog::kMagic) != 0 ||
+      crc32c::Value(h, 12) != Load32(h + 12)) {
+    std::fclose(f);
+    if (got == 0) return Status::Corruption("run log '" + path + "' is empty (no header)");
+    return Status::Corruption("'" + path +
+                              "' is not a lockstep run log (bad header); pass a .lslog file "
+                              "written by 'lockstep collect'");
+  }
+  uint16_t major;
+  std::memcpy(&major, h + 8, 2);
+  if (major != runlog::kFormatMajor) {
+    std::fclose(f);
+    return Status::Corruption("run log '" + path + "' has format version " +
+                              std::to_string(major) + ", this lockstep reads version " +
+                              std::to_string(runlog::kFormatMajor) +
+                              ": use the lockstep that wrote it");
+  }
+  auto r = std::unique_ptr<LogReader>(new LogReader(path, f));
+  r->offset_ = runlog::kFileHeaderBytes;
+  return r;
+}
+
+LogReader::LogReader(std::string path, FILE* f) : path_(std::move(path)), file_(f) {}
+
+LogReader::~LogReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+LogReader::Result LogReader::Fail(Result r, std::string why) {
+  problem_ = "run log '" + path_ + "': " + why + " at byte " + std::to_string(offset_);
+  // Rewind to the record start so a retry (a live log growing) starts over cleanly.
+  std::clearerr(file_);
+  std::fseek(file_, static_cast<long>(offset_), SEEK_SET);
+  return r;
+}
+
+LogReader::Result LogReader::Next(Record* rec) {
+  uint8_t h[runlog::kRecordHeaderBytes];
+  size_t got = std::fread(h, 1, sizeof h, file_);
+  if (got == 0 && std::feof(file_)) {
+    std::clearerr(file_);  // allow a later retry when the file grows
+    return Result::kEnd;
+  }
+  if (got != sizeof h) return Fail(Result::kTruncated, "torn record header");
+  uint32_t len = Load32(h);
+  uint32_t want_crc = Load32(h + 4);
+  if (len == 0 || len > runlog::kMaxRecordBytes)
+    return Fail(Result::kCorrupt, "absurd record length " + std::to_string(len));
+  if (buf_.size() < len) buf_.resize(len);
+  if (std::fread(buf_.data(), 1, len, file_) != len)
+    return Fail(Result::kTruncated, "torn record (file ends inside it)");
+  uint32_t crc = crc32c::Extend(0, h, 4);
+  crc = crc32c::Extend(crc, h + 8, 8);
+  crc = crc32c::Extend(crc, buf_.data(), len);
+  if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch");
+  rec->data = buf_.data();
+  rec->size = len;
+  std::memcpy(&rec->recv_unix_ns, h + 8, 8);
+  rec->offset = offset_;
+  offset_ += sizeof h + len;
+  ++records_;
+  return Result::kRecord;
+}
+
+StatusOr<const wire::Envelope*> LogReader::Envelope(const Record& rec, size_t max_bytes) {
+  EnvelopeCheck c = CheckEnvelope(rec.data, rec.size, max_bytes);
+  if (c.reject != Reject::kNone)
+    return Status::Corruption("record at byte " + std::to_string(rec.offset) + " holds " +
+                              DescribeReject(c, rec.size, max_bytes));
+  return c.env;
+}
+
+}  // namespace lockstep::collector

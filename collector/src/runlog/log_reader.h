@@ -1,0 +1,86 @@
+// LogReader: sequential reader of one run log (`<run>.lslog`, see log_format.h).
+//
+// Used by the collector's start-up rebuild, the log writer's tail recovery, the
+// aligner reading back a run that is far ahead, `lockstep compare`, `--baseline`,
+// `lockstep inspect` and tests. Open() checks the file header; Next() yields records
+// until the end of the file, a torn tail or a corrupt record, each reported as a
+// value (never an exception, never a crash on bad bytes).
+//
+// Reading a log that the collector is still appending is fine: a partly written last
+// record reads as kTruncated, and calling Next() again later retries from the same
+// record.
+//
+// Thread-compatible: one thread per LogReader.
+#ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_READER_H_
+#define LOCKSTEP_COLLECTOR_RUNLOG_LOG_READER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/common/status.h"
+#include "lockstep/common/wire.h"
+
+namespace lockstep::wire {
+struct Envelope;
+}
+
+namespace lockstep::collector {
+
+class LogReader {
+ public:
+  enum class Result {
+    kRecord,     // *rec holds the next record
+    kEnd,        // clean end of file
+    kTruncated,  // the file ends inside a record (torn write, or still being written)
+    kCorrupt,    // bad checksum or absurd length at offset(): nothing after it is trusted
+  };
+
+  struct Record {
+    const uint8_t* data = nullptr;  // the envelope bytes; valid until the next Next() call
+    uint32_t size = 0;
+    int64_t recv_unix_ns = 0;
+    uint64_t offset = 0;  // file offset of the record header
+  };
+
+  // Opens `path` and checks its header. NotFound / IOError when it cannot be read,
+  // Corruption when it is not a run log or is of an unknown format major.
+  static StatusOr<std::unique_ptr<LogReader>> Open(const std::string& path);
+  ~LogReader();
+  LogReader(const LogReader&) = delete;
+  LogReader& operator=(const LogReader&) = delete;
+
+  Result Next(Record* rec);
+
+  // Offset of the next record to read; after kTruncated/kCorrupt, of the bad record
+  // (so everything before it is good and a writer may cut the file there).
+  uint64_t offset() const { return offset_; }
+  // Records returned so far.
+  uint64_t records() const { return records_; }
+  // One sentence describing the last kTruncated/kCorrupt (names the file and offset).
+  const std::string& problem() const { return problem_; }
+  const std::string& path() const { return path_; }
+
+  // Verifies a record's payload as an envelope (size cap, flatbuffers Verifier, file
+  // identifier, schema major, run id): Corruption with the reason when it fails. The
+  // pointer aliases `rec.data` and shares its lifetime.
+  static StatusOr<const wire::Envelope*> Envelope(const Record& rec,
+                                                  size_t max_bytes = kMaxMessageBytes);
+
+ private:
+  LogReader(std::string path, FILE* f);
+  Result Fail(Result r, std::string why);
+
+  std::string path_;
+  FILE* file_ = nullptr;
+  uint64_t offset_ = 0;
+  uint64_t records_ = 0;
+  std::vector<uint8_t> buf_;  // operator new storage: aligned for flatbuffers
+  std::string problem_;
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_RUNLOG_LOG_READER_H_
