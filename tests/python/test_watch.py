@@ -32,7 +32,11 @@ def test_module_outputs_grads_and_param_grads_in_execution_order():
     mon.watch(model)
     x = torch.randn(3, 4)
     out = {}
-    model[2].register_forward_hook(lambda m, i, o: out.setdefault("y", o.detach().clone()))
+
+    def keep(_m, _i, o):
+        out["y"] = o.detach().clone()
+
+    model[2].register_forward_hook(keep)
     train_step(model, x, mon)
     recs = [r for r in fake.records if r["step"] == 0]
     acts = [(r["name"], r["order"]) for r in recs if r["kind"] == "act"]

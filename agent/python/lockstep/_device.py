@@ -20,7 +20,9 @@ import time
 import numpy as np
 import torch
 
-from lockstep import _torch_stats
+from lockstep import _core
+
+_L2_COLUMN = list(_core.PACKED_FIXED_FIELDS).index("l2")
 
 _MAX_PENDING = 4  # steps waiting for their copy; beyond it the oldest is waited for
 
@@ -44,7 +46,8 @@ class DevicePipeline:
     def __init__(self, sketch_k, hist_bins, ship):
         self._k = sketch_k
         self._bins = hist_bins
-        self._width = len(_torch_stats.FIELDS) + sketch_k + hist_bins
+        self._width = _core.PACKED_FIXED_COLUMNS + sketch_k + hist_bins
+        self._device_stats = None  # lockstep._torch_stats.device_stats, imported on first use
         self._ship = ship
         self._rows = []
         self._micros = []
@@ -56,8 +59,15 @@ class DevicePipeline:
         self.dropped_steps = 0
 
     def add(self, tensor, tensor_id, order, micro, is_param_grad):
+        if self._device_stats is None:
+            from lockstep import _torch_stats  # pylint: disable=import-outside-toplevel
+            if list(_torch_stats.FIELDS[:_core.PACKED_FIXED_COLUMNS]) != list(
+                    _core.PACKED_FIXED_FIELDS):
+                raise RuntimeError("lockstep._torch_stats.FIELDS does not match the packed "
+                                   "row layout of lockstep._core")
+            self._device_stats = _torch_stats.device_stats
         with torch.no_grad():
-            row = _torch_stats.device_stats([tensor], self._k, self._bins)
+            row = self._device_stats([tensor], self._k, self._bins)
         if is_param_grad:
             self._grad_rows.append(len(self._rows))
         self._rows.append(row)
@@ -162,6 +172,6 @@ class DevicePipeline:
                 free.append(p.host)
         grad_sq = None
         if p.grad_rows:
-            l2 = rows[p.grad_rows, _torch_stats.COL["l2"]]
+            l2 = rows[p.grad_rows, _L2_COLUMN]
             grad_sq = float(np.sum(l2 * l2)) if np.all(np.isfinite(l2)) else math.nan
         self._ship(p.step, rows, p.micros, p.ids, p.orders, grad_sq, p.scalars)

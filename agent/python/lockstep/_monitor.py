@@ -198,11 +198,14 @@ class Monitor:
             step_time, self._t_last = now - self._t_last, now
             rec = self._rec
             if self._active:
-                for w in self._watches:
-                    w.record_step_end(self)
-                if isinstance(loss, torch.Tensor) and any(
-                        "loss" in w.kinds for w in self._watches):
-                    rec.record("loss", KIND["loss"], loss.detach().reshape(-1))
+                try:  # a failure here must not lose the step's scalars and EndStep
+                    for w in self._watches:
+                        w.record_step_end(self)
+                    if isinstance(loss, torch.Tensor) and any(
+                            "loss" in w.kinds for w in self._watches):
+                        rec.record("loss", KIND["loss"], loss.detach().reshape(-1))
+                except Exception as e:  # pylint: disable=broad-except
+                    self._guard.fail("step()", e)
             scalars = {
                 "loss": _host_scalar(loss), "lr": _host_scalar(lr),
                 "grad_norm": _host_scalar(grad_norm), "loss_scale": _loss_scale(loss_scale),

@@ -1,0 +1,139 @@
+"""Overhead of the lockstep agent on a small CPU transformer training step.
+
+Three identical models train in the same process, interleaved step by step (so drift
+in machine load hits all three alike): `plain` (no hooks), `lockstep` (Monitor.watch:
+every module output, every output gradient, every parameter gradient, every step,
+sending to a real `lockstep collect` when LOCKSTEP_BIN is set), and `naive` (the
+msprobe-style statistics mode: in each hook, per-tensor torch ops, each read with
+.item()). Per-step times are wall times of forward + backward + optimizer step +
+Monitor.step(); each figure uses the median over the measured steps.
+
+BENCH torch_overhead_ratio     median step time with lockstep / without (target <= 1.05)
+BENCH torch_overhead_vs_naive  (lockstep - plain) / (naive - plain) added time (target <= 0.33)
+BENCH torch_step_ms            median plain step time, for context
+BENCH torch_tensors_per_step   tensors lockstep records per step
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lockstep  # noqa: E402
+from model_zoo import TinyTransformer  # noqa: E402
+
+WARMUP = 10
+STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "60"))
+THREADS = int(os.environ.get("LOCKSTEP_BENCH_THREADS", "1"))
+SHAPE = dict(d_in=64, d_model=128, nhead=4, d_ff=512, layers=2)
+BATCH, SEQ = 16, 64
+
+
+def naive_stats(t):
+    """What a tool without a kernel does: one op and one host read per statistic."""
+    t = t.detach().float()
+    return (t.min().item(), t.max().item(), t.mean().item(), t.std().item(), t.norm().item(),
+            t.abs().max().item(), torch.isnan(t).sum().item(), torch.isinf(t).sum().item(),
+            (t == 0).sum().item())
+
+
+def attach_naive(model):
+    sink = []
+
+    def on_grad(g):
+        sink.append(naive_stats(g))
+
+    def fwd(_m, _i, out):
+        outs = out if isinstance(out, tuple) else (out,)
+        for o in outs:
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                sink.append(naive_stats(o))
+                if o.requires_grad:
+                    o.register_hook(on_grad)
+
+    for _, m in model.named_modules():
+        m.register_forward_hook(fwd)
+    for p in model.parameters():
+        p.register_hook(on_grad)
+    return sink
+
+
+def start_collector(tmp):
+    exe = os.environ.get("LOCKSTEP_BIN", "")
+    if not exe or not os.access(exe, os.X_OK):
+        return None, "tcp://127.0.0.1:9"
+    ready = os.path.join(tmp, "ready.json")
+    proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
+                             os.path.join(tmp, "data"), "--ready-file", ready],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with open(ready) as f:
+                return proc, json.load(f)["listen"][0]
+        except (OSError, ValueError, KeyError, IndexError):
+            time.sleep(0.02)
+    proc.kill()
+    return None, "tcp://127.0.0.1:9"
+
+
+def main():
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    models = {k: TinyTransformer(**SHAPE) for k in ("plain", "lockstep", "naive")}
+    for m in models.values():
+        m.load_state_dict(models["plain"].state_dict())
+    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+    tmp = tempfile.mkdtemp(prefix="lockstep-bench-")
+    proc, endpoint = start_collector(tmp)
+    mon = lockstep.Monitor(run="torch-overhead-bench", endpoint=endpoint)
+    mon.watch(models["lockstep"])
+    attach_naive(models["naive"])
+    x = torch.randn(BATCH, SEQ, SHAPE["d_in"])
+    y = torch.randn(BATCH, SEQ)
+    times = {k: [] for k in models}
+
+    def one_step(kind):
+        model, opt = models[kind], opts[kind]
+        t0 = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if kind == "lockstep":
+            mon.step(loss=loss)
+        return time.perf_counter() - t0
+
+    order = ["plain", "lockstep", "naive"]
+    for i in range(WARMUP + STEPS):
+        order = order[1:] + order[:1]  # rotate so no kind always runs first
+        for kind in order:
+            dt = one_step(kind)
+            if i >= WARMUP:
+                times[kind].append(dt)
+    per_step = mon.counters()["tensors_recorded"] / (WARMUP + STEPS)
+    counters = mon.counters()
+    mon.close(timeout=5.0)
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=10)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["lockstep"] / med["plain"]
+    vs_naive = (med["lockstep"] - med["plain"]) / max(1e-12, med["naive"] - med["plain"])
+    print("collector: %s; steps: %d; threads: %d; medians ms: %s; agent: sent %d dropped %d"
+          % ("real" if proc else "none (no LOCKSTEP_BIN)", STEPS, THREADS,
+             {k: round(v * 1e3, 3) for k, v in med.items()}, counters.get("records_sent", 0),
+             counters.get("records_dropped", 0)))
+    print("BENCH torch_step_ms %.3f ms" % (med["plain"] * 1e3))
+    print("BENCH torch_tensors_per_step %.0f count" % per_step)
+    print("BENCH torch_overhead_ratio %.4f ratio" % ratio)
+    print("BENCH torch_overhead_vs_naive %.4f ratio" % vs_naive)
+
+
+if __name__ == "__main__":
+    main()
