@@ -217,8 +217,7 @@ def test_scalars_lr_loss_scale_and_explicit_grad_norm():
 
 def test_loss_scale_from_a_grad_scaler():
     mon, fake = fake_monitor()
-    with pytest.warns(None):
-        scaler = torch.cuda.amp.GradScaler(init_scale=256.0, enabled=torch.cuda.is_available())
+    scaler = torch.cuda.amp.GradScaler(init_scale=256.0, enabled=torch.cuda.is_available())
     mon.step(loss=1.0, loss_scale=scaler)
     expected = 256.0 if torch.cuda.is_available() else 1.0  # a disabled scaler scales by 1
     assert fake.scalars[0]["loss_scale"] == expected
