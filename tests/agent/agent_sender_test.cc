@@ -1,0 +1,246 @@
+// The sender thread: batching, message content, Hello/directory ordering, heartbeats,
+// reconnection, Goodbye — observed through a FakeTransport.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "agent_test_util.h"
+
+namespace lockstep::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<size_t> StatsSizes(const std::vector<FakeMessage>& ms) {
+  std::vector<size_t> out;
+  for (const auto& m : ms) {
+    if (m.accepted && m.type() == wire::Body::StepStats) out.push_back(m.records());
+  }
+  return out;
+}
+
+TEST(AgentSender, BatchesUpToMaxRecordsAndEndStepShipsTheRest) {
+  AgentOptions o = TestOptions();
+  o.max_records_per_message = 10;
+  Made m = MakeAgent(o);
+  ASSERT_NE(m.agent, nullptr);
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(m.agent->RecordStats(7, 0, 0, i, MakeStats(i)));
+  // No Flush: with an hour of linger, only EndStep can ship the last 5.
+  ASSERT_TRUE(m.agent->EndStep(7));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return StatsSizes(ms).size() == 3; }));
+  EXPECT_EQ(StatsSizes(m.state->Snapshot()), (std::vector<size_t>{10, 10, 5}));
+}
+
+TEST(AgentSender, PartialBatchWaitsForEndStepThenShips) {
+  AgentOptions o = TestOptions();
+  o.max_records_per_message = 10;
+  Made m = MakeAgent(o);
+  ASSERT_NE(m.agent, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.agent->RecordStats(0, 0, 0, i, MakeStats(i)));
+  // Nothing forces the batch out yet (the wait bounds how long we look).
+  EXPECT_FALSE(m.state->WaitFor([](const auto& ms) { return !StatsSizes(ms).empty(); }, milliseconds(100)));
+  ASSERT_TRUE(m.agent->EndStep(0));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return StatsSizes(ms).size() == 1; }));
+}
+
+TEST(AgentSender, LingerShipsAPartialBatch) {
+  AgentOptions o = TestOptions();
+  o.batch_linger = milliseconds(10);
+  Made m = MakeAgent(o);
+  ASSERT_NE(m.agent, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.agent->RecordStats(0, 0, 0, i, MakeStats(i)));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return StatsSizes(ms) == std::vector<size_t>{3}; }));
+}
+
+TEST(AgentSender, ANewStepShipsThePreviousStepsBatch) {
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(m.agent->RecordStats(step, 0, 0, i, MakeStats(i)));
+  }
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  auto msgs = m.state->Snapshot();
+  std::vector<uint64_t> steps;
+  for (const auto& msg : msgs) {
+    if (auto* s = msg.env()->body_as_StepStats()) steps.push_back(s->step());
+  }
+  EXPECT_EQ(steps, (std::vector<uint64_t>{0, 1, 2}));
+  EXPECT_EQ(StatsSizes(msgs), (std::vector<size_t>{4, 4, 4}));
+}
+
+TEST(AgentSender, StatsScalarsAndHelloRoundTripExactly) {
+  AgentOptions o = TestOptions();
+  o.sketch_k = 8;
+  o.start_step = 42;
+  Made m = MakeAgent(o);
+  ASSERT_NE(m.agent, nullptr);
+  uint32_t a = m.agent->RegisterTensor("encoder.layers.0.mlp", TensorKind::kAct, DType::kBF16, {2, 3}, 0);
+  uint32_t b = m.agent->RegisterTensor("encoder.layers.0.mlp.weight", TensorKind::kParamGrad, DType::kF32, {6}, 1);
+  ASSERT_TRUE(m.agent->RecordStats(42, 1, a, 0, MakeStats(2.5, 8)));
+  ASSERT_TRUE(m.agent->RecordStats(42, 1, b, 1, MakeStats(-1.0, 8)));
+  StepScalars sc;
+  sc.loss = 1.25;
+  sc.lr = 3e-4;
+  sc.micro_steps = 4;
+  ASSERT_TRUE(m.agent->RecordScalars(42, sc));
+  ASSERT_TRUE(m.agent->EndStep(42));
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  auto msgs = m.state->Snapshot();
+  for (const auto& msg : msgs) EXPECT_TRUE(Verify(msg.bytes));
+  ASSERT_GE(msgs.size(), 4u);
+
+  // Hello first, with the options.
+  const auto* hello = msgs[0].env()->body_as_Hello();
+  ASSERT_NE(hello, nullptr);
+  EXPECT_EQ(msgs[0].env()->schema_major(), kSchemaMajor);
+  EXPECT_EQ(hello->experiment()->str(), "exp");
+  EXPECT_EQ(hello->role(), wire::Role::Candidate);
+  EXPECT_EQ(hello->world_size(), 2u);
+  EXPECT_EQ(hello->start_step(), 42u);
+  EXPECT_EQ(hello->sampling()->sketch_k(), 8);
+  EXPECT_NE(hello->pid(), 0u);
+
+  // Both directory entries before the stats that use them.
+  std::set<uint32_t> known;
+  bool saw_stats = false, saw_scalars = false;
+  for (const auto& msg : msgs) {
+    if (auto* d = msg.env()->body_as_TensorDirectory()) {
+      for (const auto* t : *d->tensors()) {
+        known.insert(t->id());
+        if (t->id() == b) {
+          EXPECT_EQ(t->name()->str(), "encoder.layers.0.mlp.weight");
+          EXPECT_EQ(t->kind(), wire::TensorKind::ParamGrad);
+          EXPECT_EQ(t->dtype(), wire::DType::F32);
+          EXPECT_EQ(t->order(), 1u);
+          ASSERT_EQ(t->shape()->size(), 1u);
+          EXPECT_EQ(t->shape()->Get(0), 6);
+        }
+      }
+    }
+    if (auto* s = msg.env()->body_as_StepStats()) {
+      saw_stats = true;
+      ASSERT_EQ(s->stats()->size(), 2u);
+      for (const auto* st : *s->stats()) EXPECT_TRUE(known.count(st->tensor_id()));
+      const auto* st = s->stats()->Get(0);
+      EXPECT_EQ(s->step(), 42u);
+      EXPECT_EQ(st->micro_step(), 1u);
+      EXPECT_EQ(st->numel(), 100u);
+      EXPECT_EQ(st->max(), 2.5);
+      EXPECT_EQ(st->mean(), 0.25);
+      EXPECT_EQ(st->sat_count(), 4u);
+      EXPECT_EQ(st->subnormal_count(), 5u);
+      EXPECT_EQ(st->limit_dtype(), wire::DType::F16);
+      EXPECT_EQ(s->sketch_k(), 8);
+      ASSERT_EQ(s->sketch()->size(), 16u);
+      EXPECT_EQ(s->sketch()->Get(3), 5.5f);       // record 0: 2.5 + 3
+      EXPECT_EQ(s->sketch()->Get(8 + 3), 2.0f);   // record 1: -1 + 3
+      EXPECT_EQ(s->hist_bins(), kHistBins);
+      ASSERT_EQ(s->hist()->size(), 2u * kHistBins);
+      EXPECT_EQ(s->hist()->Get(kHistBins + 5), 5u);
+    }
+    if (auto* sc2 = msg.env()->body_as_StepScalars()) {
+      saw_scalars = true;
+      EXPECT_EQ(sc2->step(), 42u);
+      EXPECT_EQ(sc2->loss(), 1.25);
+      EXPECT_EQ(sc2->lr(), 3e-4);
+      EXPECT_TRUE(std::isnan(sc2->grad_norm()));
+      EXPECT_EQ(sc2->micro_steps(), 4u);
+    }
+  }
+  EXPECT_TRUE(saw_stats);
+  EXPECT_TRUE(saw_scalars);
+}
+
+TEST(AgentSender, HeartbeatCarriesTheCounters) {
+  AgentOptions o = TestOptions();
+  o.queue_capacity = 128;
+  o.heartbeat_interval = milliseconds(10);
+  auto state = std::make_shared<FakeState>();
+  state->gate_open = false;
+  Made m = MakeAgent(o, state);
+  ASSERT_NE(m.agent, nullptr);
+  ASSERT_TRUE(state->WaitInSend());
+  uint64_t ok = 0, dropped = 0;
+  for (int i = 0; i < 300; ++i) (m.agent->RecordStats(3, 0, 0, 0, MakeStats(i)) ? ok : dropped)++;
+  ASSERT_GT(dropped, 0u);
+  state->OpenGate();
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  ASSERT_TRUE(m.agent->EndStep(3));  // the queue had no room for it before
+  // A heartbeat sent after everything went out reports it all.
+  ASSERT_TRUE(state->WaitFor([&](const std::vector<FakeMessage>& ms) {
+    for (const auto& msg : ms) {
+      auto* h = msg.env()->body_as_Heartbeat();
+      if (h && h->records_sent() == ok && h->last_step() == 3) return true;
+    }
+    return false;
+  }));
+  const wire::Heartbeat* hb = nullptr;
+  auto msgs = state->Snapshot();
+  for (const auto& msg : msgs) {
+    auto* h = msg.env()->body_as_Heartbeat();
+    if (h && h->records_sent() == ok && h->last_step() == 3) { hb = h; break; }
+  }
+  ASSERT_NE(hb, nullptr);
+  EXPECT_EQ(hb->records_enqueued(), ok);
+  EXPECT_EQ(hb->records_dropped(), dropped);
+  EXPECT_EQ(hb->messages_dropped(), 0u);
+  EXPECT_EQ(hb->errors(), 0u);
+  EXPECT_EQ(hb->last_step(), 3u);
+}
+
+TEST(AgentSender, HelloAndFullDirectoryAreResentOnReconnect) {
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    m.agent->RegisterTensor("t" + std::to_string(i), TensorKind::kAct, DType::kF32, {1}, i);
+  }
+  ASSERT_TRUE(m.agent->RecordStats(0, 0, 2, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+
+  m.state->AddConnects(1);  // the first connection: Hello is already queued for it
+  ASSERT_TRUE(m.agent->RecordStats(0, 0, 1, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->EndStep(0));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return StatsSizes(ms).size() == 2; }));
+  EXPECT_EQ(Count(m.state->Snapshot(), wire::Body::Hello), 1u);
+  EXPECT_EQ(m.agent->Counters().reconnects, 0u);
+
+  m.state->AddConnects(1);  // a reconnection (e.g. the collector restarted)
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::Hello) == 2; }));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) {
+    // All three entries after the second Hello.
+    size_t hellos = 0;
+    std::set<uint32_t> ids;
+    for (const auto& msg : ms) {
+      if (msg.type() == wire::Body::Hello) ++hellos;
+      if (hellos == 2) {
+        if (auto* d = msg.env()->body_as_TensorDirectory()) {
+          for (const auto* t : *d->tensors()) ids.insert(t->id());
+        }
+      }
+    }
+    return ids == std::set<uint32_t>{0, 1, 2};
+  }));
+  EXPECT_EQ(m.agent->Counters().reconnects, 1u);
+}
+
+TEST(AgentSender, CloseSendsAFinalHeartbeatThenGoodbye) {
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  ASSERT_TRUE(m.agent->RecordStats(5, 0, 0, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->EndStep(5));
+  ASSERT_TRUE(m.agent->Close(milliseconds(5000)));
+  auto msgs = m.state->Snapshot();
+  ASSERT_GE(msgs.size(), 3u);
+  const auto* bye = msgs.back().env()->body_as_Goodbye();
+  ASSERT_NE(bye, nullptr);
+  EXPECT_EQ(bye->reason()->str(), "close");
+  EXPECT_EQ(bye->last_step(), 5u);
+  const auto* hb = msgs[msgs.size() - 2].env()->body_as_Heartbeat();
+  ASSERT_NE(hb, nullptr);
+  EXPECT_EQ(hb->records_sent(), 1u);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
