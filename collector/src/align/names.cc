@@ -1,0 +1,123 @@
+#include "align/names.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace lockstep::collector {
+namespace {
+
+// Path components that wrappers insert and that never name a layer of the model.
+// `module.` only counts at the front (DDP/DataParallel wrap the whole model; a layer
+// may legitimately be called "module" deeper down); the others are removed anywhere.
+constexpr std::string_view kLeadingWrapper = "module.";
+constexpr std::string_view kAnywhereWrappers[] = {
+    "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.",
+};
+
+std::string StripWrappers(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  size_t i = 0;
+  bool at_front = true;
+  while (i < name.size()) {
+    // At a component boundary: try each wrapper.
+    std::string_view rest = name.substr(i);
+    bool stripped = false;
+    if (at_front && rest.substr(0, kLeadingWrapper.size()) == kLeadingWrapper) {
+      i += kLeadingWrapper.size();
+      stripped = true;
+    } else {
+      for (std::string_view w : kAnywhereWrappers) {
+        if (rest.substr(0, w.size()) == w) {
+          i += w.size();
+          stripped = true;
+          break;
+        }
+      }
+    }
+    if (stripped) continue;
+    // Copy one component (up to and including the next '.').
+    at_front = false;
+    size_t dot = name.find('.', i);
+    size_t end = dot == std::string_view::npos ? name.size() : dot + 1;
+    out.append(name.substr(i, end - i));
+    i = end;
+  }
+  // "model._orig_mod" (wrapper as the last component, without a dot) names the
+  // wrapped module itself.
+  for (std::string_view w : kAnywhereWrappers) {
+    std::string_view bare = w.substr(0, w.size() - 1);
+    if (out.size() > bare.size() && out.compare(out.size() - bare.size(), bare.size(), bare) == 0 &&
+        out[out.size() - bare.size() - 1] == '.') {
+      out.resize(out.size() - bare.size() - 1);
+    }
+  }
+  return out;
+}
+
+std::string Trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+}  // namespace
+
+StatusOr<NameCanonicalizer> NameCanonicalizer::FromText(std::string_view text,
+                                                        const std::string& origin) {
+  NameCanonicalizer c;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    std::string t = Trim(line);
+    if (t.empty() || t[0] == '#') continue;
+    size_t arrow = t.find("=>");
+    if (arrow == std::string::npos) {
+      return Status::InvalidArgument(origin + " line " + std::to_string(lineno) +
+                                     ": expected 'REGEX => REPLACEMENT'; fix or remove the line");
+    }
+    Rule r;
+    r.pattern = Trim(std::string_view(t).substr(0, arrow));
+    r.replacement = Trim(std::string_view(t).substr(arrow + 2));
+    if (r.pattern.empty()) {
+      return Status::InvalidArgument(origin + " line " + std::to_string(lineno) +
+                                     ": the regex before '=>' is empty");
+    }
+    try {
+      r.re = std::regex(r.pattern, std::regex::ECMAScript | std::regex::optimize);
+    } catch (const std::regex_error& e) {
+      return Status::InvalidArgument(origin + " line " + std::to_string(lineno) + ": '" + r.pattern +
+                                     "' is not a valid regex (" + e.what() + ")");
+    }
+    c.rules_.push_back(std::move(r));
+  }
+  return c;
+}
+
+StatusOr<NameCanonicalizer> NameCanonicalizer::FromFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    return Status::InvalidArgument("cannot read the name-map file '" + path +
+                                   "'; check the path given to --name-map");
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return FromText(ss.str(), "name-map file '" + path + "'");
+}
+
+std::string NameCanonicalizer::Canonical(std::string_view name) const {
+  std::string out = StripWrappers(name);
+  for (const Rule& r : rules_) out = std::regex_replace(out, r.re, r.replacement);
+  return out;
+}
+
+uint32_t NameTable::Intern(const std::string& name) {
+  auto [it, inserted] = ids_.try_emplace(name, static_cast<uint32_t>(names_.size()));
+  if (inserted) names_.push_back(name);
+  return it->second;
+}
+
+}  // namespace lockstep::collector

@@ -1,0 +1,66 @@
+// How far apart one tensor is in two runs at one step (DESIGN.md "Aligner",
+// docs/rules.md "tensor_drift").
+//
+// Raw metrics, for people and for the compare table:
+//   rel_l2, rel_absmax   |c - b| / |b| of the norm and of the largest magnitude
+//   rel_mean, rel_std    |c - b| / rms(b) with rms = l2 / sqrt(numel): the mean of a
+//                        gradient sits near 0, so it is measured against the
+//                        tensor's scale, not against itself
+//   cosine, rel_dist     count-sketch estimates (docs/statistics.md "Estimators"):
+//                        d = ||S(b) - S(c)|| (sketches are linear), rel_dist = d / l2_b,
+//                        cosine by the law of cosines from l2_b, l2_c and d
+//   kl                   KL(baseline || candidate) of the log2-magnitude histograms
+//                        (Jeffreys smoothing: +0.5 per bin)
+//   nonfinite_mismatch   one side holds NaN/Inf, the other does not
+// The drift score is max over metrics of |c - b| / (atol + rtol_m * scale_m): above
+// 1 the tensor is beyond the hard tolerance. `dominant` names the metric that set it.
+//
+// Pure functions; any thread.
+#ifndef LOCKSTEP_COLLECTOR_ALIGN_PAIR_METRICS_H_
+#define LOCKSTEP_COLLECTOR_ALIGN_PAIR_METRICS_H_
+
+#include <cstdint>
+
+#include "align/step_data.h"
+
+namespace lockstep::collector {
+
+enum class Metric : uint8_t { kNone = 0, kL2, kMean, kAbsmax, kStd, kSketchDist, kKl, kNonfinite };
+const char* MetricName(Metric m);
+
+// Tolerances of one comparison; see detect/rules_config.h for the defaults by dtype.
+struct Tolerance {
+  double rtol = 1e-3;         // relative tolerance of l2, mean, std, sketch distance
+  double absmax_factor = 2.0; // absmax is one element: rtol * this
+  double atol = 1e-12;        // absolute floor, so all-zero and denormal tensors compare equal
+  double kl_max = 0;          // 0 = KL reported but not judged
+};
+
+struct PairEval {
+  double rel_l2 = 0, rel_mean = 0, rel_absmax = 0, rel_std = 0;
+  double cosine = 1, rel_dist = 0;  // NaN when either side has no sketch
+  double kl = 0;                    // NaN when either side has no histogram
+  bool nonfinite_mismatch = false;
+  double score = 0;                 // normalized: > 1 is beyond the hard tolerance
+  Metric dominant = Metric::kNone;
+  double dominant_error = 0;        // the dominant metric's raw value
+};
+
+// Count-sketch estimators as defined in docs/statistics.md (the agent's sketch has a
+// fixed hash, so both runs' sketches of equal tensors are equal). `l2_x`, `l2_y` are
+// the exact norms from the statistics, x the baseline.
+double SketchDistance(const float* sx, const float* sy, int k);  // ||S(x) - S(y)||
+// d / |x|; 0 when d == 0, +inf when only |x| is zero.
+double SketchRelDist(const float* sx, const float* sy, int k, double l2_x);
+// (|x|^2 + |y|^2 - d^2) / (2 |x| |y|) clamped to [-1, 1]; 1 for two zero tensors, 0
+// when exactly one is zero.
+double SketchCosine(const float* sx, const float* sy, int k, double l2_x, double l2_y);
+// KL(p || q) in nats with +0.5 smoothing per bin.
+double HistKl(const uint32_t* p, const uint32_t* q, int bins);
+
+PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, const StatRow& c,
+                      const Tolerance& tol);
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_ALIGN_PAIR_METRICS_H_

@@ -1,0 +1,228 @@
+#include "align/run_decoder.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "lockstep/schema/lockstep_generated.h"
+
+namespace lockstep::collector {
+namespace {
+
+// Agent-local tensor ids are dense small integers; a larger one is a broken agent,
+// and must not make us allocate a huge directory.
+constexpr uint32_t kMaxTensorId = 1u << 22;
+constexpr uint32_t kMaxLag = 2;
+
+}  // namespace
+
+RunDecoder::RunDecoder(std::string run_id, const NameCanonicalizer* canon, NameTable* names,
+                       int64_t idle_close_ns, ClosedFn on_closed)
+    : run_id_(std::move(run_id)),
+      canon_(canon),
+      names_(names),
+      idle_close_ns_(idle_close_ns),
+      on_closed_(std::move(on_closed)) {}
+
+RunDecoder::RankState& RunDecoder::Rank(uint32_t rank) { return ranks_[rank]; }
+
+const TensorMeta* RunDecoder::Meta(uint32_t rank, uint32_t id) const {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || id >= it->second.dir.size() || !it->second.dir[id].known) return nullptr;
+  return &it->second.dir[id];
+}
+
+int64_t RunDecoder::LastClosed(uint32_t rank) const {
+  auto it = ranks_.find(rank);
+  return it == ranks_.end() ? -1 : it->second.last_closed;
+}
+
+std::shared_ptr<StepData> RunDecoder::OpenStep(RankState& rs, uint32_t rank, uint64_t step,
+                                               int64_t sent_ns) {
+  auto it = rs.open.find(step);
+  if (it != rs.open.end()) return it->second;
+  auto sd = std::make_shared<StepData>();
+  sd->step = step;
+  sd->rank = rank;
+  sd->first_sent_ns = sent_ns;
+  rs.open.emplace(step, sd);
+  return sd;
+}
+
+void RunDecoder::NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t n) {
+  counters_.late_records += n;
+  // Only a record for the most recently closed step teaches us to wait longer; older
+  // ones are a rewind or a reordering we do not try to follow.
+  if (static_cast<int64_t>(step) == rs.last_closed) {
+    if (rs.last_close_by_scalars) {
+      rs.scalars_close_ok = false;
+    } else if (rs.lag < kMaxLag) {
+      ++rs.lag;
+    }
+  }
+  if (!rs.warned_late) {
+    rs.warned_late = true;
+    spdlog::warn(
+        "run {} rank {}: {} statistics record(s) for step {} arrived after the step was compared; "
+        "they are counted as late and not compared (later steps now wait for them)",
+        run_id_, rank, n, step);
+  }
+}
+
+void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
+  auto& rows = step->rows;
+  std::sort(rows.begin(), rows.end(),
+            [](const StatRow& a, const StatRow& b) { return a.key < b.key; });
+  // Keep the last of duplicate keys (a re-sent record replaces the older one). After a
+  // stable-enough sort equal keys are adjacent; which one survives is not important
+  // enough to pay for stable_sort.
+  size_t w = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (w > 0 && rows[w - 1].key == rows[i].key) {
+      rows[w - 1] = rows[i];
+      ++counters_.duplicate_rows;
+    } else {
+      rows[w++] = rows[i];
+    }
+  }
+  rows.resize(w);
+  rs.last_closed = std::max<int64_t>(rs.last_closed, static_cast<int64_t>(step->step));
+  ++counters_.steps_closed;
+  on_closed_(step->rank, std::move(step));
+}
+
+void RunDecoder::CloseThrough(RankState& rs, int64_t through_step, bool by_scalars) {
+  while (!rs.open.empty() && static_cast<int64_t>(rs.open.begin()->first) <= through_step) {
+    auto sd = std::move(rs.open.begin()->second);
+    rs.open.erase(rs.open.begin());
+    rs.last_close_by_scalars = by_scalars;
+    CloseOne(rs, std::move(sd));
+  }
+}
+
+void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
+  const uint32_t rank = env.rank();
+  RankState& rs = Rank(rank);
+  rs.last_recv_ns = recv_ns;
+  switch (env.body_type()) {
+    case wire::Body::TensorDirectory: {
+      const auto* td = env.body_as_TensorDirectory();
+      if (td->tensors() == nullptr) return;
+      for (const wire::TensorInfo* ti : *td->tensors()) {
+        if (ti == nullptr || ti->id() >= kMaxTensorId) continue;
+        if (ti->id() >= rs.dir.size()) rs.dir.resize(ti->id() + 1);
+        TensorMeta& m = rs.dir[ti->id()];
+        std::string raw = ti->name() ? ti->name()->str() : std::string("#") + std::to_string(ti->id());
+        m.name_id = names_->Intern(canon_->Canonical(raw));
+        m.kind = static_cast<Kind>(ti->kind());
+        m.dtype = static_cast<DT>(ti->dtype());
+        m.order = ti->order();
+        m.known = true;
+      }
+      return;
+    }
+    case wire::Body::StepStats: {
+      const auto* ss = env.body_as_StepStats();
+      const uint64_t step = ss->step();
+      const auto* stats = ss->stats();
+      const size_t n = stats ? stats->size() : 0;
+      if (static_cast<int64_t>(step) <= rs.last_closed && !rs.open.count(step)) {
+        NoteLate(rs, rank, step, n);
+        return;
+      }
+      auto sd = OpenStep(rs, rank, step, env.sent_unix_ns());
+      sd->last_recv_ns = recv_ns;
+      const uint16_t k = ss->sketch_k();
+      const uint8_t hb = ss->hist_bins();
+      const auto* sk = ss->sketch();
+      const auto* hist = ss->hist();
+      const bool have_sketch = k > 0 && sk != nullptr && sk->size() >= n * k;
+      const bool have_hist = hb > 0 && hist != nullptr && hist->size() >= n * hb;
+      sd->rows.reserve(sd->rows.size() + n);
+      for (size_t i = 0; i < n; ++i) {
+        const wire::TensorStat* t = stats->Get(static_cast<flatbuffers::uoffset_t>(i));
+        const uint32_t id = t->tensor_id();
+        if (id >= rs.dir.size() || !rs.dir[id].known) {
+          ++counters_.unknown_ids;
+          continue;
+        }
+        const TensorMeta& m = rs.dir[id];
+        StatRow r;
+        r.key = MakeKey(m.name_id, m.kind, t->micro_step());
+        r.order = t->order();
+        r.dtype = m.dtype;
+        r.limit_dtype = static_cast<DT>(t->limit_dtype());
+        r.numel = t->numel();
+        r.min = t->min();
+        r.max = t->max();
+        r.mean = t->mean();
+        r.std = t->std();
+        r.l2 = t->l2();
+        r.absmax = t->absmax();
+        r.nan_count = t->nan_count();
+        r.inf_count = t->inf_count();
+        r.zero_count = t->zero_count();
+        r.sat_count = t->sat_count();
+        r.subnormal_count = t->subnormal_count();
+        if (have_sketch) {
+          r.sketch_k = k;
+          r.sketch_off = static_cast<uint32_t>(sd->sketch.size());
+          const float* src = sk->data() + i * k;
+          sd->sketch.insert(sd->sketch.end(), src, src + k);
+        }
+        if (have_hist) {
+          r.hist_bins = hb;
+          r.hist_off = static_cast<uint32_t>(sd->hist.size());
+          const uint32_t* src = hist->data() + i * hb;
+          sd->hist.insert(sd->hist.end(), src, src + hb);
+        }
+        sd->rows.push_back(r);
+        ++counters_.records;
+      }
+      if (step > rs.lag) CloseThrough(rs, static_cast<int64_t>(step) - 1 - rs.lag, false);
+      return;
+    }
+    case wire::Body::StepScalars: {
+      const auto* sc = env.body_as_StepScalars();
+      const uint64_t step = sc->step();
+      if (static_cast<int64_t>(step) <= rs.last_closed && !rs.open.count(step)) {
+        // Scalars of a closed step: the step has gone on without them. Not counted
+        // as late statistics; the loss of that step is simply not compared.
+        return;
+      }
+      auto sd = OpenStep(rs, rank, step, env.sent_unix_ns());
+      sd->last_recv_ns = recv_ns;
+      sd->scalars.loss = sc->loss();
+      sd->scalars.lr = sc->lr();
+      sd->scalars.grad_norm = sc->grad_norm();
+      sd->scalars.loss_scale = sc->loss_scale();
+      sd->scalars.step_time_s = sc->step_time_s();
+      sd->has_scalars = true;
+      if (step > rs.lag + 1) CloseThrough(rs, static_cast<int64_t>(step) - 2 - rs.lag, false);
+      if (rs.lag == 0 && rs.scalars_close_ok && !sd->rows.empty()) {
+        CloseThrough(rs, static_cast<int64_t>(step), true);
+      }
+      return;
+    }
+    case wire::Body::Goodbye:
+      CloseThrough(rs, INT64_MAX, false);
+      return;
+    default:
+      return;
+  }
+}
+
+void RunDecoder::Tick(int64_t now_ns) {
+  if (idle_close_ns_ <= 0) return;
+  for (auto& [rank, rs] : ranks_) {
+    if (!rs.open.empty() && now_ns - rs.last_recv_ns >= idle_close_ns_) {
+      CloseThrough(rs, INT64_MAX, false);
+    }
+  }
+}
+
+void RunDecoder::CloseAll() {
+  for (auto& [rank, rs] : ranks_) CloseThrough(rs, INT64_MAX, false);
+}
+
+}  // namespace lockstep::collector

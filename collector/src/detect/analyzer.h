@@ -1,0 +1,156 @@
+// Analyzer: the aligner and the detectors behind one MessageSink (DESIGN.md
+// "Collector"; docs/rules.md).
+//
+// Fed verified Envelopes — live by LiveAnalyzer's thread, offline by `lockstep
+// compare` replaying two logs — it decodes each run into closed steps (RunDecoder),
+// runs the per-run rules on them, pairs each candidate with its experiment's baseline
+// by (step, rank, canonical name, kind, micro step), evaluates every matched tensor
+// (PairEval) against its tolerance and noise floor, and runs the per-pair rules.
+// Alerts go to the AlertFn given at construction.
+//
+// Pairing: by Hello's experiment and role, unless OverrideRun() fixed them. Several
+// candidates share one baseline; a second baseline of an experiment is not paired
+// (logged). Solo runs get the per-run rules only.
+//
+// Memory: a closed step waits in memory only until its partner step is compared (a
+// baseline step until every candidate has passed it). A run more than
+// max_buffered_steps ahead of its partner loses its oldest waiting steps — unless it
+// has a log source: a recorded baseline (AddBaselineLog) is read on demand at its
+// candidates' pace and never buffered ahead. Evicted steps are counted per pair and
+// logged once, never silently skipped. See docs/rules.md "Memory bound".
+//
+// Threads: single-threaded; every method on one thread (the owner's).
+#ifndef LOCKSTEP_COLLECTOR_DETECT_ANALYZER_H_
+#define LOCKSTEP_COLLECTOR_DETECT_ANALYZER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "align/names.h"
+#include "align/run_decoder.h"
+#include "detect/detector.h"
+#include "detect/rules_config.h"
+#include "ingest/message_sink.h"
+#include "lockstep/common/status.h"
+
+namespace lockstep::collector {
+
+class LogReader;
+
+enum class RunRole : uint8_t { kUnknown = 0, kBaseline = 1, kCandidate = 2, kSolo = 3 };
+
+struct AnalyzerOptions {
+  RulesConfig rules;
+  NameCanonicalizer canon;
+  size_t max_buffered_steps = 64;          // per (run, rank) waiting for its partner
+  int64_t idle_close_ns = 2'000'000'000;   // a rank silent this long: its open step closes
+};
+
+struct AnalyzerCounters {
+  uint64_t messages = 0;
+  uint64_t steps_closed = 0;
+  uint64_t pairs_compared = 0;     // matched tensor pairs evaluated
+  uint64_t steps_compared = 0;     // (pair, rank, step) comparisons
+  uint64_t steps_evicted = 0;      // waiting steps dropped by the memory bound
+  uint64_t unmatched_tensors = 0;  // distinct (pair, tensor) seen on one side only
+  uint64_t late_records = 0;
+  uint64_t unknown_ids = 0;
+  uint64_t buffered_steps = 0;     // now waiting in memory
+  uint64_t buffered_bytes = 0;     // their approximate size
+  uint64_t peak_buffered_bytes = 0;
+};
+
+// One row of the compare table: a matched tensor at its worst step.
+struct TensorReport {
+  std::string name;
+  std::string kind;
+  uint32_t micro_step = 0;
+  uint32_t order = 0;
+  std::string dtype_b, dtype_c;
+  uint64_t steps = 0;              // steps compared
+  uint64_t worst_step = 0;
+  double b_l2 = 0, c_l2 = 0;
+  double rel_l2 = 0, rel_mean = 0, rel_absmax = 0, rel_std = 0;
+  double cosine = 1, rel_dist = 0, kl = 0;
+  double score = 0, threshold = 1;  // normalized; drift when score > threshold
+  std::string metric;               // dominant metric at the worst step
+  int64_t first_drift_step = -1;
+  std::string status;               // "ok", "drift", "critical", "nonfinite"
+};
+
+struct UnmatchedReport {
+  std::string name, kind;
+  std::string side;  // "baseline" or "candidate": where it exists
+  uint64_t first_step = 0;
+  uint64_t steps = 0;
+};
+
+struct PairReport {
+  std::string experiment, baseline, candidate;
+  uint64_t steps_compared = 0;
+  uint64_t steps_only_baseline = 0, steps_only_candidate = 0, steps_evicted = 0;
+  bool diverged = false;
+  alerting::Alert first_divergence;  // valid when diverged
+  std::vector<TensorReport> tensors;     // in execution order
+  std::vector<UnmatchedReport> unmatched;
+  double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)
+};
+
+class Analyzer : public MessageSink {
+ public:
+  Analyzer(AnalyzerOptions options, AlertFn alerts, ClockFn clock = nullptr);
+  ~Analyzer() override;
+  Analyzer(const Analyzer&) = delete;
+  Analyzer& operator=(const Analyzer&) = delete;
+
+  void OnMessage(const wire::Envelope& env, int64_t recv_unix_ns) override;
+  // Periodic: closes steps of silent ranks, runs stall checks. `now` from the clock.
+  void Tick(int64_t now_unix_ns);
+  // End of input: closes every open step, compares what can be, reads recorded
+  // baselines to their end.
+  void Finish();
+
+  // Fixes a run's experiment and role whatever its Hello says (compare, tests).
+  void OverrideRun(const std::string& run, const std::string& experiment, RunRole role);
+  // A recorded run log as the baseline of `experiment` ("" = the log's own), read
+  // from disk at its candidates' pace. Its own per-run rules do not run again.
+  Status AddBaselineLog(const std::string& path, const std::string& experiment = "");
+
+  std::vector<PairReport> Reports() const;
+  AnalyzerCounters counters() const;
+  const AlertEmitter& emitter() const { return emitter_; }
+  const NameTable& names() const { return names_; }
+
+ private:
+  struct RunState;
+  struct PairState;
+
+  RunState* GetRun(const std::string& run_id);
+  void SetRole(RunState* r, const std::string& experiment, RunRole role);
+  void OnClosed(RunState* r, uint32_t rank, StepPtr step);
+  void Buffer(RunState* r, uint32_t rank, StepPtr step);
+  void Drain();
+  void Match(PairState* p);
+  bool PullBaseline(RunState* b, uint32_t rank, uint64_t step);
+  void Compare(PairState* p, uint32_t rank, const StepData& bs, const StepData& cs);
+  void Release(RunState* b, uint32_t rank);
+  void NoteUnmatched(PairState* p, uint64_t key, bool in_baseline, uint64_t step);
+
+  AnalyzerOptions opt_;
+  ClockFn clock_;
+  AlertEmitter emitter_;
+  NameTable names_;
+  std::unordered_map<std::string, std::unique_ptr<RunState>> runs_;
+  std::vector<std::unique_ptr<PairState>> pairs_;
+  std::map<std::string, std::string> baseline_of_;  // experiment -> baseline run
+  bool dirty_ = false;
+  AnalyzerCounters counters_;
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_DETECT_ANALYZER_H_

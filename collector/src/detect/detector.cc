@@ -1,0 +1,15 @@
+#include "detect/detector.h"
+
+namespace lockstep::collector {
+
+void AlertEmitter::Emit(alerting::Alert a) {
+  a.id = a.DedupKey() + "@" + std::to_string(a.step);
+  if (a.first_seen_unix_ns == 0) a.first_seen_unix_ns = clock_ ? clock_() : 0;
+  ++by_rule_[a.rule];
+  ++by_severity_[static_cast<int>(a.severity)];
+  ++total_;
+  last_ = a;
+  if (fn_) fn_(std::move(a));
+}
+
+}  // namespace lockstep::collector

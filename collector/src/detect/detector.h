@@ -1,0 +1,137 @@
+// The detector interfaces and what they see (DESIGN.md "Detectors", docs/rules.md).
+//
+// Per-run detectors (nonfinite, overflow, underflow, spike, stall) get every closed
+// step of one run, one instance per run. Per-pair detectors (loss_drift, tensor_drift,
+// first_divergence, trend) get every compared step of one (baseline, candidate) pair,
+// one instance per pair, with the matched tensors already evaluated.
+// Alerts leave through AlertEmitter, which stamps id, time and counts, and hands them
+// to the callback (the alerting Dispatcher's queue, a JSONL writer, a test vector).
+//
+// Threads: all of this runs on the analyzer's single thread.
+#ifndef LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
+#define LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "align/names.h"
+#include "align/pair_metrics.h"
+#include "align/step_data.h"
+#include "detect/rules_config.h"
+#include "lockstep/alerting/alert.h"
+
+namespace lockstep::collector {
+
+using AlertFn = std::function<void(alerting::Alert)>;
+using ClockFn = std::function<int64_t()>;  // unix ns
+
+class AlertEmitter {
+ public:
+  AlertEmitter(AlertFn fn, ClockFn clock) : fn_(std::move(fn)), clock_(std::move(clock)) {}
+  // Stamps id (dedup key @ step) and first_seen, counts, and hands it on.
+  void Emit(alerting::Alert a);
+  int64_t Now() const { return clock_(); }
+  // Alerts emitted so far, by rule and by severity.
+  const std::map<std::string, uint64_t>& by_rule() const { return by_rule_; }
+  uint64_t count(alerting::Severity s) const { return by_severity_[static_cast<int>(s)]; }
+  uint64_t total() const { return total_; }
+  // The most recent alert emitted (empty rule before the first).
+  const alerting::Alert& last() const { return last_; }
+
+ private:
+  AlertFn fn_;
+  ClockFn clock_;
+  std::map<std::string, uint64_t> by_rule_;
+  uint64_t by_severity_[3] = {0, 0, 0};
+  uint64_t total_ = 0;
+  alerting::Alert last_;
+};
+
+struct RunCtx {
+  std::string run;
+  std::string experiment;
+  const NameTable* names = nullptr;
+  const RulesConfig* cfg = nullptr;
+  AlertEmitter* out = nullptr;
+  // An alert about this run with the common fields filled.
+  alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
+};
+
+struct PairCtx {
+  std::string experiment;
+  std::string baseline, candidate;
+  const NameTable* names = nullptr;
+  const RulesConfig* cfg = nullptr;
+  AlertEmitter* out = nullptr;
+  alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
+};
+
+// Per (pair, tensor key) memory: the noise floor, the recent scores (trend) and what
+// the compare table shows. Owned by the pair; detectors read and update it.
+struct TensorTrack {
+  uint64_t key = 0;
+  uint32_t order = 0;          // execution order (candidate's) at the last compared step
+  uint32_t floor_n = 0;        // steps learned so far
+  double floor = 0;            // max normalized score over the learning steps
+  std::vector<float> recent;   // ring of the last trend_window scores
+  uint32_t recent_pos = 0;
+  uint64_t compared = 0;
+  // Table: the step with the worst score, and the first drifting step.
+  int64_t first_drift_step = -1;
+  double worst_score = -1;
+  uint64_t worst_step = 0;
+  PairEval worst;
+  double worst_b_l2 = 0, worst_c_l2 = 0;
+  double worst_threshold = 1;
+  DT dtype_b = DT::kUnknown, dtype_c = DT::kUnknown;
+  // Rule state.
+  uint8_t drift_level = 0;     // 0 none, 1 warned, 2 critical sent
+  bool trend_fired = false;
+
+  // The threshold in normalized units: max(1, k x floor) once learned.
+  double Threshold(const RulesConfig& cfg) const {
+    return floor_n >= static_cast<uint32_t>(cfg.floor_steps) ? std::max(1.0, cfg.floor_k * floor) : 1.0;
+  }
+};
+
+struct MatchedTensor {
+  const StatRow* b = nullptr;
+  const StatRow* c = nullptr;
+  PairEval eval;
+  double threshold = 1;        // normalized, from the track before this step's update
+  TensorTrack* track = nullptr;
+  bool drifting() const { return eval.score > threshold; }
+};
+
+struct PairStepView {
+  uint64_t step = 0;
+  uint32_t rank = 0;
+  const StepData* b = nullptr;
+  const StepData* c = nullptr;
+  DT precision = DT::kF32;
+  std::vector<MatchedTensor>* matched = nullptr;  // in execution order (candidate's)
+};
+
+class RunDetector {
+ public:
+  virtual ~RunDetector() = default;
+  virtual const char* rule() const = 0;
+  virtual void OnStep(const StepData& step) = 0;
+  // Heartbeat / any message of the run (stall); Goodbye ends it.
+  virtual void OnActivity(int64_t /*now_ns*/, bool /*goodbye*/) {}
+  virtual void OnTick(int64_t /*now_ns*/) {}
+};
+
+class PairDetector {
+ public:
+  virtual ~PairDetector() = default;
+  virtual const char* rule() const = 0;
+  virtual void OnPairStep(const PairStepView& v) = 0;
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_

@@ -1,0 +1,190 @@
+#include "detect/pair_rules.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace lockstep::collector {
+namespace {
+
+using alerting::Severity;
+
+std::string G(double x) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+// The pair's raw value of the metric that set the score, for both runs.
+void MetricValues(const MatchedTensor& m, double* b, double* c) {
+  switch (m.eval.dominant) {
+    case Metric::kMean: *b = m.b->mean; *c = m.c->mean; return;
+    case Metric::kAbsmax: *b = m.b->absmax; *c = m.c->absmax; return;
+    case Metric::kStd: *b = m.b->std; *c = m.c->std; return;
+    case Metric::kNonfinite:
+      *b = static_cast<double>(m.b->nan_count + m.b->inf_count);
+      *c = static_cast<double>(m.c->nan_count + m.c->inf_count);
+      return;
+    default: *b = m.b->l2; *c = m.c->l2; return;
+  }
+}
+
+}  // namespace
+
+alerting::Alert PairCtx::Make(const char* rule, Severity sev, uint64_t step, uint32_t rank) const {
+  alerting::Alert a;
+  a.rule = rule;
+  a.severity = sev;
+  a.experiment = experiment;
+  a.runs = {baseline, candidate};
+  a.step = step;
+  a.rank = rank;
+  return a;
+}
+
+void DescribeTensorPair(const PairCtx& ctx, const PairStepView& v, const MatchedTensor& m,
+                        alerting::Alert* a) {
+  a->tensor = ctx.names->Name(KeyNameId(m.c->key));
+  a->kind = KindName(KeyKind(m.c->key));
+  MetricValues(m, &a->baseline_value, &a->candidate_value);
+  a->metric = MetricName(m.eval.dominant);
+  a->error = m.eval.dominant_error;
+  // The raw threshold of the dominant metric: the score is error / threshold-ish, so
+  // report the raw error at score == threshold.
+  a->threshold = m.eval.score > 0 && std::isfinite(m.eval.score) ? m.eval.dominant_error * m.threshold / m.eval.score
+                                                                  : std::nan("");
+  std::string label = a->tensor + " (" + a->kind;
+  if (KeyMicroStep(m.c->key) != 0) label += ", micro step " + std::to_string(KeyMicroStep(m.c->key));
+  label += ", order " + std::to_string(m.c->order) + ")";
+  a->message = label + " at step " + std::to_string(v.step) + " rank " + std::to_string(v.rank) + ": ";
+  if (m.eval.dominant == Metric::kNonfinite) {
+    a->message += "non-finite in " + std::string(m.c->nonfinite() ? "the candidate only" : "the baseline only") +
+                  " (" + G(a->baseline_value) + " vs " + G(a->candidate_value) + " NaN/Inf)";
+  } else {
+    a->message += "l2 " + G(m.b->l2) + " vs " + G(m.c->l2) + ", " + a->metric + " " + G(a->error) +
+                  " (threshold " + G(a->threshold) + ")";
+    if (!std::isnan(m.eval.cosine)) a->message += ", cosine " + G(m.eval.cosine);
+  }
+}
+
+void LossDriftDetector::OnPairStep(const PairStepView& v) {
+  if (!v.b->has_scalars || !v.c->has_scalars) return;
+  const double lb = v.b->scalars.loss, lc = v.c->scalars.loss;
+  if (std::isnan(lb) || std::isnan(lc)) return;  // NaN = not given
+  const double tol = ctx_->cfg->loss_rtol.For(v.precision);
+  double rel;
+  if (std::isinf(lb) || std::isinf(lc)) {
+    rel = (lb == lc) ? 0 : INFINITY;
+  } else {
+    const double d = std::fabs(lc - lb);
+    rel = d == 0 ? 0 : d / std::max(std::fabs(lb), 1e-12);
+  }
+  if (!(rel > tol)) return;
+  const int lvl = rel >= ctx_->cfg->critical_factor * tol ? 2 : 1;
+  int& cur = level_[v.rank];
+  if (lvl <= cur) return;
+  cur = lvl;
+  auto a = ctx_->Make(rule(), lvl == 2 ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
+  a.tensor = "loss";
+  a.kind = "loss";
+  a.baseline_value = lb;
+  a.candidate_value = lc;
+  a.metric = "rel_err_loss";
+  a.error = rel;
+  a.threshold = tol;
+  a.message = "loss differs at step " + std::to_string(v.step) + ": " + G(lb) + " (" + ctx_->baseline + ") vs " +
+              G(lc) + " (" + ctx_->candidate + "), relative error " + G(rel) + " > " + G(tol);
+  ctx_->out->Emit(std::move(a));
+}
+
+void TensorDriftDetector::OnPairStep(const PairStepView& v) {
+  const RulesConfig& cfg = *ctx_->cfg;
+  int64_t emitted = 0, suppressed = 0;
+  alerting::Alert last;
+  bool have_last = false;
+  for (MatchedTensor& m : *v.matched) {
+    if (!m.drifting()) continue;
+    const int lvl = m.eval.score >= cfg.critical_factor * m.threshold ? 2 : 1;
+    if (lvl <= m.track->drift_level) continue;
+    if (emitted >= cfg.max_tensor_alerts_per_step) {
+      ++suppressed;
+      continue;  // reported later, when it is among the earliest new ones
+    }
+    m.track->drift_level = static_cast<uint8_t>(lvl);
+    auto a = ctx_->Make(rule(), lvl == 2 ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
+    DescribeTensorPair(*ctx_, v, m, &a);
+    if (have_last) ctx_->out->Emit(std::move(last));
+    last = std::move(a);
+    have_last = true;
+    ++emitted;
+  }
+  if (have_last) {
+    if (suppressed > 0) last.message += "; " + std::to_string(suppressed) + " more tensor(s) start drifting at this step";
+    ctx_->out->Emit(std::move(last));
+  }
+}
+
+void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
+  if (fired_) return;
+  const MatchedTensor* first = nullptr;
+  size_t n = 0;
+  double worst_ratio = 0;
+  for (const MatchedTensor& m : *v.matched) {
+    if (!m.drifting()) continue;
+    ++n;
+    worst_ratio = std::max(worst_ratio, m.eval.score / m.threshold);
+    if (first == nullptr || m.c->order < first->c->order) first = &m;
+  }
+  if (first == nullptr) return;
+  fired_ = true;
+  const bool critical = worst_ratio >= ctx_->cfg->critical_factor;
+  auto a = ctx_->Make(rule(), critical ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
+  DescribeTensorPair(*ctx_, v, *first, &a);
+  a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: first divergent tensor " +
+              a.message;
+  if (n > 1) a.message += "; " + std::to_string(n) + " tensors drift at this step";
+  ctx_->out->Emit(std::move(a));
+}
+
+void TrendDetector::OnPairStep(const PairStepView& v) {
+  const RulesConfig& cfg = *ctx_->cfg;
+  const size_t w = static_cast<size_t>(std::max<int64_t>(cfg.trend_window, 3));
+  for (MatchedTensor& m : *v.matched) {
+    TensorTrack& t = *m.track;
+    const float s = std::isfinite(m.eval.score) ? static_cast<float>(m.eval.score) : 1e30f;
+    if (t.recent.size() < w) {
+      t.recent.push_back(s);
+      t.recent_pos = static_cast<uint32_t>(t.recent.size() % w);
+      if (t.recent.size() < w) continue;
+    } else {
+      t.recent[t.recent_pos] = s;
+      t.recent_pos = static_cast<uint32_t>((t.recent_pos + 1) % w);
+    }
+    if (t.trend_fired || t.drift_level > 0 || m.drifting()) continue;
+    // Oldest is at recent_pos (the slot to be overwritten next).
+    const float oldest = t.recent[t.recent_pos];
+    if (!(s >= cfg.trend_min * m.threshold) || !(oldest > 0) || s < cfg.trend_growth * oldest) continue;
+    size_t ups = 0;
+    for (size_t i = 1; i < w; ++i) {
+      if (t.recent[(t.recent_pos + i) % w] >= t.recent[(t.recent_pos + i - 1) % w]) ++ups;
+    }
+    if (ups * 10 < (w - 1) * 7) continue;  // at least 70% of the steps went up
+    t.trend_fired = true;
+    auto a = ctx_->Make(rule(), Severity::kWarning, v.step, v.rank);
+    DescribeTensorPair(*ctx_, v, m, &a);
+    a.message = "divergence growing: " + a.message + "; score grew " + G(s / oldest) + "x over " +
+                std::to_string(w) + " steps, now " + G(s / m.threshold) + " of its threshold";
+    ctx_->out->Emit(std::move(a));
+  }
+}
+
+std::vector<std::unique_ptr<PairDetector>> MakePairDetectors(const PairCtx* ctx) {
+  std::vector<std::unique_ptr<PairDetector>> v;
+  v.push_back(std::make_unique<FirstDivergenceDetector>(ctx));
+  v.push_back(std::make_unique<TensorDriftDetector>(ctx));
+  v.push_back(std::make_unique<LossDriftDetector>(ctx));
+  v.push_back(std::make_unique<TrendDetector>(ctx));
+  return v;
+}
+
+}  // namespace lockstep::collector

@@ -1,0 +1,74 @@
+// Per-pair rules (docs/rules.md): loss_drift, tensor_drift, first_divergence, trend.
+// One instance per (baseline, candidate) pair; each sees every compared step with its
+// matched tensors already evaluated (PairStepView). Threads: the analyzer's thread.
+#ifndef LOCKSTEP_COLLECTOR_DETECT_PAIR_RULES_H_
+#define LOCKSTEP_COLLECTOR_DETECT_PAIR_RULES_H_
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "detect/detector.h"
+
+namespace lockstep::collector {
+
+// `loss_drift`: the two runs' losses at one step differ beyond loss_rtol.
+class LossDriftDetector : public PairDetector {
+ public:
+  explicit LossDriftDetector(const PairCtx* ctx) : ctx_(ctx) {}
+  const char* rule() const override { return "loss_drift"; }
+  void OnPairStep(const PairStepView& v) override;
+
+ private:
+  const PairCtx* ctx_;
+  std::map<uint32_t, int> level_;  // per rank: 0 none, 1 warned, 2 critical sent
+};
+
+// `tensor_drift`: a matched tensor's drift score is above its threshold. Once per
+// tensor when it starts drifting, once more if it becomes critical; at most
+// max_tensor_alerts_per_step per step, earliest in execution order first.
+class TensorDriftDetector : public PairDetector {
+ public:
+  explicit TensorDriftDetector(const PairCtx* ctx) : ctx_(ctx) {}
+  const char* rule() const override { return "tensor_drift"; }
+  void OnPairStep(const PairStepView& v) override;
+
+ private:
+  const PairCtx* ctx_;
+};
+
+// `first_divergence`: at the first step where any tensor drifts, the earliest such
+// tensor in execution order, with both runs' values. Once per pair.
+class FirstDivergenceDetector : public PairDetector {
+ public:
+  explicit FirstDivergenceDetector(const PairCtx* ctx) : ctx_(ctx) {}
+  const char* rule() const override { return "first_divergence"; }
+  void OnPairStep(const PairStepView& v) override;
+  bool fired() const { return fired_; }
+
+ private:
+  const PairCtx* ctx_;
+  bool fired_ = false;
+};
+
+// `trend`: a tensor's drift score grew trend_growth-fold over trend_window steps,
+// mostly monotonically, and is still under its threshold: reported before it crosses.
+class TrendDetector : public PairDetector {
+ public:
+  explicit TrendDetector(const PairCtx* ctx) : ctx_(ctx) {}
+  const char* rule() const override { return "trend"; }
+  void OnPairStep(const PairStepView& v) override;
+
+ private:
+  const PairCtx* ctx_;
+};
+
+// Fills the human part of a pair alert about one tensor.
+void DescribeTensorPair(const PairCtx& ctx, const PairStepView& v, const MatchedTensor& m,
+                        alerting::Alert* a);
+
+std::vector<std::unique_ptr<PairDetector>> MakePairDetectors(const PairCtx* ctx);
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_DETECT_PAIR_RULES_H_
