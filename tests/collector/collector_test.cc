@@ -1,0 +1,225 @@
+// The Collector over real ZeroMQ sockets on loopback, in-process.
+#include "lockstep/collector/collector.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <zmq.hpp>
+
+#include "runlog/log_format.h"
+#include "runlog/log_reader.h"
+#include "test_dir.h"
+#include "test_messages.h"
+
+namespace lockstep::collector {
+namespace {
+
+using testing::At;
+using testing::Bytes;
+
+// Waits until `pred` holds or 10 s pass: no fixed sleeps.
+template <typename Pred>
+bool WaitFor(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+class RecordingSink : public MessageSink {
+ public:
+  void OnMessage(const wire::Envelope& env, int64_t recv) override {
+    seqs.push_back(env.seq());
+    last_recv = recv;
+  }
+  std::vector<uint64_t> seqs;
+  int64_t last_recv = 0;
+};
+
+class ThrowingSink : public MessageSink {
+ public:
+  void OnMessage(const wire::Envelope&, int64_t) override { throw std::runtime_error("boom"); }
+};
+
+struct Pusher {
+  explicit Pusher(const std::string& ep) : sock(ctx, zmq::socket_type::push) {
+    sock.set(zmq::sockopt::linger, 5000);
+    sock.connect(ep);
+  }
+  void Send(const Bytes& b) { sock.send(zmq::buffer(b.data(), b.size()), zmq::send_flags::none); }
+  zmq::context_t ctx;
+  zmq::socket_t sock;
+};
+
+std::unique_ptr<Collector> Make(const std::string& dir, RecordingSink* sink = nullptr,
+                                MessageSink* sink2 = nullptr) {
+  CollectorOptions o;
+  o.listen = {"tcp://127.0.0.1:*"};
+  o.data_dir = dir;
+  o.fsync_interval_ms = 50;
+  auto c = Collector::Create(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return nullptr;
+  if (sink) EXPECT_TRUE((*c)->AddSink(sink).ok());
+  if (sink2) EXPECT_TRUE((*c)->AddSink(sink2).ok());
+  EXPECT_TRUE((*c)->Start().ok());
+  return std::move(*c);
+}
+
+std::vector<Bytes> ReadLog(const std::string& path) {
+  std::vector<Bytes> out;
+  auto r = LogReader::Open(path);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return out;
+  LogReader::Record rec;
+  LogReader::Result res;
+  while ((res = (*r)->Next(&rec)) == LogReader::Result::kRecord) out.emplace_back(rec.data, rec.data + rec.size);
+  EXPECT_EQ(res, LogReader::Result::kEnd);
+  return out;
+}
+
+TEST(Collector, LogsGoodMessagesAndCountsBadOnes) {
+  testing::TempDir dir;
+  RecordingSink sink;
+  ThrowingSink thrower;
+  auto c = Make(dir.path(), &sink, &thrower);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->endpoints().size(), 1u);
+  EXPECT_NE(c->endpoints()[0].find("tcp://127.0.0.1:"), std::string::npos);
+  EXPECT_EQ(c->endpoints()[0].find('*'), std::string::npos);
+
+  Pusher p(c->endpoints()[0]);
+  std::vector<Bytes> good = {testing::Hello(At("run-a", 0, 0)),
+                             testing::Directory(At("run-a", 0, 1), {{0, "l0"}, {1, "l1"}}),
+                             testing::Stats(At("run-a", 0, 2), 0, 2),
+                             testing::Scalars(At("run-a", 0, 3), 0, 0.5),
+                             testing::Stats(At("run-b", 1, 0), 0, 5)};
+  auto major2 = At("run-a", 0, 4);
+  major2.major = 2;
+  auto wrong_id = At("run-a", 0, 4);
+  wrong_id.identifier = "NOPE";
+  Bytes truncated = testing::Stats(At("run-a", 0, 4), 1, 3);
+  truncated.resize(truncated.size() / 2);
+  Bytes garbage(100, 0xAB);
+  std::vector<Bytes> bad = {testing::Hello(major2), testing::Hello(wrong_id), truncated, garbage,
+                            testing::Hello(At("../evil", 0, 0))};
+  // Interleaved: bad messages must not disturb the good ones around them.
+  for (size_t i = 0; i < good.size(); ++i) {
+    p.Send(good[i]);
+    if (i < bad.size()) p.Send(bad[i]);
+  }
+  ASSERT_TRUE(WaitFor([&] { return c->counters().received == 10; }));
+  ASSERT_TRUE(c->Shutdown(std::chrono::seconds(5)).ok());
+
+  auto n = c->counters();
+  EXPECT_EQ(n.accepted, 5u);
+  EXPECT_EQ(n.records, 2u + 1u + 5u);
+  EXPECT_EQ(n.rejected, 5u);
+  EXPECT_EQ(n.rejected_by[static_cast<size_t>(Reject::kSchemaMajor)], 1u);
+  EXPECT_EQ(n.rejected_by[static_cast<size_t>(Reject::kFileIdentifier)], 2u);  // + garbage
+  EXPECT_EQ(n.rejected_by[static_cast<size_t>(Reject::kMalformed)], 1u);
+  EXPECT_EQ(n.rejected_by[static_cast<size_t>(Reject::kRunId)], 1u);
+  EXPECT_EQ(n.sink_errors, 5u);  // the throwing sink, caught each time
+  EXPECT_GE(n.fsyncs, 1u);
+  EXPECT_EQ(sink.seqs, (std::vector<uint64_t>{0, 1, 2, 3, 0}));
+
+  // The logs hold exactly the good bytes, per run; nothing for the evil run id.
+  EXPECT_EQ(ReadLog(runlog::LogPathFor(dir.path(), "run-a")),
+            std::vector<Bytes>(good.begin(), good.begin() + 4));
+  EXPECT_EQ(ReadLog(runlog::LogPathFor(dir.path(), "run-b")), std::vector<Bytes>{good[4]});
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 2);
+
+  RankInfo a;
+  ASSERT_TRUE(c->registry().Get("run-a", 0, &a));
+  EXPECT_EQ(a.messages, 4u);
+  EXPECT_EQ(a.gaps, 0u);
+  EXPECT_EQ(a.bad_messages, 1u);  // the major-2 one was attributable
+  EXPECT_TRUE(c->health().ok());
+}
+
+TEST(Collector, RestartRebuildsAndCountsTheGapExactly) {
+  testing::TempDir dir;
+  {
+    auto c = Make(dir.path());
+    ASSERT_TRUE(c);
+    Pusher p(c->endpoints()[0]);
+    p.Send(testing::Hello(At("run-r", 0, 0)));
+    for (uint64_t s = 1; s < 10; ++s) p.Send(testing::Stats(At("run-r", 0, s), s, 4));
+    ASSERT_TRUE(WaitFor([&] { return c->counters().accepted == 10; }));
+    ASSERT_TRUE(c->Shutdown(std::chrono::seconds(5)).ok());
+  }
+  auto c = Make(dir.path());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->counters().rebuilt_messages, 10u);
+  Pusher p(c->endpoints()[0]);
+  // 10..14 were sent while no collector listened and are lost.
+  for (uint64_t s = 15; s < 20; ++s) p.Send(testing::Stats(At("run-r", 0, s), s, 4));
+  ASSERT_TRUE(WaitFor([&] { return c->counters().accepted == 5; }));
+  ASSERT_TRUE(c->Shutdown(std::chrono::seconds(5)).ok());
+  RankInfo r;
+  ASSERT_TRUE(c->registry().Get("run-r", 0, &r));
+  EXPECT_EQ(r.messages, 15u);
+  EXPECT_EQ(r.records, 9u * 4 + 5u * 4);
+  EXPECT_EQ(r.gaps, 5u);
+  EXPECT_EQ(r.last_seq, 19u);
+  EXPECT_EQ(ReadLog(runlog::LogPathFor(dir.path(), "run-r")).size(), 15u);
+}
+
+TEST(Collector, ManyMessagesArriveIntactAndInOrder) {
+  testing::TempDir dir;
+  RecordingSink sink;
+  auto c = Make(dir.path(), &sink);
+  ASSERT_TRUE(c);
+  Pusher p(c->endpoints()[0]);
+  constexpr uint64_t kN = 5000;
+  for (uint64_t s = 0; s < kN; ++s) p.Send(testing::Stats(At("bulk", 0, s), s, 8));
+  ASSERT_TRUE(WaitFor([&] { return c->counters().accepted == kN; }));
+  ASSERT_TRUE(c->Shutdown(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(c->counters().records, kN * 8);
+  ASSERT_EQ(sink.seqs.size(), kN);
+  for (uint64_t s = 0; s < kN; ++s) ASSERT_EQ(sink.seqs[s], s);
+  auto log = ReadLog(runlog::LogPathFor(dir.path(), "bulk"));
+  EXPECT_EQ(log.size(), kN);
+}
+
+TEST(Collector, BadEndpointAndUnwritableDirAreClearErrors) {
+  testing::TempDir dir;
+  CollectorOptions o;
+  o.data_dir = dir.path();
+  o.listen = {"tcp://127.0.0.1:notaport"};
+  auto c = Collector::Create(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().IsInvalidArgument());
+  EXPECT_NE(c.status().message().find("tcp://127.0.0.1:notaport"), std::string::npos);
+
+  { std::ofstream(dir / "file") << "x"; }
+  o.listen = {"tcp://127.0.0.1:*"};
+  o.data_dir = dir / "file/sub";
+  c = Collector::Create(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kIOError);
+  EXPECT_NE(c.status().message().find("file/sub"), std::string::npos);
+}
+
+TEST(Collector, LoopbackEndpointsAreRecognized) {
+  EXPECT_TRUE(IsLoopbackEndpoint("tcp://127.0.0.1:6200"));
+  EXPECT_TRUE(IsLoopbackEndpoint("tcp://localhost:6200"));
+  EXPECT_TRUE(IsLoopbackEndpoint("tcp://[::1]:6200"));
+  EXPECT_TRUE(IsLoopbackEndpoint("ipc:///tmp/x"));
+  EXPECT_FALSE(IsLoopbackEndpoint("tcp://*:6200"));
+  EXPECT_FALSE(IsLoopbackEndpoint("tcp://0.0.0.0:6200"));
+  EXPECT_FALSE(IsLoopbackEndpoint("tcp://10.1.2.3:6200"));
+}
+
+}  // namespace
+}  // namespace lockstep::collector
