@@ -1,6 +1,5 @@
 """lockstep never hurts the job: internal failures are caught, counted and warned about
 once; close() and interpreter exit return within their timeouts without a collector."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -96,7 +95,11 @@ def test_close_without_a_collector_returns_within_its_timeout():
 def test_interpreter_exit_without_close_does_not_hang(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""
-        import time, torch, lockstep
+        import atexit, time
+        # atexit runs handlers last-in first-out: this one, registered before lockstep's
+        # (at import), runs after it and timestamps the end of lockstep's exit flush.
+        atexit.register(lambda: print("AFTER", time.monotonic(), flush=True))
+        import torch, lockstep
         torch.set_num_threads(1)
         model = torch.nn.Linear(4, 4)
         mon = lockstep.Monitor(run="exit-test", endpoint="tcp://127.0.0.1:9",
@@ -105,17 +108,14 @@ def test_interpreter_exit_without_close_does_not_hang(tmp_path):
         for _ in range(3):
             model(torch.randn(2, 4)).sum().backward()
             mon.step(loss=1.0)
-        print("T", time.monotonic(), flush=True)
-        # no close(): the atexit handler flushes with its own (2 s) bound
+        print("BEFORE", time.monotonic(), flush=True)
+        # no close(): the atexit handler flushes with its own (2 s) bound, not 30 s
     """))
-    env = dict(os.environ)
-    t_start = time.monotonic()
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         env=env, timeout=60, check=False)
-    t_end = time.monotonic()
+                         timeout=120, check=False)
     assert out.returncode == 0, out.stderr
-    t_done = float(out.stdout.split()[1])
-    assert t_end - t_done < 2.0 + 1.5, (t_end - t_done, t_end - t_start)
+    stamps = dict(line.split() for line in out.stdout.splitlines())
+    assert float(stamps["AFTER"]) - float(stamps["BEFORE"]) < 2.0 + 1.0, stamps
 
 
 def test_bad_endpoint_gives_a_warning_and_a_monitor_that_does_nothing():

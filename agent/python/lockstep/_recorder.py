@@ -70,33 +70,39 @@ class Recorder:
         self.order = 0
 
     def _register(self, name, kind, t, order):
-        dtype = DTYPE_CODES.get(t.dtype, 0)
-        tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order)
-        if tid >= 0xFFFFFFFF:
-            return None
+        """The tensor's agent id, or -1 for a tensor without statistics (sparse or
+        other non-strided layouts), remembered per (name, kind)."""
+        if t.layout != torch.strided:
+            tid = -1
+        else:
+            dtype = DTYPE_CODES.get(t.dtype, 0)
+            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order)
+            if tid >= 0xFFFFFFFF:  # the agent refused (counted there); try again next time
+                return None
         self._ids[(name, kind)] = tid
         return tid
 
     def record(self, name, kind, t):
         order = self.order
-        self.order += 1
-        if t.layout != torch.strided:
-            self.skipped += 1
-            return
+        self.order = order + 1
         tid = self._ids.get((name, kind))
         if tid is None:
             tid = self._register(name, kind, t, order)
             if tid is None:
                 self.failed += 1
                 return
-        self.records += 1
-        if t.device.type == "cpu" and not self._force_device:
+        if tid < 0:
+            self.skipped += 1
+            return
+        # t.is_cpu, not t.device.type: building a device object costs ~10x more.
+        if t.is_cpu and not self._force_device:
             code = self._host_dtypes.get(t.dtype)
             if code is None:
                 self.skipped += 1
                 return
             if not t.is_contiguous():
                 t = t.contiguous()
+            self.records += 1
             l2 = self._agent.record_host_tensor(self.step, self.micro, tid, order,
                                                 t.data_ptr(), t.numel(), code)
             if l2 < 0.0:  # the kernel refused the tensor
@@ -108,4 +114,5 @@ class Recorder:
             if not t.dtype.is_floating_point:
                 self.skipped += 1
                 return
+            self.records += 1
             self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD)
