@@ -17,6 +17,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"collect", lockstep::cli::CollectCommand,
      "run the collector: ingest agents' statistics, record run logs, align, detect, alert"},
+    {"compare", lockstep::cli::CompareCommand,
+     "align two recorded runs offline and print the first divergence and a per-tensor table"},
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},
 };
 

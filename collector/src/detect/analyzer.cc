@@ -155,7 +155,8 @@ void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role)
   }
 }
 
-Status Analyzer::AddBaselineLog(const std::string& path, const std::string& experiment) {
+StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const std::string& experiment,
+                                               bool run_rules) {
   auto reader = LogReader::Open(path);
   if (!reader.ok()) {
     return Status::InvalidArgument("cannot open the baseline log '" + path + "': " + reader.status().message());
@@ -178,12 +179,16 @@ Status Analyzer::AddBaselineLog(const std::string& path, const std::string& expe
   }
   auto reopened = LogReader::Open(path);  // start again from the first record
   if (!reopened.ok()) return reopened.status();
+  if (runs_.count(run_id) && runs_.at(run_id)->role != RunRole::kUnknown) {
+    return Status::InvalidArgument("the baseline log '" + path + "' holds run " + run_id +
+                                   ", which is already known here; compare two different runs");
+  }
   RunState* r = GetRun(run_id);
-  r->run_rules = false;
+  r->run_rules = run_rules;
   r->source = std::move(*reopened);
   OverrideRun(run_id, exp, RunRole::kBaseline);
   spdlog::info("baseline of experiment {}: recorded run {} from {}", exp, run_id, path);
-  return Status::OK();
+  return run_id;
 }
 
 void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {

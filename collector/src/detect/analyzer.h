@@ -117,8 +117,11 @@ class Analyzer : public MessageSink {
   // Fixes a run's experiment and role whatever its Hello says (compare, tests).
   void OverrideRun(const std::string& run, const std::string& experiment, RunRole role);
   // A recorded run log as the baseline of `experiment` ("" = the log's own), read
-  // from disk at its candidates' pace. Its own per-run rules do not run again.
-  Status AddBaselineLog(const std::string& path, const std::string& experiment = "");
+  // from disk at its candidates' pace. Its per-run rules run only if `run_rules`
+  // (compare: yes; a live collector: no, they ran when it was recorded). Returns the
+  // log's run id.
+  StatusOr<std::string> AddBaselineLog(const std::string& path, const std::string& experiment = "",
+                                       bool run_rules = false);
 
   std::vector<PairReport> Reports() const;
   AnalyzerCounters counters() const;
