@@ -20,6 +20,8 @@ constexpr Command kCommands[] = {
     {"compare", lockstep::cli::CompareCommand,
      "align two recorded runs offline and print the first divergence and a per-tensor table"},
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},
+    {"alert-test", lockstep::cli::AlertTestCommand,
+     "send one test alert through the configured sinks and say per sink if it arrived"},
 };
 
 void PrintUsage(FILE* out) {

@@ -1,0 +1,233 @@
+#include "cli/alerting_flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace lockstep::cli {
+namespace {
+
+using alerting::AlertingOptions;
+using alerting::SinkKind;
+using alerting::SinkOptions;
+
+std::chrono::milliseconds Ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
+}
+
+// "env:NAME" -> the variable's value; anything else as is.
+StatusOr<std::string> Resolve(const std::string& value, const std::string& what) {
+  if (value.rfind("env:", 0) != 0) return value;
+  std::string name = value.substr(4);
+  const char* v = name.empty() ? nullptr : std::getenv(name.c_str());
+  if (v == nullptr || *v == '\0')
+    return Status::InvalidArgument(what + " names environment variable '" + name +
+                                   "', which is not set: export it or give the value directly");
+  return std::string(v);
+}
+
+StatusOr<double> ParseNumber(const std::string& text, const std::string& what) {
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !std::isfinite(x))
+    return Status::InvalidArgument(what + " expects a number, got '" + text + "'");
+  return x;
+}
+
+// Fields every flag-built sink shares.
+SinkOptions Common(const AlertingFlags& f, alerting::Severity min) {
+  SinkOptions s;
+  s.min_severity = min;
+  s.rate_per_min = f.rate_per_min;
+  s.burst = static_cast<int>(f.burst);
+  s.max_retries = static_cast<int>(f.retries);
+  s.backoff_base = std::chrono::milliseconds(f.backoff_ms);
+  s.backoff_max = Ms(f.backoff_max_s);
+  s.request_timeout = Ms(f.timeout_s);
+  s.connect_timeout = Ms(f.connect_timeout_s);
+  s.ca_file = f.ca_file;
+  return s;
+}
+
+// --alert-sink "kind=feishu,url=env:FEISHU_URL,secret=env:FEISHU_SECRET,min-severity=critical"
+Status ParseSinkSpec(const std::string& spec, SinkOptions* s) {
+  std::string who = "--alert-sink '" + alerting::RedactUrl(spec) + "'";
+  bool has_kind = false;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    std::string kv = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    while (!kv.empty() && kv.front() == ' ') kv.erase(0, 1);
+    while (!kv.empty() && kv.back() == ' ') kv.pop_back();
+    if (kv.empty()) continue;
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos)
+      return Status::InvalidArgument(who + ": expected key=value, got '" + kv.substr(0, 20) + "'");
+    std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    for (char& c : k) if (c == '_') c = '-';
+    std::string what = who + " key " + k;
+    if (k == "kind" || k == "format") {
+      auto kind = alerting::ParseSinkKind(v == "generic" ? "webhook" : v);
+      if (!kind.ok()) return kind.status();
+      s->kind = *kind;
+      has_kind = true;
+    } else if (k == "url" || k == "path") {
+      auto r = Resolve(v, what);
+      if (!r.ok()) return r.status();
+      s->target = *r;
+    } else if (k == "name") {
+      s->name = v;
+    } else if (k == "min-severity") {
+      auto sev = alerting::ParseSeverity(v);
+      if (!sev.ok()) return sev.status();
+      s->min_severity = *sev;
+    } else if (k == "secret" || k == "token") {
+      auto r = Resolve(v, what);
+      if (!r.ok()) return r.status();
+      (k == "secret" ? s->secret : s->token) = *r;
+    } else if (k == "ca-file") {
+      s->ca_file = v;
+    } else if (k == "msg-type") {
+      if (v != "text" && v != "interactive")
+        return Status::InvalidArgument(what + " must be text or interactive");
+      s->feishu_text = v == "text";
+    } else if (k == "generator-url") {
+      s->generator_url = v;
+    } else {
+      auto x = ParseNumber(v, what);
+      if (!x.ok()) return x.status();
+      if (k == "rate-per-min") s->rate_per_min = *x;
+      else if (k == "burst") s->burst = static_cast<int>(*x);
+      else if (k == "retries") s->max_retries = static_cast<int>(*x);
+      else if (k == "timeout-s") s->request_timeout = Ms(*x);
+      else if (k == "connect-timeout-s") s->connect_timeout = Ms(*x);
+      else if (k == "cooldown-s") s->cooldown = Ms(*x);
+      else
+        return Status::InvalidArgument(
+            who + ": unknown key '" + k +
+            "' (known: kind, url, path, name, min-severity, secret, token, ca-file, msg-type, "
+            "generator-url, rate-per-min, burst, retries, timeout-s, connect-timeout-s, cooldown-s)");
+    }
+  }
+  if (!has_kind) return Status::InvalidArgument(who + " has no kind=...: say which format it is");
+  return Status::OK();
+}
+
+}  // namespace
+
+void RegisterAlertingFlags(FlagSet* f, AlertingFlags* v) {
+  f->StringList("webhook", &v->webhooks,
+                "send alerts to this webhook URL (or env:VAR); format from --webhook-format", "URL");
+  f->StringList("webhook-format", &v->webhook_formats,
+                "generic|slack|feishu|dingtalk|wecom: one for all --webhook URLs, or one per URL "
+                "in order (default generic)", "FORMAT");
+  f->String("webhook-secret", &v->webhook_secret,
+            "signing secret (or env:VAR) for feishu and dingtalk webhooks", "SECRET");
+  f->String("webhook-token", &v->webhook_token,
+            "bearer token (or env:VAR) sent to generic webhooks", "TOKEN");
+  f->String("feishu-msg-type", &v->feishu_msg_type, "Feishu/Lark message: interactive or text", "TYPE");
+  f->StringList("alertmanager", &v->alertmanagers,
+                "Prometheus Alertmanager base URL (POSTs to URL/api/v2/alerts)", "URL");
+  f->String("alert-generator-url", &v->generator_url,
+            "generatorURL sent to Alertmanager (a link back to this collector)", "URL");
+  f->StringList("alert-sink", &v->sinks,
+                "a fully configured sink: \"kind=K,url=U[,min-severity=S,secret=..,token=..,"
+                "ca-file=..,rate-per-min=..,burst=..,retries=..,timeout-s=..,cooldown-s=..]\"",
+                "SPEC");
+  f->String("alerts-file", &v->alerts_file, "append every alert as a JSON line to this file", "PATH");
+  f->Bool("alert-log", &v->log, "also write every alert to the collector's log");
+  f->String("alert-min-severity", &v->min_severity,
+            "send only alerts at least this severe: info|warning|critical", "SEVERITY");
+  f->String("alert-ca-file", &v->ca_file,
+            "PEM CA certificate trusted for HTTPS sinks, besides the system store", "FILE");
+  f->String("alert-spool-dir", &v->spool_dir,
+            "where undelivered alerts wait across restarts (default: DATA_DIR/alert-spool)", "DIR");
+  f->Int("alert-spool-max-mb", &v->spool_max_mb, "spool size cap per sink; oldest dropped beyond it", "MB");
+  f->Double("alert-cooldown-s", &v->cooldown_s,
+            "suppress repeats of the same (rule, experiment, tensor) for this long (0 = off)", "SECONDS");
+  f->Double("alert-rate-per-min", &v->rate_per_min, "per-sink rate limit (0 = off)", "N");
+  f->Int("alert-burst", &v->burst, "per-sink burst allowed by the rate limit", "N");
+  f->Int("alert-retries", &v->retries, "retries before an alert counts as spooled (it is still retried)", "N");
+  f->Int("alert-backoff-ms", &v->backoff_ms, "first retry delay; doubles per retry, with jitter", "MS");
+  f->Double("alert-backoff-max-s", &v->backoff_max_s, "longest retry delay", "SECONDS");
+  f->Double("alert-timeout-s", &v->timeout_s, "HTTP request timeout (TLS, send, answer)", "SECONDS");
+  f->Double("alert-connect-timeout-s", &v->connect_timeout_s, "HTTP connect timeout (DNS + TCP)", "SECONDS");
+}
+
+StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
+                                               const std::string& default_spool_dir) {
+  auto min = alerting::ParseSeverity(f.min_severity);
+  if (!min.ok()) return Status::InvalidArgument("--alert-min-severity: " + min.status().message());
+  if (f.timeout_s <= 0 || f.connect_timeout_s <= 0)
+    return Status::InvalidArgument("--alert-timeout-s and --alert-connect-timeout-s must be positive");
+  if (f.cooldown_s < 0) return Status::InvalidArgument("--alert-cooldown-s must not be negative");
+  if (f.spool_max_mb < 1) return Status::InvalidArgument("--alert-spool-max-mb must be at least 1");
+  if (f.feishu_msg_type != "interactive" && f.feishu_msg_type != "text")
+    return Status::InvalidArgument("--feishu-msg-type must be interactive or text, got '" +
+                                   f.feishu_msg_type + "'");
+  if (f.webhook_formats.size() > 1 && f.webhook_formats.size() != f.webhooks.size())
+    return Status::InvalidArgument(
+        "--webhook-format was given " + std::to_string(f.webhook_formats.size()) + " times for " +
+        std::to_string(f.webhooks.size()) + " --webhook URLs: give one format for all, or one per URL");
+
+  AlertingOptions o;
+  o.spool_dir = f.spool_dir.empty() ? default_spool_dir : f.spool_dir;
+  o.spool_max_bytes = static_cast<uint64_t>(f.spool_max_mb) << 20;
+  o.dedup_cooldown = Ms(f.cooldown_s);
+  auto secret = Resolve(f.webhook_secret, "--webhook-secret");
+  if (!secret.ok()) return secret.status();
+  auto token = Resolve(f.webhook_token, "--webhook-token");
+  if (!token.ok()) return token.status();
+
+  for (size_t i = 0; i < f.webhooks.size(); ++i) {
+    SinkOptions s = Common(f, *min);
+    std::string fmt = f.webhook_formats.empty() ? "generic"
+                      : f.webhook_formats.size() == 1 ? f.webhook_formats[0] : f.webhook_formats[i];
+    auto kind = alerting::ParseSinkKind(fmt);
+    if (!kind.ok()) return Status::InvalidArgument("--webhook-format: " + kind.status().message());
+    if (!alerting::IsHttpKind(*kind) || *kind == SinkKind::kAlertmanager)
+      return Status::InvalidArgument("--webhook-format '" + fmt +
+                                     "' is not a webhook format: use generic, slack, feishu, dingtalk or wecom");
+    s.kind = *kind;
+    auto url = Resolve(f.webhooks[i], "--webhook");
+    if (!url.ok()) return url.status();
+    s.target = *url;
+    if (s.kind == SinkKind::kFeishu || s.kind == SinkKind::kDingTalk) s.secret = *secret;
+    if (s.kind == SinkKind::kWebhook) s.token = *token;
+    s.feishu_text = f.feishu_msg_type == "text";
+    o.sinks.push_back(std::move(s));
+  }
+  for (const auto& am : f.alertmanagers) {
+    SinkOptions s = Common(f, *min);
+    s.kind = SinkKind::kAlertmanager;
+    auto url = Resolve(am, "--alertmanager");
+    if (!url.ok()) return url.status();
+    s.target = *url;
+    s.generator_url = f.generator_url;
+    o.sinks.push_back(std::move(s));
+  }
+  for (const auto& spec : f.sinks) {
+    SinkOptions s = Common(f, *min);
+    LOCKSTEP_RETURN_IF_ERROR(ParseSinkSpec(spec, &s));
+    o.sinks.push_back(std::move(s));
+  }
+  if (!f.alerts_file.empty()) {
+    SinkOptions s = Common(f, *min);
+    s.kind = SinkKind::kJsonl;
+    s.target = f.alerts_file;
+    s.rate_per_min = 0;  // a local file keeps every alert
+    o.sinks.push_back(std::move(s));
+  }
+  if (f.log) {
+    SinkOptions s = Common(f, *min);
+    s.kind = SinkKind::kLog;
+    s.rate_per_min = 0;
+    o.sinks.push_back(std::move(s));
+  }
+  LOCKSTEP_RETURN_IF_ERROR(alerting::ValidateOptions(o));
+  return o;
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,108 @@
+// The alerting flags and TOML keys -> AlertingOptions, and their mistakes.
+#include "cli/alerting_flags.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "test_util.h"
+
+namespace lockstep::cli {
+namespace {
+
+using alerting::SinkKind;
+
+StatusOr<alerting::AlertingOptions> Build(std::vector<const char*> argv, const std::string& spool = "/tmp/spool") {
+  FlagSet flags("collect", "collect", "test");
+  AlertingFlags af;
+  RegisterAlertingFlags(&flags, &af);
+  Status st = flags.Parse(static_cast<int>(argv.size()), argv.data());
+  if (!st.ok()) return st;
+  return BuildAlertingOptions(af, spool);
+}
+
+TEST(AlertingFlags, WebhooksWithFormatsAlertmanagerFileAndLog) {
+  setenv("LOCKSTEP_TEST_DING_SECRET", "SECding0123456789", 1);
+  auto o = Build({"--webhook", "https://hooks.slack.com/services/T/B/X", "--webhook",
+                  "https://oapi.dingtalk.com/robot/send?access_token=t", "--webhook-format", "slack",
+                  "--webhook-format", "dingtalk", "--webhook-secret", "env:LOCKSTEP_TEST_DING_SECRET",
+                  "--alertmanager", "http://127.0.0.1:9093", "--alerts-file", "/tmp/a.jsonl",
+                  "--alert-min-severity", "warning", "--alert-cooldown-s", "30", "--alert-retries", "5",
+                  "--alert-timeout-s", "2.5"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_EQ(o->sinks.size(), 5u);
+  EXPECT_EQ(o->sinks[0].kind, SinkKind::kSlack);
+  EXPECT_TRUE(o->sinks[0].secret.empty());
+  EXPECT_EQ(o->sinks[1].kind, SinkKind::kDingTalk);
+  EXPECT_EQ(o->sinks[1].secret, "SECding0123456789");
+  EXPECT_EQ(o->sinks[2].kind, SinkKind::kAlertmanager);
+  EXPECT_EQ(o->sinks[3].kind, SinkKind::kJsonl);
+  EXPECT_EQ(o->sinks[4].kind, SinkKind::kLog);
+  for (const auto& s : o->sinks) EXPECT_EQ(s.min_severity, alerting::Severity::kWarning);
+  EXPECT_EQ(o->sinks[0].max_retries, 5);
+  EXPECT_EQ(o->sinks[0].request_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(o->dedup_cooldown, std::chrono::seconds(30));
+  EXPECT_EQ(o->spool_dir, "/tmp/spool");
+}
+
+TEST(AlertingFlags, SinkSpecConfiguresEachSinkOnItsOwn) {
+  setenv("LOCKSTEP_TEST_FEISHU_URL", "https://open.feishu.cn/open-apis/bot/v2/hook/abc", 1);
+  auto o = Build({"--no-alert-log", "--alert-sink",
+                  "kind=feishu,url=env:LOCKSTEP_TEST_FEISHU_URL,secret=s3cr3t,min-severity=critical,"
+                  "msg-type=text,rate-per-min=5,burst=2,cooldown-s=0"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_EQ(o->sinks.size(), 1u);
+  const auto& s = o->sinks[0];
+  EXPECT_EQ(s.kind, SinkKind::kFeishu);
+  EXPECT_EQ(s.target, "https://open.feishu.cn/open-apis/bot/v2/hook/abc");
+  EXPECT_EQ(s.secret, "s3cr3t");
+  EXPECT_TRUE(s.feishu_text);
+  EXPECT_EQ(s.min_severity, alerting::Severity::kCritical);
+  EXPECT_EQ(s.rate_per_min, 5);
+  EXPECT_EQ(s.burst, 2);
+  EXPECT_EQ(s.cooldown.count(), 0);
+}
+
+TEST(AlertingFlags, TomlConfigSetsSinks) {
+  std::string dir = alerting::testing::TempDir("toml");
+  std::string path = dir + "/lockstep.toml";
+  std::ofstream(path) << "webhook = [\"https://example.com/a\"]\n"
+                         "webhook-format = \"wecom\"\n"
+                         "alert-sink = [\"kind=generic,url=https://example.com/b,token=tkn\"]\n"
+                         "alert_spool_dir = \"" << dir << "/spool\"\n"
+                         "alert-log = false\n";
+  auto o = Build({"--config", path.c_str()});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_EQ(o->sinks.size(), 2u);
+  EXPECT_EQ(o->sinks[0].kind, SinkKind::kWeCom);
+  EXPECT_EQ(o->sinks[1].kind, SinkKind::kWebhook);
+  EXPECT_EQ(o->sinks[1].token, "tkn");
+  EXPECT_EQ(o->spool_dir, dir + "/spool");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AlertingFlags, MistakesAreOneSentence) {
+  auto unknown = Build({"--webhook", "https://x.example/h", "--webhook-format", "teams"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown alert sink format 'teams'"), std::string::npos);
+  auto bad_url = Build({"--webhook", "hooks.slack.com/x"});
+  ASSERT_FALSE(bad_url.ok());
+  EXPECT_NE(bad_url.status().message().find("http:// or https://"), std::string::npos);
+  unsetenv("LOCKSTEP_TEST_UNSET");
+  auto no_env = Build({"--webhook", "env:LOCKSTEP_TEST_UNSET"});
+  ASSERT_FALSE(no_env.ok());
+  EXPECT_NE(no_env.status().message().find("LOCKSTEP_TEST_UNSET"), std::string::npos);
+  auto counts = Build({"--webhook", "https://a.example/", "--webhook", "https://b.example/",
+                       "--webhook-format", "slack", "--webhook-format", "wecom", "--webhook-format", "slack"});
+  EXPECT_FALSE(counts.ok());
+  auto spec = Build({"--alert-sink", "url=https://a.example/"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("kind="), std::string::npos);
+  EXPECT_FALSE(Build({"--alert-min-severity", "fatal"}).ok());
+}
+
+}  // namespace
+}  // namespace lockstep::cli
