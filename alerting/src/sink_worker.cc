@@ -179,10 +179,13 @@ void SinkWorker::AttemptHead() {
     last_error_.clear();
     return;
   }
+  bool stopping;
   {
     std::lock_guard<std::mutex> lk(mu_);
     last_error_ = r.detail;
+    stopping = stop_;
   }
+  if (stopping) return;  // aborted by Stop(): the alert stays spooled, nothing to report
   if (!r.retryable) {
     c_.failed.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("alerting: sink {} ({}) rejected alert {} ({}): {}; not retrying, since the same "
