@@ -65,8 +65,12 @@ std::unique_ptr<Collector> Make(const std::string& dir, RecordingSink* sink = nu
   auto c = Collector::Create(o);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return nullptr;
-  if (sink) EXPECT_TRUE((*c)->AddSink(sink).ok());
-  if (sink2) EXPECT_TRUE((*c)->AddSink(sink2).ok());
+  if (sink) {
+    EXPECT_TRUE((*c)->AddSink(sink).ok());
+  }
+  if (sink2) {
+    EXPECT_TRUE((*c)->AddSink(sink2).ok());
+  }
   EXPECT_TRUE((*c)->Start().ok());
   return std::move(*c);
 }

@@ -56,8 +56,9 @@ TEST(Crc32c, ImplementationsAgreeOnEveryLengthAndAlignment) {
     for (size_t n = 0; n < 1024; n += (n < 64 ? 1 : 37)) {
       uint32_t sw = crc32c::ExtendSoftware(0, buf.data() + off, n);
       EXPECT_EQ(crc32c::Value(buf.data() + off, n), sw) << off << " " << n;
-      if (crc32c::HardwareAvailable())
+      if (crc32c::HardwareAvailable()) {
         EXPECT_EQ(crc32c::ExtendHardware(0, buf.data() + off, n), sw) << off << " " << n;
+      }
     }
   }
 }

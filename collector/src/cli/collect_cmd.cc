@@ -94,8 +94,8 @@ int CollectCommand(int argc, const char* const* argv) {
                 "Runs the collector: agents push statistics to --listen; every verified message "
                 "is appended to <data-dir>/<run>.lslog. Stops cleanly on Ctrl-C / SIGTERM.");
   flags.StringList("listen", &listen,
-                   "ZeroMQ endpoint to bind; may repeat (default tcp://127.0.0.1:6200; use "
-                   "tcp://127.0.0.1:* for a free port)",
+                   "ZeroMQ endpoint to bind (default tcp://127.0.0.1:6200; "
+                   "tcp://127.0.0.1:* picks a free port)",
                    "ENDPOINT");
   flags.String("data-dir", &data_dir, "directory of the run logs (created if missing)", "DIR");
   flags.String("ready-file", &ready_file,
@@ -109,7 +109,7 @@ int CollectCommand(int argc, const char* const* argv) {
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Usage(s.message());
   if (flags.help_requested()) {
-    std::printf("%s", flags.Help().c_str());
+    std::printf("%s\n", flags.Help().c_str());
     return kExitOk;
   }
   if (!flags.positional().empty())

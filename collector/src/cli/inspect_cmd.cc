@@ -31,7 +31,7 @@ int InspectCommand(int argc, const char* const* argv) {
     return kExitUsage;
   }
   if (flags.help_requested()) {
-    std::printf("%s", flags.Help().c_str());
+    std::printf("%s\n", flags.Help().c_str());
     return kExitOk;
   }
   if (flags.positional().empty()) {
