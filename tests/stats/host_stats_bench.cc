@@ -1,0 +1,93 @@
+// host_stats_bench: throughput of the one-pass host statistics kernel against the
+// memory-read limit (a plain sum of the same buffer), measured in the same run.
+// Prints BENCH lines last (scripts/bench).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "lockstep/agent/host_stats.h"
+#include "stats/kernel.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The memory-read limit: a sum with 16 independent lanes, which gcc vectorizes
+// without -ffast-math (no reassociation needed), so it runs at read bandwidth.
+__attribute__((noinline)) float PlainSum(const float* p, size_t n) {
+  float acc[16] = {};
+  size_t i = 0;
+  for (; i < n / 16 * 16; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += p[i + l];
+  float s = 0;
+  for (; i < n; ++i) s += p[i];
+  for (float a : acc) s += a;
+  return s;
+}
+
+template <class F>
+double Seconds(F f) {
+  auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  constexpr size_t kBytes = 64u << 20;
+  constexpr size_t kN = kBytes / sizeof(float);
+  std::vector<float> buf(kN);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& x : buf) x = dist(rng);
+  std::vector<uint16_t> bf16(kN);
+  for (size_t i = 0; i < kN; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &buf[i], 4);
+    bf16[i] = static_cast<uint16_t>(b >> 16);
+  }
+
+  lockstep::StatsConfig cfg;  // K = 32 sketch, 16-bin histogram: everything on
+  lockstep::TensorStats st;
+  volatile float sink = 0;
+  constexpr int kReps = 9;
+  std::vector<double> t_sum, t_stats, t_bf16;
+  (void)lockstep::ComputeHostStats(buf.data(), lockstep::DType::kF32, kN, cfg, &st);  // warm-up
+  sink = sink + PlainSum(buf.data(), kN);
+  // Alternate the two so both see the same machine state (frequency, other load).
+  for (int r = 0; r < kReps; ++r) {
+    t_sum.push_back(Seconds([&] { sink = sink + PlainSum(buf.data(), kN); }));
+    t_stats.push_back(Seconds([&] {
+      (void)lockstep::ComputeHostStats(buf.data(), lockstep::DType::kF32, kN, cfg, &st);
+    }));
+    t_bf16.push_back(Seconds([&] {
+      (void)lockstep::ComputeHostStats(bf16.data(), lockstep::DType::kBF16, kN, cfg, &st);
+    }));
+  }
+  const double sum_s = Median(t_sum), stats_s = Median(t_stats), bf16_s = Median(t_bf16);
+  const char* isa = lockstep::stats::BestIsa() == lockstep::stats::Isa::kAvx512 ? "avx512"
+                    : lockstep::stats::BestIsa() == lockstep::stats::Isa::kAvx2 ? "avx2"
+                                                                                : "generic";
+  std::printf("kernel=%s buffer=%zu MB fp32, median of %d alternating runs; l2=%.6g sketch[0]=%g\n",
+              isa, kBytes >> 20, kReps, st.l2, st.sketch[0]);
+  // host_stats_vs_read_ratio: throughput of ComputeHostStats (all statistics, K=32
+  // sketch, 16-bin histogram) over a 64 MB fp32 buffer divided by the throughput of
+  // PlainSum over the same buffer (= plain-sum time / stats time). Target >= 0.5.
+  std::printf("BENCH host_stats_vs_read_ratio %.3f ratio\n", sum_s / stats_s);
+  // host_stats_gbps: bytes of fp32 input read per second by ComputeHostStats.
+  std::printf("BENCH host_stats_gbps %.2f GB/s\n", kBytes / stats_s / 1e9);
+  // host_stats_bf16_gelems: elements per second (1e9) of ComputeHostStats on bf16 input.
+  std::printf("BENCH host_stats_bf16_gelems %.3f Gelem/s\n", kN / bf16_s / 1e9);
+  // plain_sum_gbps: the memory-read limit measured alongside.
+  std::printf("BENCH plain_sum_gbps %.2f GB/s\n", kBytes / sum_s / 1e9);
+  return 0;
+}
