@@ -88,7 +88,8 @@ void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
   rows.resize(w);
   rs.last_closed = std::max<int64_t>(rs.last_closed, static_cast<int64_t>(step->step));
   ++counters_.steps_closed;
-  on_closed_(step->rank, std::move(step));
+  const uint32_t rank = step->rank;
+  on_closed_(rank, std::move(step));
 }
 
 void RunDecoder::CloseThrough(RankState& rs, int64_t through_step, bool by_scalars) {

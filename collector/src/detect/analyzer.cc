@@ -127,6 +127,7 @@ void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role)
     p->ctx.cfg = &opt_.rules;
     p->ctx.out = &emitter_;
     p->detectors = MakePairDetectors(&p->ctx);
+    p->evicted = c->evicted;  // what the candidate lost while it waited for a baseline
     b->pairs.push_back(p.get());
     c->pairs.push_back(p.get());
     spdlog::info("experiment {}: comparing candidate {} against baseline {}", c->experiment, c->id, b->id);

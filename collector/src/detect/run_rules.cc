@@ -194,6 +194,12 @@ void SpikeDetector::Check(const char* what, double x, double ratio, Ewma* e, con
     bool far = std::fabs(x - m) > cfg.spike_z * sd;
     bool jump = (m > 0 && x > 0) ? (x > ratio * m || x < m / ratio) : std::fabs(x - m) > (ratio - 1) * std::fabs(m);
     if (far && jump) {
+      if (++e->consecutive >= 3) {
+        // Not a spike but a new level (a schedule change, a resumed run): adopt it.
+        *e = Ewma{x, 0, e->n, 0};
+        return;
+      }
+      if (e->consecutive > 1) return;  // the same excursion, already reported
       auto a = ctx_->Make(rule(), Severity::kWarning, s.step, s.rank);
       a.tensor = what;
       a.kind = "";
@@ -205,7 +211,9 @@ void SpikeDetector::Check(const char* what, double x, double ratio, Ewma* e, con
       a.message = "run " + ctx_->run + " step " + std::to_string(s.step) + ": " + what + " " +
                   (x > m ? "jumped" : "dropped") + " to " + Fmt("%g", x) + " from its recent average " + Fmt("%g", m);
       ctx_->out->Emit(std::move(a));
+      return;  // a spike does not move the average it is judged against
     }
+    e->consecutive = 0;
   }
   // Update after the check, so a spike is judged against the past only.
   const double alpha = e->n == 0 ? 1.0 : cfg.spike_alpha;

@@ -68,6 +68,7 @@ class SpikeDetector : public RunDetector {
   struct Ewma {
     double mean = 0, var = 0;
     int64_t n = 0;
+    int consecutive = 0;  // spikes in a row: a lasting level change is adopted after 3
   };
 
  private:

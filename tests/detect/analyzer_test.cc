@@ -1,0 +1,546 @@
+// The analyzer and every rule on synthetic streams (real FlatBuffers messages from a
+// fake agent, tests/detect/stream_builder.h).
+#include "detect/analyzer.h"
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "stream_builder.h"
+
+namespace lockstep::collector {
+namespace {
+
+using lockstep::testing::AsEnvelope;
+using lockstep::testing::FakeScalars;
+using lockstep::testing::FakeStat;
+using lockstep::testing::FakeTensor;
+using lockstep::testing::StreamBuilder;
+
+constexpr int kTensors = 5;
+
+std::vector<FakeTensor> Model(const std::string& prefix = "", wire::DType dt = wire::DType::F32) {
+  std::vector<FakeTensor> v;
+  for (int i = 0; i < kTensors; ++i) {
+    v.push_back(FakeTensor{prefix + "layers." + std::to_string(i), wire::TensorKind::Act, dt, static_cast<uint32_t>(i)});
+  }
+  return v;
+}
+
+std::vector<double> Values(int tensor, uint64_t step) {
+  std::vector<double> v(64);
+  for (size_t j = 0; j < v.size(); ++j) v[j] = std::sin(0.37 * tensor + 0.11 * step + 0.05 * j) + 0.1 * tensor;
+  return v;
+}
+
+using Perturb = std::function<void(uint64_t step, int tensor, std::vector<double>* v)>;
+
+struct Harness {
+  std::vector<alerting::Alert> alerts;
+  int64_t now = 1'700'000'000'000'000'000;
+  std::unique_ptr<Analyzer> an;
+
+  explicit Harness(AnalyzerOptions opt = {}) {
+    an = std::make_unique<Analyzer>(
+        std::move(opt), [this](alerting::Alert a) { alerts.push_back(std::move(a)); }, [this] { return now; });
+  }
+  void Feed(const std::vector<uint8_t>& m) { an->OnMessage(AsEnvelope(m), now); }
+  size_t Count(const std::string& rule) const {
+    size_t n = 0;
+    for (const auto& a : alerts) n += a.rule == rule;
+    return n;
+  }
+  const alerting::Alert* First(const std::string& rule) const {
+    for (const auto& a : alerts) {
+      if (a.rule == rule) return &a;
+    }
+    return nullptr;
+  }
+  std::string Dump() const {
+    std::string s;
+    for (const auto& a : alerts) s += a.rule + ": " + a.message + "\n";
+    return s;
+  }
+};
+
+std::vector<uint8_t> StepMsg(StreamBuilder& sb, uint64_t step, const Perturb& perturb) {
+  std::vector<FakeStat> stats;
+  for (int i = 0; i < kTensors; ++i) {
+    auto v = Values(i, step);
+    if (perturb) perturb(step, i, &v);
+    auto s = FakeStat::Vec(i, v);
+    s.order = i;
+    stats.push_back(s);
+  }
+  return sb.Stats(step, stats);
+}
+
+// Baseline and candidate step by step, interleaved; the candidate's values perturbed.
+void RunPair(Harness& h, uint64_t steps, const Perturb& perturb, const std::string& cand_prefix = "",
+             std::function<double(uint64_t)> cand_loss = nullptr) {
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h.Feed(b.Hello());
+  h.Feed(c.Hello());
+  h.Feed(b.Directory(Model()));
+  h.Feed(c.Directory(Model(cand_prefix)));
+  for (uint64_t s = 0; s < steps; ++s) {
+    FakeScalars sc;
+    sc.loss = 2.0 - 0.001 * s;
+    h.Feed(StepMsg(b, s, nullptr));
+    h.Feed(b.Scalars(s, sc));
+    if (cand_loss) sc.loss = cand_loss(s);
+    h.Feed(StepMsg(c, s, perturb));
+    h.Feed(c.Scalars(s, sc));
+  }
+  h.Feed(b.Goodbye(steps - 1));
+  h.Feed(c.Goodbye(steps - 1));
+  h.an->Finish();
+}
+
+TEST(Analyzer, IdenticalRunsRaiseNoAlert) {
+  Harness h;
+  RunPair(h, 200, nullptr);
+  EXPECT_TRUE(h.alerts.empty()) << h.Dump();
+  auto r = h.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 200u);
+  EXPECT_EQ(h.an->counters().pairs_compared, 200u * kTensors);
+  EXPECT_FALSE(r[0].diverged);
+  EXPECT_EQ(r[0].tensors.size(), static_cast<size_t>(kTensors));
+  for (const auto& t : r[0].tensors) EXPECT_EQ(t.status, "ok");
+}
+
+TEST(Analyzer, FirstDivergenceNamesEarliestDriftingTensorWithBothValues) {
+  Harness h;
+  // From step 7, tensor 2 is off by 5% and everything after it inherits the error.
+  RunPair(h, 20, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s >= 7 && t >= 2) for (double& x : *v) x *= 1.05;
+  });
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(h.Count("first_divergence"), 1u);
+  EXPECT_EQ(fd->step, 7u);
+  EXPECT_EQ(fd->tensor, "layers.2");
+  EXPECT_EQ(fd->kind, "act");
+  EXPECT_FALSE(std::isnan(fd->baseline_value));
+  EXPECT_NEAR(fd->candidate_value / fd->baseline_value, 1.05, 1e-6);
+  EXPECT_EQ(fd->severity, alerting::Severity::kCritical);  // 5% vs fp32 tolerance 1e-3
+  EXPECT_EQ(fd->runs, (std::vector<std::string>{"base", "cand"}));
+  // tensor_drift: once per tensor, capped per step, earliest first.
+  EXPECT_EQ(h.Count("tensor_drift"), 3u) << h.Dump();
+  auto r = h.an->Reports();
+  EXPECT_TRUE(r[0].diverged);
+  EXPECT_EQ(r[0].first_divergence.tensor, "layers.2");
+  EXPECT_EQ(r[0].tensors[1].status, "ok");
+  EXPECT_EQ(r[0].tensors[2].first_drift_step, 7);
+}
+
+TEST(Analyzer, WrapperPrefixesAreStrippedBeforeMatching) {
+  Harness h;
+  RunPair(h, 10, nullptr, "module._orig_mod.");
+  EXPECT_TRUE(h.alerts.empty()) << h.Dump();
+  auto r = h.an->Reports();
+  EXPECT_TRUE(r[0].unmatched.empty());
+  EXPECT_EQ(h.an->counters().pairs_compared, 10u * kTensors);
+}
+
+TEST(Analyzer, NameMapRulesMatchRenamedLayers) {
+  AnalyzerOptions opt;
+  opt.canon = NameCanonicalizer::FromText("^blocks\\.(\\d+)$ => layers.$1\n", "test").value();
+  Harness h(std::move(opt));
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h.Feed(b.Hello());
+  h.Feed(c.Hello());
+  h.Feed(b.Directory(Model()));
+  auto renamed = Model();
+  for (auto& t : renamed) t.name = "blocks." + t.name.substr(7);
+  h.Feed(c.Directory(renamed));
+  for (uint64_t s = 0; s < 3; ++s) {
+    h.Feed(StepMsg(b, s, nullptr));
+    h.Feed(StepMsg(c, s, nullptr));
+  }
+  h.an->Finish();
+  EXPECT_EQ(h.an->counters().pairs_compared, 3u * kTensors);
+  EXPECT_TRUE(h.an->Reports()[0].unmatched.empty());
+}
+
+TEST(Analyzer, TensorOnOneSideIsListedNotDropped) {
+  Harness h;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h.Feed(b.Hello());
+  h.Feed(c.Hello());
+  auto extra = Model();
+  extra.push_back(FakeTensor{"extra.adapter", wire::TensorKind::ParamGrad, wire::DType::F32, 5});
+  h.Feed(b.Directory(Model()));
+  h.Feed(c.Directory(extra));
+  for (uint64_t s = 0; s < 4; ++s) {
+    h.Feed(StepMsg(b, s, nullptr));
+    std::vector<FakeStat> stats;
+    for (int i = 0; i <= kTensors; ++i) {
+      auto st = FakeStat::Vec(i, Values(i, s));
+      st.order = i;
+      stats.push_back(st);
+    }
+    h.Feed(c.Stats(s, stats));
+  }
+  h.an->Finish();
+  auto r = h.an->Reports();
+  ASSERT_EQ(r[0].unmatched.size(), 1u);
+  EXPECT_EQ(r[0].unmatched[0].name, "extra.adapter");
+  EXPECT_EQ(r[0].unmatched[0].kind, "param_grad");
+  EXPECT_EQ(r[0].unmatched[0].side, "candidate");
+  EXPECT_EQ(r[0].unmatched[0].first_step, 0u);
+  EXPECT_EQ(r[0].unmatched[0].steps, 4u);
+  EXPECT_EQ(h.an->counters().unmatched_tensors, 1u);
+  EXPECT_EQ(r[0].steps_compared, 4u);
+  EXPECT_TRUE(h.alerts.empty()) << h.Dump();
+}
+
+TEST(Analyzer, NonfiniteNamesTheProducerNotItsConsumers) {
+  Harness h;
+  RunPair(h, 12, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s == 5 && t == 1) (*v)[3] = NAN;
+    if (s == 5 && t > 1) (*v)[0] = INFINITY;  // downstream of it
+  });
+  const auto* nf = h.First("nonfinite");
+  ASSERT_NE(nf, nullptr) << h.Dump();
+  EXPECT_EQ(h.Count("nonfinite"), 1u);
+  EXPECT_EQ(nf->step, 5u);
+  EXPECT_EQ(nf->tensor, "layers.1");
+  EXPECT_EQ(nf->runs, std::vector<std::string>{"cand"});
+  EXPECT_EQ(nf->severity, alerting::Severity::kCritical);
+  // The pair rules see it too: a NaN on one side only is a critical divergence.
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr);
+  EXPECT_EQ(fd->tensor, "layers.1");
+  EXPECT_EQ(fd->metric, "nonfinite_mismatch");
+}
+
+TEST(Analyzer, OverflowPastFp16RangeWarnsBeforeAnyNan) {
+  Harness h;
+  RunPair(h, 10, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s >= 4 && t == 3) (*v)[0] = 70000.0 * (1 + s);
+  });
+  const auto* of = h.First("overflow");
+  ASSERT_NE(of, nullptr) << h.Dump();
+  EXPECT_EQ(of->step, 4u);
+  EXPECT_EQ(of->tensor, "layers.3");
+  EXPECT_EQ(of->severity, alerting::Severity::kWarning);  // fp32 tensor, fp16 limit
+  EXPECT_EQ(h.Count("nonfinite"), 0u);
+  EXPECT_EQ(h.Count("overflow"), 1u);  // once per tensor
+}
+
+TEST(Analyzer, SaturatedLowPrecisionTensorIsCritical) {
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  h.Feed(a.Directory(Model("", wire::DType::F16)));
+  std::vector<FakeStat> stats;
+  for (int i = 0; i < kTensors; ++i) {
+    auto s = FakeStat::Vec(i, Values(i, 0));
+    s.order = i;
+    if (i == 2) {
+      s.sat = 3;
+      s.absmax = 65504;
+    }
+    stats.push_back(s);
+  }
+  h.Feed(a.Stats(0, stats));
+  h.an->Finish();
+  const auto* of = h.First("overflow");
+  ASSERT_NE(of, nullptr);
+  EXPECT_EQ(of->severity, alerting::Severity::kCritical);
+  EXPECT_EQ(of->tensor, "layers.2");
+}
+
+TEST(Analyzer, UnderflowJudgesLowPrecisionTensorsAndIgnoresDenormalsInFp32) {
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  auto model = Model();
+  model[1].dtype = wire::DType::BF16;
+  h.Feed(a.Directory(model));
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<FakeStat> stats;
+    for (int i = 0; i < kTensors; ++i) {
+      std::vector<double> v(100, 1e-6);  // all below fp16's min normal
+      if (i == 4) v.assign(100, 0.0);    // all zeros: no underflow
+      auto s = FakeStat::Vec(i, v);
+      s.order = i;
+      s.limit = i == 1 ? wire::DType::BF16 : wire::DType::F16;
+      stats.push_back(s);
+    }
+    h.Feed(a.Stats(step, stats));
+  }
+  h.an->Finish();
+  // Only the bf16 tensor: fp32 tensors' fp16-denormal counts are not an underflow.
+  EXPECT_EQ(h.Count("underflow"), 1u) << h.Dump();
+  EXPECT_EQ(h.First("underflow")->tensor, "layers.1");
+}
+
+TEST(Analyzer, ZeroedGradientIsAnUnderflow) {
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  h.Feed(a.Directory({FakeTensor{"w", wire::TensorKind::ParamGrad, wire::DType::F32, 0}}));
+  for (uint64_t s = 0; s < 4; ++s) {
+    auto st = FakeStat::Vec(0, std::vector<double>(10, s < 2 ? 0.5 : 0.0));
+    h.Feed(a.Stats(s, {st}));
+  }
+  h.an->Finish();
+  ASSERT_EQ(h.Count("underflow"), 1u) << h.Dump();
+  EXPECT_EQ(h.First("underflow")->step, 2u);
+}
+
+TEST(Analyzer, SpikeInBothDirections) {
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  for (uint64_t s = 0; s < 60; ++s) {
+    FakeScalars sc;
+    sc.loss = 2.0 + 0.01 * std::sin(s);
+    if (s == 30) sc.loss = 9.0;
+    if (s == 50) sc.loss = 0.2;
+    sc.grad_norm = 1.0 + 0.01 * std::cos(s);
+    h.Feed(a.Scalars(s, sc));
+  }
+  h.an->Finish();
+  ASSERT_EQ(h.Count("spike"), 2u) << h.Dump();
+  EXPECT_EQ(h.alerts[0].step, 30u);
+  EXPECT_EQ(h.alerts[0].tensor, "loss");
+  EXPECT_GT(h.alerts[0].candidate_value, h.alerts[0].baseline_value);
+  EXPECT_EQ(h.alerts[1].step, 50u);
+  EXPECT_LT(h.alerts[1].candidate_value, h.alerts[1].baseline_value);
+}
+
+TEST(Analyzer, StallUsesTheInjectedClockAndGoodbyeEndsQuietly) {
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo), g("solo2", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  h.Feed(g.Hello());
+  h.Feed(a.Scalars(0, FakeScalars{}));
+  h.Feed(g.Goodbye(0));
+  h.now += 119'000'000'000;
+  h.an->Tick(h.now);
+  EXPECT_EQ(h.Count("stall"), 0u);
+  h.now += 2'000'000'000;
+  h.an->Tick(h.now);
+  h.an->Tick(h.now + 1);
+  ASSERT_EQ(h.Count("stall"), 1u) << h.Dump();
+  EXPECT_EQ(h.First("stall")->runs, std::vector<std::string>{"solo1"});
+  // Heartbeats without steps: a second kind of stall, once.
+  for (int i = 0; i < 130; ++i) {
+    h.now += 1'000'000'000;
+    h.Feed(a.Heartbeat());
+    h.an->Tick(h.now);
+  }
+  EXPECT_EQ(h.Count("stall"), 2u) << h.Dump();
+}
+
+TEST(Analyzer, LossDriftWarnsThenEscalates) {
+  Harness h;
+  RunPair(h, 10, nullptr, "", [](uint64_t s) { return (2.0 - 0.001 * s) * (s < 3 ? 1.0 : s < 6 ? 1.002 : 1.05); });
+  ASSERT_EQ(h.Count("loss_drift"), 2u) << h.Dump();
+  EXPECT_EQ(h.alerts[0].step, 3u);
+  EXPECT_EQ(h.alerts[0].severity, alerting::Severity::kWarning);
+  EXPECT_EQ(h.alerts[1].step, 6u);
+  EXPECT_EQ(h.alerts[1].severity, alerting::Severity::kCritical);
+}
+
+TEST(Analyzer, ZeroNoiseFloorJudgesAgainstTheTolerance) {
+  // Deterministic twins: the floor stays 0, so a difference just past the fp32
+  // tolerance after the learning steps is a drift.
+  Harness h;
+  RunPair(h, 12, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s == 9 && t == 4) for (double& x : *v) x *= 1.003;
+  });
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->step, 9u);
+  EXPECT_EQ(fd->severity, alerting::Severity::kWarning);
+}
+
+TEST(Analyzer, NonZeroNoiseFloorRaisesTheThreshold) {
+  // Steps 0..4 carry a normal 0.8e-3 relative difference (below the 1e-3 tolerance):
+  // the floor learns it; a later 2e-3 difference is within 3 x floor, 3e-3 is not.
+  auto perturb = [](uint64_t s, int t, std::vector<double>* v) {
+    if (t != 0) return;
+    const double f = s < 5 ? 1.0008 : s < 10 ? 1.002 : 1.003;
+    for (double& x : *v) x *= f;
+  };
+  Harness h;
+  RunPair(h, 15, perturb);
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->step, 10u);
+
+  AnalyzerOptions no_floor;
+  no_floor.rules.floor_steps = 0;
+  Harness h2(no_floor);
+  RunPair(h2, 15, perturb);
+  ASSERT_NE(h2.First("first_divergence"), nullptr);
+  EXPECT_EQ(h2.First("first_divergence")->step, 5u);
+}
+
+TEST(Analyzer, TrendIsReportedBeforeTheToleranceIsCrossed) {
+  Harness h;
+  // Relative error doubling every two steps from step 6: 1e-5 .. crosses 1e-3 at ~19.
+  RunPair(h, 30, [](uint64_t s, int t, std::vector<double>* v) {
+    if (t != 3 || s < 6) return;
+    const double e = 1e-5 * std::pow(2.0, (s - 6) / 2.0);
+    for (double& x : *v) x *= 1 + e;
+  });
+  const auto* tr = h.First("trend");
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(tr, nullptr) << h.Dump();
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(tr->tensor, "layers.3");
+  EXPECT_LT(tr->step, fd->step);
+}
+
+TEST(Analyzer, CandidateAheadWaitsForSlowBaseline) {
+  Harness h;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h.Feed(c.Hello());  // the candidate arrives first and runs ahead
+  h.Feed(c.Directory(Model()));
+  for (uint64_t s = 0; s < 10; ++s) h.Feed(StepMsg(c, s, nullptr));
+  h.Feed(c.Goodbye(9));
+  EXPECT_EQ(h.an->counters().steps_compared, 0u);
+  h.Feed(b.Hello());
+  h.Feed(b.Directory(Model()));
+  for (uint64_t s = 0; s < 10; ++s) h.Feed(StepMsg(b, s, nullptr));
+  h.Feed(b.Goodbye(9));
+  h.an->Finish();
+  EXPECT_EQ(h.an->counters().steps_compared, 10u);
+  EXPECT_EQ(h.an->counters().buffered_steps, 0u);
+  EXPECT_TRUE(h.alerts.empty()) << h.Dump();
+}
+
+TEST(Analyzer, BaselineThatEndsEarlyLeavesCandidateStepsCounted) {
+  Harness h;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h.Feed(b.Hello());
+  h.Feed(c.Hello());
+  h.Feed(b.Directory(Model()));
+  h.Feed(c.Directory(Model()));
+  for (uint64_t s = 0; s < 10; ++s) {
+    if (s < 4) h.Feed(StepMsg(b, s, nullptr));
+    if (s == 4) h.Feed(b.Goodbye(3));
+    h.Feed(StepMsg(c, s, nullptr));
+  }
+  // Without the candidate's end: every step the baseline cannot have is settled.
+  EXPECT_EQ(h.an->counters().steps_compared, 4u);
+  h.an->Finish();
+  auto r = h.an->Reports();
+  EXPECT_EQ(r[0].steps_compared, 4u);
+  EXPECT_EQ(r[0].steps_only_candidate, 6u);
+  EXPECT_EQ(h.an->counters().buffered_steps, 0u);
+}
+
+TEST(Analyzer, LateRecordsAreCountedAndTheRankLearnsToWait) {
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  h.Feed(a.Directory(Model()));
+  auto one = [](uint32_t id, uint64_t s) {
+    auto st = FakeStat::Vec(id, Values(id, s));
+    st.order = id;
+    return std::vector<FakeStat>{st};
+  };
+  // Device-style: step s's second record arrives after step s+1's first.
+  h.Feed(a.Stats(0, one(0, 0)));
+  h.Feed(a.Stats(1, one(0, 1)));   // closes step 0
+  h.Feed(a.Stats(0, one(1, 0)));   // late: counted, the rank now waits one more step
+  h.Feed(a.Stats(2, one(0, 2)));   // with lag 1, step 1 stays open
+  h.Feed(a.Stats(1, one(1, 1)));   // not late any more
+  h.Feed(a.Stats(3, one(0, 3)));
+  h.an->Finish();
+  EXPECT_EQ(h.an->counters().late_records, 1u);
+  EXPECT_EQ(h.an->counters().steps_closed, 4u);
+}
+
+TEST(Analyzer, MemoryIsBoundedWhenThePartnerNeverComes) {
+  AnalyzerOptions opt;
+  opt.max_buffered_steps = 16;
+  Harness h(opt);
+  StreamBuilder c("cand", "exp", wire::Role::Candidate);
+  h.Feed(c.Hello());
+  h.Feed(c.Directory(Model()));
+  for (uint64_t s = 0; s < 1000; ++s) h.Feed(StepMsg(c, s, nullptr));
+  auto cnt = h.an->counters();
+  EXPECT_LE(cnt.buffered_steps, 16u);
+  EXPECT_EQ(cnt.steps_evicted, 999u - 16u);  // step 999 is still open
+  EXPECT_LT(cnt.peak_buffered_bytes, 17u * 8192u);
+  // A baseline that shows up late still pairs with what is left.
+  StreamBuilder b("base", "exp", wire::Role::Baseline);
+  h.Feed(b.Hello());
+  h.Feed(b.Directory(Model()));
+  for (uint64_t s = 980; s < 1000; ++s) h.Feed(StepMsg(b, s, nullptr));
+  h.an->Finish();
+  auto r = h.an->Reports();
+  EXPECT_EQ(r[0].steps_compared, 17u);  // 983..999
+  EXPECT_EQ(r[0].steps_evicted, 983u);
+}
+
+TEST(Analyzer, SeveralCandidatesShareOneBaseline) {
+  Harness h;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c1("c1", "exp", wire::Role::Candidate),
+      c2("c2", "exp", wire::Role::Candidate);
+  for (auto* s : {&b, &c1, &c2}) {
+    h.Feed(s->Hello());
+    h.Feed(s->Directory(Model()));
+  }
+  for (uint64_t s = 0; s < 8; ++s) {
+    h.Feed(StepMsg(b, s, nullptr));
+    h.Feed(StepMsg(c1, s, nullptr));
+    h.Feed(StepMsg(c2, s, [](uint64_t st, int t, std::vector<double>* v) {
+      if (st >= 3 && t == 0) (*v)[0] += 1.0;
+    }));
+  }
+  h.an->Finish();
+  auto r = h.an->Reports();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].steps_compared, 8u);
+  EXPECT_EQ(r[1].steps_compared, 8u);
+  ASSERT_EQ(h.Count("first_divergence"), 1u);
+  EXPECT_EQ(h.First("first_divergence")->runs, (std::vector<std::string>{"base", "c2"}));
+  EXPECT_EQ(h.an->counters().buffered_steps, 0u);
+}
+
+TEST(Analyzer, ZerosAndDenormalsCompareEqual) {
+  Harness h;
+  RunPair(h, 6, [](uint64_t, int t, std::vector<double>* v) {
+    if (t == 0) v->assign(v->size(), 0.0);
+  });
+  // Baseline tensor 0 is not zero, so that drifts; make a pair where both are zero
+  // and one holds denormals instead.
+  Harness h2;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h2.Feed(b.Hello());
+  h2.Feed(c.Hello());
+  h2.Feed(b.Directory(Model()));
+  h2.Feed(c.Directory(Model()));
+  for (uint64_t s = 0; s < 6; ++s) {
+    std::vector<FakeStat> sb, sc;
+    for (int i = 0; i < kTensors; ++i) {
+      auto z = FakeStat::Vec(i, std::vector<double>(32, 0.0));
+      auto d = FakeStat::Vec(i, std::vector<double>(32, i == 2 ? 1e-40 : 0.0));
+      z.order = d.order = i;
+      sb.push_back(z);
+      sc.push_back(d);
+    }
+    h2.Feed(b.Stats(s, sb));
+    h2.Feed(c.Stats(s, sc));
+  }
+  h2.an->Finish();
+  EXPECT_EQ(h2.Count("tensor_drift"), 0u) << h2.Dump();
+  EXPECT_EQ(h2.Count("first_divergence"), 0u);
+  EXPECT_EQ(h2.an->counters().pairs_compared, 6u * kTensors);
+  EXPECT_EQ(h.First("first_divergence")->tensor, "layers.0");
+}
+
+}  // namespace
+}  // namespace lockstep::collector
