@@ -50,10 +50,16 @@ TEST(Crc32c, DispatchedMatchesKnownAnswers) {
 
 TEST(Crc32c, ImplementationsAgreeOnEveryLengthAndAlignment) {
   std::mt19937 rng(7);
-  std::vector<uint8_t> buf(1100);
+  // Up to 4 x 3 x 8 KiB: the hardware path switches to three interleaved streams at
+  // 3 x 256 and 3 x 8192 bytes, so lengths around and past both are covered.
+  std::vector<uint8_t> buf(100000);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n < 1024; n += (n < 64 ? 1 : 37)) lengths.push_back(n);
+  for (size_t n : {767, 768, 769, 775, 776, 1536, 24575, 24576, 24577, 24583, 49152, 99000})
+    lengths.push_back(n);
   for (size_t off = 0; off < 8; ++off) {
-    for (size_t n = 0; n < 1024; n += (n < 64 ? 1 : 37)) {
+    for (size_t n : lengths) {
       uint32_t sw = crc32c::ExtendSoftware(0, buf.data() + off, n);
       EXPECT_EQ(crc32c::Value(buf.data() + off, n), sw) << off << " " << n;
       if (crc32c::HardwareAvailable()) {

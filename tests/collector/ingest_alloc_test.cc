@@ -40,7 +40,7 @@ class CountingSink : public MessageSink {
     ++seen_;
     t_counting = seen_ > warmup_ && seen_ < end_;
     // One deliberate allocation inside the window: proves the counter sees this thread.
-    if (seen_ == warmup_ + 1) delete new int(1);
+    if (seen_ == warmup_ + 1) ::operator delete(::operator new(16));
     done.store(seen_, std::memory_order_release);
   }
   std::atomic<uint64_t> done{0};

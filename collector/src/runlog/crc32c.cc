@@ -36,10 +36,93 @@ inline uint64_t Load64(const uint8_t* p) {
 }
 
 #ifdef LOCKSTEP_CRC32C_X86
+// One crc32q instruction per 8 bytes has a 3-cycle latency but a 1-cycle throughput,
+// so three independent streams over three adjacent blocks run ~3x faster than one.
+// The three partial CRCs are joined with "shift by N zero bytes" operators (after Mark
+// Adler's crc32c.c): crc(A|B) = shift_|B|(crc(A)) ^ crc0(B), linear over GF(2).
+constexpr size_t kLong = 8192, kShort = 256;
+
+uint32_t Gf2Times(const uint32_t* mat, uint32_t vec) {
+  uint32_t sum = 0;
+  for (; vec; vec >>= 1, ++mat)
+    if (vec & 1) sum ^= *mat;
+  return sum;
+}
+void Gf2Square(uint32_t* square, const uint32_t* mat) {
+  for (int n = 0; n < 32; ++n) square[n] = Gf2Times(mat, mat[n]);
+}
+
+// Four byte-wise tables applying `len` (a power of two) zero bytes to a CRC register.
+struct ShiftTables {
+  uint32_t t[4][256];
+  explicit ShiftTables(size_t len) {
+    uint32_t even[32], odd[32];
+    odd[0] = kPoly;  // the operator for one zero bit
+    for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
+    Gf2Square(even, odd);  // 2 bits
+    Gf2Square(odd, even);  // 4 bits
+    const uint32_t* op = nullptr;
+    for (;;) {
+      Gf2Square(even, odd);  // 8 bits = 1 byte, then 4, 16, ... bytes
+      len >>= 1;
+      if (len == 0) {
+        op = even;
+        break;
+      }
+      Gf2Square(odd, even);
+      len >>= 1;
+      if (len == 0) {
+        op = odd;
+        break;
+      }
+    }
+    for (uint32_t n = 0; n < 256; ++n) {
+      t[0][n] = Gf2Times(op, n);
+      t[1][n] = Gf2Times(op, n << 8);
+      t[2][n] = Gf2Times(op, n << 16);
+      t[3][n] = Gf2Times(op, n << 24);
+    }
+  }
+  uint32_t Shift(uint32_t crc) const {
+    return t[0][crc & 0xFF] ^ t[1][(crc >> 8) & 0xFF] ^ t[2][(crc >> 16) & 0xFF] ^ t[3][crc >> 24];
+  }
+};
+
+const ShiftTables& LongShift() {
+  static const ShiftTables t(kLong);
+  return t;
+}
+const ShiftTables& ShortShift() {
+  static const ShiftTables t(kShort);
+  return t;
+}
+
+template <size_t kBlock>
+__attribute__((target("sse4.2"))) inline uint64_t ThreeWay(uint64_t c0, const uint8_t*& p,
+                                                           size_t& n, const ShiftTables& shift) {
+  while (n >= 3 * kBlock) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t* end = p + kBlock;
+    do {
+      c0 = _mm_crc32_u64(c0, Load64(p));
+      c1 = _mm_crc32_u64(c1, Load64(p + kBlock));
+      c2 = _mm_crc32_u64(c2, Load64(p + 2 * kBlock));
+      p += 8;
+    } while (p < end);
+    c0 = shift.Shift(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
+    c0 = shift.Shift(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c2);
+    p += 2 * kBlock;
+    n -= 3 * kBlock;
+  }
+  return c0;
+}
+
 __attribute__((target("sse4.2"))) uint32_t Sse42(uint32_t crc, const uint8_t* p, size_t n) {
-  uint64_t c = ~crc;
-  // One crc32q per 8 bytes; the instruction's 3-cycle latency makes this ~8 B/cycle/3,
-  // plenty next to the disk and the verifier (measured in collector_bench).
+  uint64_t c = static_cast<uint32_t>(~crc);
+  if (n >= 3 * kShort) {
+    c = ThreeWay<kLong>(c, p, n, LongShift());
+    c = ThreeWay<kShort>(c, p, n, ShortShift());
+  }
   while (n >= 8) {
     c = _mm_crc32_u64(c, Load64(p));
     p += 8;
