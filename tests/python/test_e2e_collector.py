@@ -86,6 +86,9 @@ def test_training_loop_lands_in_the_collector_log(collector):
         recs = sorted((s for s in stats if s["step"] == step), key=lambda s: s["order"])
         assert [s["order"] for s in recs] == list(range(len(recs)))
         acts = [s for s in recs if s["kind"] == "act"]
+        # embed, 2 x (self_attn[0], linear1, linear2, dropout, dropout1, dropout2, norm1,
+        # norm2, the layer), encoder, head, <root>
+        assert len(acts) == 22
         # names and execution order of module outputs match the reference hooks
         assert [s["name"] for s in acts] == [n for n, _ in ref_acts[step]]
         for s, (name, t) in zip(acts, ref_acts[step]):
