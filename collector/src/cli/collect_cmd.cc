@@ -20,8 +20,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/alerting_flags.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "detect/analyzer.h"
+#include "detect/live_analyzer.h"
+#include "lockstep/alerting/dispatcher.h"
 #include "lockstep/collector/collector.h"
 #include "runlog/json_out.h"
 #include "runlog/log_format.h"
@@ -105,6 +109,16 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.Int("status-interval-s", &status_s, "log a status line this often (0 = never)", "S");
   flags.Int("max-message-bytes", &max_bytes, "refuse messages larger than this", "BYTES");
   flags.String("log-level", &log_level, "trace, debug, info, warn, error or off", "LEVEL");
+  // Alignment and detection (docs/rules.md) and where alerts go (docs/alerting.md).
+  std::string baseline_log, name_map;
+  int64_t max_buffered = 64;
+  collector::AnalyzerOptions an_opt;
+  flags.String("baseline", &baseline_log, "a recorded run log to use as the baseline of live candidates", "FILE");
+  flags.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
+  flags.Int("max-buffered-steps", &max_buffered, "steps a run may wait in memory for its partner");
+  collector::AddRuleFlags(&flags, &an_opt.rules);
+  AlertingFlags alert_flags;
+  RegisterAlertingFlags(&flags, &alert_flags);
 
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Usage(s.message());
@@ -129,6 +143,16 @@ int CollectCommand(int argc, const char* const* argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
 
+  if (!name_map.empty()) {
+    auto canon = collector::NameCanonicalizer::FromFile(name_map);
+    if (!canon.ok()) return Usage(canon.status().message());
+    an_opt.canon = std::move(*canon);
+  }
+  if (max_buffered < 1) return Usage("--max-buffered-steps must be 1 or more");
+  an_opt.max_buffered_steps = static_cast<size_t>(max_buffered);
+  auto alert_opts = BuildAlertingOptions(alert_flags, data_dir + "/alert-spool");
+  if (!alert_opts.ok()) return Usage(alert_opts.status().message());
+
   // Before any thread exists, so ZeroMQ's and ours inherit the mask and the signals
   // wait for sigtimedwait() below.
   sigset_t stop_signals;
@@ -149,6 +173,19 @@ int CollectCommand(int argc, const char* const* argv) {
     return usage ? kExitUsage : kExitFailure;
   }
   Collector& col = **c;
+  auto dispatcher = alerting::Dispatcher::Create(*alert_opts);
+  if (!dispatcher.ok()) return Usage(dispatcher.status().message());
+  alerting::Dispatcher* disp = dispatcher->get();
+  auto analyzer = std::make_unique<collector::Analyzer>(std::move(an_opt),
+                                                        [disp](alerting::Alert a) { disp->Submit(std::move(a)); });
+  if (!baseline_log.empty()) {
+    auto b = analyzer->AddBaselineLog(baseline_log);
+    if (!b.ok()) return Usage(b.status().message());
+  }
+  collector::LiveAnalyzer live(std::move(analyzer));
+  s = col.AddSink(&live);
+  if (!s.ok()) return Usage(s.message());
+  live.Start();
   s = col.Start();
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
@@ -192,6 +229,9 @@ int CollectCommand(int argc, const char* const* argv) {
   }
   spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   s = col.Shutdown(std::chrono::seconds(5));
+  live.Shutdown();
+  live.Mutate([](collector::Analyzer& a) { a.Finish(); });  // compare what is complete
+  (*dispatcher)->Shutdown(std::chrono::seconds(3));
   if (status_s > 0) status.Print();
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   if (!s.ok()) {
