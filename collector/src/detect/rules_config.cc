@@ -55,6 +55,7 @@ void AddRuleFlags(cli::FlagSet* fs, RulesConfig* c) {
   fs->Int("trend-window", &c->trend_window, "steps over which trend looks for a growing divergence");
   fs->Double("trend-growth", &c->trend_growth, "growth factor of the drift score over the window that makes a trend");
   fs->Bool("overflow-fp32-limit", &c->overflow_fp32_limit, "warn when fp32 tensors hold values past fp16's range");
+  fs->Bool("underflow-fp32-limit", &c->underflow_fp32_limit, "also judge fp32 tensors' subnormal counts (against fp16's range)");
   fs->Double("underflow-frac", &c->underflow_frac, "fraction of subnormal values in a low-precision tensor that is an underflow");
   fs->Double("spike-loss-ratio", &c->spike_loss_ratio, "loss above ratio x its EWMA (or below EWMA / ratio) is a spike");
   fs->Double("spike-grad-ratio", &c->spike_grad_ratio, "grad norm above ratio x its EWMA (or below EWMA / ratio) is a spike");
