@@ -32,6 +32,10 @@ class _Step:
                  "grad_rows", "scalars", "device_scalar_names", "buf_key")
 
 
+def _on_device(value):
+    return isinstance(value, torch.Tensor) and value.device.type != "cpu"
+
+
 def _backend(device):
     """torch.cuda / torch.npu ... for a device type, or None for cpu."""
     if device.type == "cpu":
@@ -93,8 +97,7 @@ class DevicePipeline:
         p.orders = np.asarray(self._orders, dtype=np.uint32)
         p.grad_rows = self._grad_rows
         p.scalars = dict(scalars)
-        p.device_scalar_names = [k for k, v in scalars.items()
-                                 if isinstance(v, torch.Tensor) and v.device.type != "cpu"]
+        p.device_scalar_names = [k for k, v in scalars.items() if _on_device(v)]
         p.event = None
         p.host = None
         p.buf_key = None
