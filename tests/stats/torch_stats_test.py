@@ -1,0 +1,210 @@
+"""lockstep/_torch_stats.py against a float64 NumPy reference written from
+docs/statistics.md, against the sketch hash in plain Python integers (the C++ known
+answers), and against the C++ host kernel (lockstep._core.host_stats) when the extension
+is built. Tolerances as in docs/statistics.md: counts, min/max/absmax and histogram
+exact; mean/std/l2 1e-6 relative (the C++ kernel's float partial sums); sketch 1e-5*l2.
+"""
+import importlib.util
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SRC = os.path.join(_HERE, "..", "..", "agent", "python", "lockstep", "_torch_stats.py")
+_spec = importlib.util.spec_from_file_location("lockstep_torch_stats_under_test", _SRC)
+ts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ts)
+
+try:  # the C++ kernel, once engineer "python" has built lockstep._core
+    from lockstep import _core
+    HOST_STATS = getattr(_core, "host_stats", None)
+except Exception:  # pragma: no cover - depends on the build
+    HOST_STATS = None
+
+C = ts.COL
+K0 = ts.SKETCH_COL
+
+
+# ---- the definitions, in plain Python integers and NumPy float64 -------------------
+def py_mix32(v):
+    v = ((v ^ (v >> 16)) * 0x045D9F3B) & 0xFFFFFFFF
+    v = ((v ^ (v >> 16)) * 0x045D9F3B) & 0xFFFFFFFF
+    return v ^ (v >> 16)
+
+
+def py_hash(i, seed):
+    return py_mix32((i & 0xFFFFFFFF) ^ seed ^ py_mix32(i >> 32))
+
+
+def py_bucket_sign(i, k):
+    b, o = divmod(i, k)
+    h1 = py_hash(b, ts.ROT_SEED)
+    rot = (h1 * k) >> 32
+    h2 = py_mix32(h1 ^ ts.PAT_SEED)
+    pat, flip = h2 >> 24, (h2 >> 23) & 1
+    bit = py_hash(pat * 256 + o, ts.SIGN_SEED) >> 31
+    return (o + rot) % k, -1.0 if bit ^ flip else 1.0
+
+
+def reference(t, k, bins):
+    x = t.detach().to(torch.float64).reshape(-1).numpy()
+    code, sat, min_normal = ts.limits(t.dtype)
+    fin = np.isfinite(x)
+    xf = x[fin]
+    row = {"numel": x.size, "nan": int(np.isnan(x).sum()), "inf": int(np.isinf(x).sum()),
+           "zero": int((xf == 0).sum()), "sat": int((np.abs(xf) >= sat).sum()),
+           "subnormal": int(((xf != 0) & (np.abs(xf) < min_normal)).sum()), "limit_dtype": code}
+    if xf.size:
+        row.update(min=xf.min(), max=xf.max(), mean=xf.mean(), std=xf.std(),
+                   l2=math.sqrt(float((xf * xf).sum())), absmax=np.abs(xf).max())
+    else:
+        row.update({f: math.nan for f in ("min", "max", "mean", "std", "l2", "absmax")})
+    sketch = np.zeros(k)
+    if k:
+        idx = np.arange(x.size)
+        bs = [py_bucket_sign(int(i), k) for i in idx[fin]]
+        for (bk, sg), v in zip(bs, xf):
+            sketch[bk] += sg * v
+    hist = np.zeros(bins)
+    if bins:
+        for v in xf:
+            if v == 0:
+                hist[0] += 1
+            else:
+                e = math.frexp(abs(v))[1] - 1
+                hist[min(15, max(1, 2 + ((e + 40) >> 2)))] += 1
+    return row, sketch, hist
+
+
+def check_row(got, t, k, bins):
+    want, sketch, hist = reference(t, k, bins)
+    for f in ("numel", "nan", "inf", "zero", "sat", "subnormal", "limit_dtype"):
+        assert got[C[f]] == want[f], f
+    for f in ("min", "max", "absmax"):
+        if math.isnan(want[f]):
+            assert math.isnan(got[C[f]]), f
+        else:
+            assert got[C[f]] == want[f], f
+    for f in ("mean", "std", "l2"):
+        if math.isnan(want[f]):
+            assert math.isnan(got[C[f]]), f
+        else:
+            tol = 1e-6 * (abs(want[f]) + (want["std"] if f == "mean" else 0)) + 1e-300
+            assert abs(got[C[f]] - want[f]) <= tol, (f, got[C[f]], want[f])
+    l2 = 0.0 if math.isnan(want["l2"]) else want["l2"]
+    np.testing.assert_allclose(got[K0:K0 + k], sketch, rtol=0, atol=1e-5 * l2 + 1e-30)
+    assert list(got[K0 + k:K0 + k + bins]) == list(hist)
+
+
+def specials_tensor(n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 3 + 0.5
+    pick = torch.randint(0, 100, (n,), generator=g)
+    vals = {0: math.nan, 1: math.inf, 2: -math.inf, 3: 0.0, 4: -0.0, 5: 1e-40, 6: -3e-6,
+            7: 65504.0, 8: -70000.0, 9: 1e-12}
+    for code, v in vals.items():
+        x[pick == code] = v
+    return x.to(dtype)
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def test_sketch_hash_matches_plain_integers_and_cpp_known_answers():
+    kat = [(0, 11, 1), (1, 12, 1), (2, 13, 0), (31, 10, 1), (32, 29, 0), (33, 30, 0),
+           (1000, 27, 1), (4294967301, 1, 1), (123456789012, 2, 0)]
+    assert py_mix32(1) == 824515495
+    assert py_hash(5, ts.SIGN_SEED) == 1464143695
+    for i, bucket, neg in kat:
+        assert py_bucket_sign(i, 32) == (bucket, -1.0 if neg else 1.0), i
+    # torch int64 ops reproduce the integers bit for bit, also past 2^32 elements
+    idx = torch.tensor([i for i, _, _ in kat], dtype=torch.int64)
+    assert ts.hash_index(idx, ts.SIGN_SEED).tolist() == [py_hash(i, ts.SIGN_SEED) for i, _, _ in kat]
+    b, neg = ts.sketch_index(70, 32, "cpu")
+    for i in range(70):
+        assert (int(b[i]), -1.0 if bool(neg[i]) else 1.0) == py_bucket_sign(i, 32)
+
+
+def test_known_answer_sketch_of_small_tensor():
+    r = ts.device_stats([torch.arange(1, 11, dtype=torch.float32)], 4, 16)
+    assert r[0, K0:K0 + 4].tolist() == [10.0, -17.0, 16.0, 8.0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matches_float64_reference_with_specials(dtype):
+    tensors = [specials_tensor(n, dtype, n) for n in (1, 7, 100, 3000)]
+    tensors.append(torch.empty(0, dtype=dtype))
+    rows = ts.device_stats(tensors, 32, 16)
+    assert rows.dtype == torch.float64 and rows.shape == (len(tensors), ts.row_width(32, 16))
+    for i, t in enumerate(tensors):
+        check_row(rows[i].numpy(), t, 32, 16)
+
+
+def test_mixed_dtypes_keep_row_order_and_other_widths():
+    tensors = [specials_tensor(50, DTYPES[i % 4], i) for i in range(8)]
+    for k, bins in ((0, 0), (5, 16), (100, 0)):
+        rows = ts.device_stats(tensors, k, bins)
+        for i, t in enumerate(tensors):
+            check_row(rows[i].numpy(), t, k, bins)
+
+
+def test_non_contiguous_tensor_uses_logical_row_major_order():
+    x = torch.randn(40, 24)
+    rows = ts.device_stats([x.t(), x.t().contiguous()], 32, 16)
+    assert torch.equal(rows[0], rows[1])
+
+
+def test_all_nan_gives_nan_statistics_and_limit_dtype_codes():
+    t = torch.tensor([math.nan, math.inf, -math.inf])
+    r = ts.device_stats([t, torch.zeros(3, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.float16)])
+    assert math.isnan(r[0, C["mean"]]) and math.isnan(r[0, C["l2"]])
+    assert r[0, C["nan"]] == 1 and r[0, C["inf"]] == 2
+    assert [r[i, C["limit_dtype"]].item() for i in range(3)] == [2.0, 3.0, 2.0]
+
+
+def test_chunking_gives_the_same_rows(monkeypatch):
+    tensors = [torch.randn(1000) for _ in range(5)]
+    whole = ts.device_stats(tensors)
+    monkeypatch.setattr(ts, "CHUNK_ELEMENTS", 1500)
+    assert torch.allclose(ts.device_stats(tensors), whole, rtol=1e-12, atol=0, equal_nan=True)
+
+
+def test_bad_arguments_raise_one_sentence():
+    with pytest.raises(ValueError, match="sketch_k"):
+        ts.device_stats([torch.zeros(2)], 300, 16)
+    with pytest.raises(ValueError, match="hist_bins"):
+        ts.device_stats([torch.zeros(2)], 32, 8)
+
+
+@pytest.mark.skipif(HOST_STATS is None, reason="lockstep._core.host_stats not built")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_equals_cpp_host_kernel(dtype):
+    codes = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.float64: 4}
+    for n in (33, 5000):
+        t = specials_tensor(n, dtype, 7 * n).contiguous()
+        row = ts.device_stats([t], 32, 16)[0].numpy()
+        d = HOST_STATS(t.data_ptr(), t.numel(), codes[dtype], 32, 16)
+        names = {"nan": "nan_count", "inf": "inf_count", "zero": "zero_count",
+                 "sat": "sat_count", "subnormal": "subnormal_count"}
+        for f in ts.FIELDS:
+            want = d[names.get(f, f)]
+            if isinstance(want, float) and math.isnan(want):
+                assert math.isnan(row[C[f]]), f
+            elif f in ("mean", "std", "l2"):
+                assert abs(row[C[f]] - want) <= 1e-6 * (abs(want) + d["std"]), f
+            else:
+                assert row[C[f]] == want, f
+        np.testing.assert_allclose(row[K0:K0 + 32], d["sketch"], rtol=0, atol=1e-5 * d["l2"])
+        assert list(row[K0 + 32:]) == [float(h) for h in d["hist"]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_rows_stay_on_device_and_match_cpu():
+    tensors = [specials_tensor(n, dt, n) for n, dt in ((1000, torch.float32), (513, torch.bfloat16))]
+    cpu = ts.device_stats(tensors)
+    gpu = ts.device_stats([t.cuda() for t in tensors])
+    assert gpu.is_cuda
+    assert torch.allclose(gpu.cpu(), cpu, rtol=1e-9, atol=1e-9, equal_nan=True)
