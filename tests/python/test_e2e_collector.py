@@ -27,7 +27,12 @@ def close(a, b, rel=2e-5, abs_tol=1e-6):
     return math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol)
 
 
-def test_training_loop_lands_in_the_collector_log(collector):
+@pytest.mark.parametrize("device_path", [False, True], ids=["host-kernel", "device-path"])
+def test_training_loop_lands_in_the_collector_log(collector, device_path):
+    """device-path: the same loop with CPU tensors forced through the device pipeline
+    (device_stats, one copy per step, record_packed), as CUDA/NPU tensors go."""
+    if device_path:
+        pytest.importorskip("lockstep._torch_stats")
     torch.manual_seed(0)
     model = TinyTransformer()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -52,7 +57,7 @@ def test_training_loop_lands_in_the_collector_log(collector):
         module.register_forward_hook(capture(name))
 
     mon = lockstep.Monitor(run="e2e-tiny", role="baseline", experiment="py-e2e",
-                           endpoint=collector.endpoint)
+                           endpoint=collector.endpoint, _force_device_path=device_path)
     assert mon.enabled
     mon.watch(model, optimizer=opt)
     losses = []
