@@ -216,8 +216,10 @@ class Monitor:
             self._end_step(s, scalars)
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("step()", e)
-        finally:
+        try:  # the step number advances whatever happened above
             self._advance(s + 1)
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("step()", e)
 
     def flush(self, timeout=5.0):
         """Ships every finished step and waits until the agent has handed it to the
