@@ -295,3 +295,14 @@ def test_device_path_matches_host_path():
     assert [s["grad_norm"] for s in dev.scalars] == pytest.approx(
         [s["grad_norm"] for s in host.scalars], rel=1e-5)
     assert dev.ended == [0, 1]
+
+
+def test_micro_steps_are_found_when_only_parameter_gradients_are_watched():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model, kinds=("param_grad",))
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+    mon.step()
+    assert sorted((r["micro"], r["name"]) for r in fake.records) == [
+        (m, n) for m in (0, 1) for n in ("0.bias", "0.weight", "2.bias", "2.weight")]

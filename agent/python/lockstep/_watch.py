@@ -54,9 +54,11 @@ class Watch:
         need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
         for path, module in model.named_modules():
             if module is model:
-                if want_act or want_grad or need_marker:
-                    self._hook_module(mon, module, module_name(path), want_act and filt(
-                        module_name(path)), want_grad and filt(module_name(path)), need_marker)
+                # Always hooked: its forward hook is what starts a new micro step after a
+                # backward, even when its own output is not recorded.
+                root_ok = filt(module_name(path))
+                self._hook_module(mon, module, module_name(path), want_act and root_ok,
+                                  want_grad and root_ok, need_marker)
                 continue
             if (want_act or want_grad) and filt(path):
                 self._hook_module(mon, module, path, want_act, want_grad, False)
