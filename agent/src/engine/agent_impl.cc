@@ -23,17 +23,6 @@ struct TokenCache {
 };
 thread_local TokenCache t_tokens;
 
-// Copies only the valid part of the sketch and histogram: the rest of the slot is never
-// read by the sender.
-inline void CopyStats(const TensorStats& from, TensorStats* to) noexcept {
-  constexpr size_t kHead = offsetof(TensorStats, sketch);
-  std::memcpy(static_cast<void*>(to), &from, kHead);
-  size_t k = std::min<size_t>(from.sketch_k, kMaxSketchK);
-  std::memcpy(to->sketch, from.sketch, k * sizeof(float));
-  size_t bins = std::min<size_t>(from.hist_bins, kHistBins);
-  std::memcpy(to->hist, from.hist, bins * sizeof(uint32_t));
-}
-
 }  // namespace
 
 AgentImpl::AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> transport)
@@ -115,7 +104,7 @@ bool AgentImpl::RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_
   item.tensor_id = tensor_id;
   item.order = order;
   item.step = step;
-  CopyStats(stats, &item.stats);
+  QueueItem::CopyStats(stats, &item.stats);
   if (!shared_.queue.try_enqueue(*token, std::move(item))) {
     c.records_refused.fetch_add(1, std::memory_order_relaxed);
     return false;

@@ -8,7 +8,7 @@ namespace {
 constexpr size_t kBulk = 256;               // items per dequeue: amortizes the queue's costs
 constexpr uint32_t kDirectoryChunk = 512;   // entries per TensorDirectory (names <= 1 KiB each)
 constexpr auto kConnectPollEvery = std::chrono::milliseconds(5);
-constexpr auto kMaxSleep = std::chrono::milliseconds(20);  // also bounds a missed wake-up
+constexpr auto kMaxSleep = std::chrono::milliseconds(10);  // also bounds a missed wake-up
 constexpr int kMaxRestarts = 1000;  // exceptions the loop survives before giving up
 
 }  // namespace
@@ -80,7 +80,7 @@ void Sender::Loop() {
     auto wait_us = std::chrono::duration_cast<std::chrono::microseconds>(wake_at - now).count();
     if (wait_us <= 0) continue;
     shared_->sender_sleeping.store(true, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // see SharedState::WakeSender
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // narrows (not closes) the missed wake-up window
     if (shared_->queue.size_approx() == 0 && !shared_->stop.load(std::memory_order_relaxed) &&
         shared_->flush_target.load(std::memory_order_relaxed) <= published_done_) {
       shared_->wake.wait(wait_us);
