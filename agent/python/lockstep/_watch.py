@@ -30,7 +30,7 @@ class Watch:
     """The hooks of one watch() call; remove() takes them all out."""
 
     def __init__(self, mon, model, optimizer, include, exclude, kinds, params, optim_state):
-        kinds = set(kinds)
+        kinds = {kinds} if isinstance(kinds, str) else set(kinds)
         if params:
             kinds.add("param")
         if optim_state:
