@@ -68,7 +68,12 @@ struct SharedState {
     // waits for the item's stores to reach (cold) memory and cost ~90% of RecordStats.
     // The price is a rare missed wake-up (the sender went to sleep just as we
     // enqueued), bounded by the sender's longest sleep (sender.cc kMaxSleep).
-    if (sender_sleeping.load(std::memory_order_relaxed)) wake.signal();
+    // The exchange lets one producer (not every one until the sender is scheduled)
+    // pay for the semaphore's shared read-modify-write.
+    if (sender_sleeping.load(std::memory_order_relaxed) &&
+        sender_sleeping.exchange(false, std::memory_order_relaxed)) {
+      wake.signal();
+    }
   }
 };
 
