@@ -32,7 +32,7 @@ bool Dispatcher::Submit(Alert alert) noexcept {
   // Each worker copies; the last could take the original by move, but alerts are rare
   // and a copy keeps Enqueue's contract simple.
   for (const auto& w : workers_) all = w->Enqueue(alert) && all;
-  return all && !shut_down_;
+  return all && !shut_down_.load(std::memory_order_relaxed);
 }
 
 bool Dispatcher::Flush(std::chrono::milliseconds timeout) noexcept {
@@ -47,8 +47,7 @@ bool Dispatcher::Flush(std::chrono::milliseconds timeout) noexcept {
 }
 
 void Dispatcher::Shutdown(std::chrono::milliseconds timeout) noexcept {
-  if (shut_down_) return;
-  shut_down_ = true;
+  if (shut_down_.exchange(true)) return;
   Flush(timeout);
   for (const auto& w : workers_) w->Stop();
 }

@@ -12,6 +12,7 @@
 #ifndef LOCKSTEP_ALERTING_DISPATCHER_H_
 #define LOCKSTEP_ALERTING_DISPATCHER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -67,7 +68,7 @@ class Dispatcher {
  private:
   Dispatcher() = default;
   std::vector<std::unique_ptr<SinkWorker>> workers_;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};
 };
 
 // `lockstep alert-test`: sends `alert` once through each sink of `options` (with its
