@@ -276,8 +276,8 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
     }
     uint64_t held = 0;
     if (limiter.Allow(static_cast<size_t>(c.reject), &held))
-      spdlog::warn("refused {}{} ({}: {} so far{})", DescribeReject(c, size, opts.max_message_bytes),
-                   who, RejectName(c.reject),
+      spdlog::warn("refused a message{}: {} ({}: {} so far{})", who,
+                   DescribeReject(c, size, opts.max_message_bytes), RejectName(c.reject),
                    n.rejected_by[static_cast<size_t>(c.reject)].load(std::memory_order_relaxed),
                    held ? fmt::format(", {} not logged", held) : "");
     return;
