@@ -141,7 +141,7 @@ TEST(Collector, LogsGoodMessagesAndCountsBadOnes) {
     (void)e;
     ++files;
   }
-  EXPECT_EQ(files, 2);
+  EXPECT_EQ(files, 3);  // run-a, run-b and the data dir's lock file
 
   RankInfo a;
   ASSERT_TRUE(c->registry().Get("run-a", 0, &a));
@@ -213,6 +213,21 @@ TEST(Collector, BadEndpointAndUnwritableDirAreClearErrors) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Status::Code::kIOError);
   EXPECT_NE(c.status().message().find("file/sub"), std::string::npos);
+}
+
+TEST(Collector, SecondCollectorOnTheSameDataDirIsRefused) {
+  testing::TempDir dir;
+  auto first = Make(dir.path());
+  ASSERT_TRUE(first);
+  CollectorOptions o;
+  o.listen = {"tcp://127.0.0.1:*"};
+  o.data_dir = dir.path();
+  auto second = Collector::Create(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("in use by another"), std::string::npos);
+  ASSERT_TRUE(first->Shutdown(std::chrono::seconds(5)).ok());
+  first.reset();  // releases the dir
+  EXPECT_TRUE(Collector::Create(o).ok());
 }
 
 TEST(Collector, LoopbackEndpointsAreRecognized) {

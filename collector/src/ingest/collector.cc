@@ -1,5 +1,7 @@
 #include "lockstep/collector/collector.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -96,6 +98,9 @@ bool IsLoopbackEndpoint(const std::string& ep) {
 class Collector::Impl {
  public:
   explicit Impl(CollectorOptions o) : opts(std::move(o)), ctx(1), socket(ctx, zmq::socket_type::pull) {}
+  ~Impl() {
+    if (lock_fd >= 0) ::close(lock_fd);  // releases the data dir's lock
+  }
 
   Status Init();
   Status Rebuild();
@@ -108,6 +113,7 @@ class Collector::Impl {
   void LogIoError(const Status& s);
 
   CollectorOptions opts;
+  int lock_fd = -1;
   zmq::context_t ctx;
   zmq::socket_t socket;
   std::vector<std::string> endpoints;
@@ -150,6 +156,17 @@ Status Collector::Impl::Init() {
   if (ec)
     return Status::IOError("cannot create the data dir '" + opts.data_dir + "': " + ec.message() +
                            "; pass --data-dir a directory you can write");
+  // One collector per data dir: two would interleave appends and cut each other's
+  // "torn" tails. flock() is released by the kernel however the holder dies.
+  std::string lock_path = opts.data_dir + "/.lockstep-collect.lock";
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0)
+    return Status::IOError("cannot write to the data dir '" + opts.data_dir + "': " +
+                           std::strerror(errno) + "; pass --data-dir a directory you can write");
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return Status::Unavailable("the data dir '" + opts.data_dir +
+                               "' is in use by another 'lockstep collect'; give each collector "
+                               "its own --data-dir");
   std::string probe = opts.data_dir + "/.lockstep-write-test";
   {
     std::ofstream f(probe);
@@ -315,8 +332,12 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
 size_t Collector::Impl::DrainBurst(size_t max) {
   size_t got = 0;
   while (got < max) {
-    auto r = socket.recv(msg, zmq::recv_flags::dontwait);
-    if (!r) break;
+    try {
+      if (!socket.recv(msg, zmq::recv_flags::dontwait)) break;  // EAGAIN: ran dry
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) break;  // a signal; the loop comes back
+      throw;
+    }
     Handle(msg);
     ++got;
   }
@@ -353,7 +374,11 @@ void Collector::Impl::Run() {
       auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_sync - Clock::now());
       // Bounded so a stop request is seen within 50 ms.
       wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(50));
-      zmq::poll(&item, 1, wait);
+      try {
+        zmq::poll(&item, 1, wait);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+      }
       size_t got = DrainBurst(kBurst);
       // A full burst means more is waiting: keep the buffers filling. Otherwise the
       // socket ran dry and the kernel gets what we have.

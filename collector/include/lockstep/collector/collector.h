@@ -69,8 +69,9 @@ struct CollectorCounters {
 
 class Collector {
  public:
-  // InvalidArgument for a malformed endpoint, Unavailable when it is in use, IOError
-  // when the data dir cannot be created or written. Each with one sentence that names
+  // InvalidArgument for a malformed endpoint, Unavailable when it is in use or when
+  // another Collector holds the data dir (an flock on <data_dir>/.lockstep-collect.lock,
+  // held until destruction), IOError when the data dir cannot be created or written. Each with one sentence that names
   // the endpoint or directory.
   static StatusOr<std::unique_ptr<Collector>> Create(CollectorOptions options);
   ~Collector();  // Shutdown(5 s) if still running
