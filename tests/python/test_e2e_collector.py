@@ -15,6 +15,11 @@ from model_zoo import TinyTransformer, synthetic_batches
 
 STEPS = 3
 
+try:
+    from lockstep import _torch_stats as torch_stats
+except ImportError:  # the host kernel is still checked against the float64 reference
+    torch_stats = None
+
 
 def reference_stats(t):
     x = t.detach().double().reshape(-1)
@@ -104,6 +109,13 @@ def test_training_loop_lands_in_the_collector_log(collector, device_path):
             assert s["nan_count"] == 0 and s["inf_count"] == 0
             assert len(s["sketch"]) == 32 and len(s["hist"]) == 16
             assert sum(s["hist"]) == s["numel"]
+            if torch_stats is not None:  # the sketch against the independent torch code
+                row = torch_stats.device_stats([t], 32, 16)[0]
+                col = torch_stats.SKETCH_COL
+                ref_sketch = row[col:col + 32]
+                scale = float(ref_sketch.abs().max()) + 1e-30
+                assert max(abs(a - float(b)) for a, b in zip(s["sketch"], ref_sketch)) \
+                    <= 1e-4 * scale, (step, name)
         grads = {s["name"]: s for s in recs if s["kind"] == "param_grad"}
         assert set(grads) == set(ref_grads[step])
         for name, g in ref_grads[step].items():
