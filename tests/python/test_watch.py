@@ -269,7 +269,9 @@ def test_non_contiguous_and_half_precision_outputs():
 
 def test_device_path_matches_host_path():
     """The batched device path (device_stats + one copy per step + record_packed),
-    forced on CPU tensors, records what the C++ kernel records."""
+    forced on CPU tensors, records what the C++ kernel records — with an optimizer,
+    in-place zero_grad and gradient accumulation acting on the gradients after the
+    hooks saw them."""
     pytest.importorskip("lockstep._torch_stats")
     torch.manual_seed(1)
     model = mlp()
@@ -279,22 +281,55 @@ def test_device_path_matches_host_path():
         mon, fake = fake_monitor(_force_device_path=force)
         m = mlp()
         m.load_state_dict(model.state_dict())
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
         mon.watch(m)
-        train_step(m, x, mon)
+        for _ in range(2):
+            for _micro in range(2):
+                m(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)  # in place, after the hooks
+            mon.step(loss=1.0)
         train_step(m, x, mon)
         mon.close(timeout=2.0)
         results.append(fake)
     host, dev = results
-    assert [(r["step"], r["name"], r["kind"], r["order"]) for r in host.records] == \
-           [(r["step"], r["name"], r["kind"], r["order"]) for r in dev.records]
+    key = lambda r: (r["step"], r["micro"], r["order"])  # noqa: E731
+    host.records.sort(key=key)
+    dev.records.sort(key=key)
+    assert [(r["step"], r["micro"], r["name"], r["kind"], r["order"]) for r in host.records] \
+        == [(r["step"], r["micro"], r["name"], r["kind"], r["order"]) for r in dev.records]
     for a, b in zip(host.records, dev.records):
-        for key in ("numel", "nan_count", "inf_count", "zero_count"):
-            assert a["stats"][key] == b["stats"][key], (a["name"], key)
-        for key in ("min", "max", "mean", "std", "l2", "absmax"):
-            assert b["stats"][key] == pytest.approx(a["stats"][key], rel=1e-5, abs=1e-7)
-    assert [s["grad_norm"] for s in dev.scalars] == pytest.approx(
-        [s["grad_norm"] for s in host.scalars], rel=1e-5)
-    assert dev.ended == [0, 1]
+        for k in ("numel", "nan_count", "inf_count", "zero_count"):
+            assert a["stats"][k] == b["stats"][k], (a["name"], k)
+        for k in ("min", "max", "mean", "std", "l2", "absmax"):
+            assert b["stats"][k] == pytest.approx(a["stats"][k], rel=1e-5, abs=1e-7)
+        assert b["stats"]["sketch"] == pytest.approx(a["stats"]["sketch"], rel=1e-4, abs=1e-6)
+    assert all(r["stats"]["l2"] > 0 for r in dev.records if r["kind"] == "param_grad")
+    assert [s["grad_norm"] for s in dev.scalars][2] == pytest.approx(
+        host.scalars[2]["grad_norm"], rel=1e-5)
+    assert dev.ended == [0, 1, 2]
+
+
+def test_device_path_batches_gradients_at_the_end_of_backward(monkeypatch):
+    ts = pytest.importorskip("lockstep._torch_stats")
+    calls = []
+    real = ts.device_stats
+
+    def counting(tensors, k, bins):
+        calls.append(len(tensors))
+        return real(tensors, k, bins)
+
+    monkeypatch.setattr(ts, "device_stats", counting)
+    mon, fake = fake_monitor(_force_device_path=True)
+    model = mlp()
+    mon.watch(model)
+    model(torch.randn(2, 4)).sum().backward()
+    # 4 outputs one by one in forward; 4 output grads + 4 parameter grads in one batch,
+    # launched when backward ended (before step(): nothing is left waiting)
+    assert calls == [1, 1, 1, 1, 8]
+    assert mon._pipeline._deferred == []
+    mon.step(loss=1.0)
+    assert len(fake.records) == 4 + 8 and fake.ended == [0]  # a float loss: no loss record
 
 
 def test_micro_steps_are_found_when_only_parameter_gradients_are_watched():

@@ -1,10 +1,12 @@
 """The device path: statistics of non-CPU tensors without a host sync per tensor.
 
-Each tensor's statistics row is launched on its device when its hook fires
-(``_torch_stats.device_stats``: asynchronous kernels, no ``.item()``), so later
-in-place updates of the tensor (AccumulateGrad, ``zero_grad``, the optimizer,
-``inplace=True`` activations) cannot change what is recorded and the tensor itself is
-not kept alive. At the end of a step the rows and any device scalars (loss, loss
+A module output's statistics row is launched on its device when its hook fires
+(``_torch_stats.device_stats``: asynchronous kernels, no ``.item()``), so a later
+in-place update (an ``inplace=True`` activation) cannot change what is recorded and the
+tensor is not kept alive. Gradients (output and parameter gradients) are batched —
+one ``device_stats`` call for up to 64 of them — and launched at the end of the
+backward pass (``queue_callback``), before ``zero_grad`` or the optimizer can touch
+them, or earlier at the size bound. At the end of a step the rows and any device scalars (loss, loss
 scale, grad norm) are concatenated and copied to host ONCE, ``non_blocking`` into a
 pinned buffer, followed by an event. The step is handed to the C++ agent when that
 event has completed — normally at the end of the next step, never by blocking the
@@ -25,6 +27,10 @@ from lockstep import _core
 _L2_COLUMN = list(_core.PACKED_FIXED_FIELDS).index("l2")
 
 _MAX_PENDING = 4  # steps waiting for their copy; beyond it the oldest is waited for
+# Deferred gradients are batched up to this many tensors / bytes: fewer kernel launches,
+# bounded extra memory (the held gradients).
+_DEFER_MAX_TENSORS = 64
+_DEFER_MAX_BYTES = 256 << 20
 
 
 class _Step:
@@ -58,11 +64,14 @@ class DevicePipeline:
         self._ids = []
         self._orders = []
         self._grad_rows = []  # indices of param_grad rows (for the global grad norm)
+        self._n_rows = 0
+        self._deferred = []   # (tensor, id, order, micro, is_param_grad) awaiting a batch
+        self._deferred_bytes = 0
         self._pending = collections.deque()
         self._free = {}  # (device, numel) -> pinned host buffers to reuse
         self.dropped_steps = 0
 
-    def add(self, tensor, tensor_id, order, micro, is_param_grad):
+    def _stats(self, tensors):
         if self._device_stats is None:
             from lockstep import _torch_stats  # pylint: disable=import-outside-toplevel
             if list(_torch_stats.FIELDS[:_core.PACKED_FIXED_COLUMNS]) != list(
@@ -71,16 +80,41 @@ class DevicePipeline:
                                    "row layout of lockstep._core")
             self._device_stats = _torch_stats.device_stats
         with torch.no_grad():
-            row = self._device_stats([tensor], self._k, self._bins)
-        if is_param_grad:
-            self._grad_rows.append(len(self._rows))
-        self._rows.append(row)
-        self._micros.append(micro)
-        self._ids.append(tensor_id)
-        self._orders.append(order)
+            return self._device_stats(tensors, self._k, self._bins)
+
+    def add(self, tensor, tensor_id, order, micro, is_param_grad, defer=False):
+        """Launches the tensor's statistics now, or with defer=True (gradients) batches
+        it with the other deferred tensors until flush_deferred(): at the end of the
+        backward pass, at the size bound, or at end_step. Deferring is safe for
+        gradients because the autograd engine neither accumulates into nor steals a
+        gradient tensor that someone else still references (it copies instead)."""
+        if defer:
+            self._deferred.append((tensor, tensor_id, order, micro, is_param_grad))
+            self._deferred_bytes += tensor.numel() * tensor.element_size()
+            if (len(self._deferred) >= _DEFER_MAX_TENSORS
+                    or self._deferred_bytes >= _DEFER_MAX_BYTES):
+                self.flush_deferred()
+            return
+        self._append(self._stats([tensor]), ((tensor_id, order, micro, is_param_grad),))
+
+    def flush_deferred(self):
+        if not self._deferred:
+            return
+        items, self._deferred, self._deferred_bytes = self._deferred, [], 0
+        self._append(self._stats([it[0] for it in items]), [it[1:] for it in items])
+
+    def _append(self, rows, metas):
+        for tensor_id, order, micro, is_param_grad in metas:
+            if is_param_grad:
+                self._grad_rows.append(self._n_rows)
+            self._n_rows += 1
+            self._micros.append(micro)
+            self._ids.append(tensor_id)
+            self._orders.append(order)
+        self._rows.append(rows)
 
     def has_rows(self):
-        return bool(self._rows)
+        return bool(self._rows) or bool(self._deferred)
 
     def busy(self):
         return bool(self._pending)
@@ -88,9 +122,10 @@ class DevicePipeline:
     def end_step(self, step, scalars):
         """Queues step ``step``. ``scalars`` maps loss/lr/grad_norm/loss_scale/... to
         floats or 0-d tensors; device tensors travel in the same copy as the rows."""
+        self.flush_deferred()
         p = _Step()
         p.step = step
-        p.n_rows = len(self._rows)
+        p.n_rows = self._n_rows
         p.width = self._width
         p.micros = np.asarray(self._micros, dtype=np.uint32)
         p.ids = np.asarray(self._ids, dtype=np.uint32)
@@ -120,6 +155,7 @@ class DevicePipeline:
                 p.event = backend.Event()
                 p.event.record()
         self._rows, self._micros, self._ids, self._orders, self._grad_rows = [], [], [], [], []
+        self._n_rows = 0
         self._pending.append(p)
         while len(self._pending) > _MAX_PENDING:
             self._finish(self._pending.popleft(), wait=True)

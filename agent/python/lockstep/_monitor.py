@@ -148,7 +148,7 @@ class Monitor:
         self._lock = threading.Lock()
         self._pipeline = DevicePipeline(cfg["sketch_k"], cfg["hist_bins"], self._ship)
         self._rec = Recorder(self._agent, cfg["sketch_k"], cfg["hist_bins"], self._pipeline,
-                             force_device_path=_force_device_path)
+                             self._guard, force_device_path=_force_device_path)
         self._step = cfg["start_step"]
         self._every = 1
         self._rec.new_step(self._step)

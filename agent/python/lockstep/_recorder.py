@@ -11,7 +11,7 @@ import torch
 from lockstep import _core
 
 KIND = dict(_core.KINDS)
-_ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
+_ACT_GRAD, _PARAM_GRAD = KIND["act_grad"], KIND["param_grad"]
 
 
 def _torch_dtype_codes():
@@ -43,8 +43,11 @@ def probe_host_dtypes(sketch_k, hist_bins):
 
 
 class Recorder:
-    def __init__(self, agent, sketch_k, hist_bins, pipeline, force_device_path=False):
+    def __init__(self, agent, sketch_k, hist_bins, pipeline, guard,
+                 force_device_path=False):
         self._agent = agent
+        self._guard = guard
+        self._end_of_backward_queued = False
         self._pipeline = pipeline
         self._host_dtypes = probe_host_dtypes(sketch_k, hist_bins)
         self._force_device = force_device_path
@@ -115,4 +118,25 @@ class Recorder:
                 self.skipped += 1
                 return
             self.records += 1
-            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD)
+            is_grad = kind == _ACT_GRAD or kind == _PARAM_GRAD
+            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=is_grad)
+            if is_grad and not self._end_of_backward_queued:
+                self._queue_end_of_backward()
+
+    def _queue_end_of_backward(self):
+        """Asks autograd to call us when this backward pass ends (hooks run inside it).
+        Without that (an old torch, a hook called outside backward) the deferred batch
+        is launched at its size bound or at end_step."""
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            self._end_of_backward_queued = True
+        except Exception:  # pylint: disable=broad-except
+            self._end_of_backward_queued = False
+
+    def _end_of_backward(self):
+        # Runs inside torch's backward: never raise from here.
+        self._end_of_backward_queued = False
+        try:
+            self._pipeline.flush_deferred()
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the end-of-backward flush", e)
