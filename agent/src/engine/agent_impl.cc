@@ -169,6 +169,10 @@ bool AgentImpl::Flush(std::chrono::milliseconds timeout) noexcept {
   return WaitDone(target, deadline);
 }
 
+// A Record*() racing with Close() (it passed the closed_ check just before) may land
+// an item after the sender's last look at the queue: that item is counted as enqueued
+// but never sent. Tolerated: recording while closing is a caller bug we must not crash
+// on, and closing must not wait for producers.
 bool AgentImpl::Close(std::chrono::milliseconds timeout) noexcept {
   auto deadline = Clock::now() + timeout;
   if (!closed_.exchange(true, std::memory_order_acq_rel)) {

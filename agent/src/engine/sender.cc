@@ -204,7 +204,6 @@ void Sender::PollConnections() {
   // The first connection ever is the one Hello was queued for; each later one may be a
   // restarted collector that has forgotten this run's Hello and directory.
   uint64_t reconnects = connects_ - std::max<uint64_t>(before, 1);
-  if (before == 0 && connects_ == 1) reconnects = 0;
   if (reconnects == 0) return;
   shared_->sender.reconnects.fetch_add(reconnects, std::memory_order_relaxed);
   hello_pending_ = true;
