@@ -452,6 +452,7 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
   ++p->steps_compared;
   ++counters_.steps_compared;
   counters_.pairs_compared += matched.size();
+  if (observer_) observer_(p->ctx, v);
 }
 
 std::vector<PairReport> Analyzer::Reports() const {

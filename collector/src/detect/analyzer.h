@@ -24,6 +24,7 @@
 #define LOCKSTEP_COLLECTOR_DETECT_ANALYZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,6 +129,12 @@ class Analyzer : public MessageSink {
   const AlertEmitter& emitter() const { return emitter_; }
   const NameTable& names() const { return names_; }
 
+  // Called at the end of every compared (pair, rank, step), after the tensor tracks
+  // were updated, on the analyzer's thread; must not block. The view feed keeps its
+  // per-step histories from it (collector/src/view/view_model.h). At most one.
+  using PairStepObserver = std::function<void(const PairCtx&, const PairStepView&)>;
+  void SetPairStepObserver(PairStepObserver fn) { observer_ = std::move(fn); }
+
  private:
   struct RunState;
   struct PairState;
@@ -152,6 +159,7 @@ class Analyzer : public MessageSink {
   std::map<std::string, std::string> baseline_of_;  // experiment -> baseline run
   bool dirty_ = false;
   AnalyzerCounters counters_;
+  PairStepObserver observer_;
 };
 
 }  // namespace lockstep::collector
