@@ -8,14 +8,21 @@ msprobe-style statistics mode: in each hook, per-tensor torch ops, each read wit
 .item()). Per-step times are wall times of forward + backward + optimizer step +
 Monitor.step(); each figure uses the median over the measured steps.
 
-BENCH torch_overhead_ratio     median step time with lockstep / without (target <= 1.05)
-BENCH torch_overhead_vs_naive  (lockstep - plain) / (naive - plain) added time (target <= 0.33)
+BENCH torch_overhead_ratio     median of lockstep step time / plain step time (target <= 1.05)
+BENCH torch_overhead_vs_naive  median(lockstep - plain) / median(naive - plain) (target <= 0.33)
+BENCH torch_overhead_ratio_cpu the same two figures in CPU time of the training thread
+BENCH torch_overhead_vs_naive_cpu  (time.thread_time: torch runs single-threaded on it;
+                               robust when other processes load the machine; excludes
+                               the agent's sender thread, which works on another core)
 BENCH torch_step_ms            median plain step time, for context
 BENCH torch_tensors_per_step   tensors lockstep records per step
-BENCH torch_overhead_added_ms  median lockstep step time - median plain step time
+BENCH torch_overhead_added_ms  median of lockstep step time - plain step time
 BENCH torch_overhead_cxx_ms    median per-step time inside the C++ record_host_tensor
                                calls (stats kernel + enqueue, timed around each call in
                                the loop); the rest of the added time is the Python hooks
+BENCH torch_stats_mb_per_step  MB of tensor memory the kernel reads per step
+BENCH torch_stats_inloop_gbps  those bytes / torch_overhead_cxx_ms: the kernel's
+                               in-training throughput (tensors warm in cache)
 """
 import json
 import os
@@ -71,14 +78,18 @@ class TimedAgent:
     """Wraps the monitor's agent to time its C++ record_host_tensor calls in place (the
     tensors hot in cache, as in training). Adds ~0.5 us per tensor to the lockstep side."""
 
+    _BYTES = {1: 4, 2: 2, 3: 2, 4: 8}  # wire dtype code -> element size
+
     def __init__(self, agent):
         self._agent = agent
         self.seconds = 0.0
+        self.bytes = 0
 
     def record_host_tensor(self, *args):
         t0 = time.perf_counter()
         r = self._agent.record_host_tensor(*args)
         self.seconds += time.perf_counter() - t0
+        self.bytes += args[5] * self._BYTES.get(args[6], 4)
         return r
 
     def __getattr__(self, name):
@@ -121,29 +132,33 @@ def main():
     x = torch.randn(BATCH, SEQ, SHAPE["d_in"])
     y = torch.randn(BATCH, SEQ)
     times = {k: [] for k in models}
+    cpu_times = {k: [] for k in models}
     cxx_times = []
+    step_bytes = 0
 
     def one_step(kind):
         model, opt = models[kind], opts[kind]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         if kind == "lockstep":
             mon.step(loss=loss)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
     order = ["plain", "lockstep", "naive"]
     for i in range(WARMUP + STEPS):
         order = order[1:] + order[:1]  # rotate so no kind always runs first
         for kind in order:
-            before = timed.seconds
-            dt = one_step(kind)
+            before, before_bytes = timed.seconds, timed.bytes
+            dt, dc = one_step(kind)
             if i >= WARMUP:
                 times[kind].append(dt)
+                cpu_times[kind].append(dc)
                 if kind == "lockstep":
                     cxx_times.append(timed.seconds - before)
+                    step_bytes = timed.bytes - before_bytes
     per_step = mon.counters()["tensors_recorded"] / (WARMUP + STEPS)
     counters = mon.counters()
     mon.close(timeout=5.0)
@@ -152,16 +167,29 @@ def main():
         proc.wait(timeout=10)
     med = {k: statistics.median(v) for k, v in times.items()}
     cxx = statistics.median(cxx_times)
-    ratio = med["lockstep"] / med["plain"]
-    vs_naive = (med["lockstep"] - med["plain"]) / max(1e-12, med["naive"] - med["plain"])
+    # Per round (one step of each model, back to back) so that load drifting on a shared
+    # machine cancels out; the figures are medians over the rounds.
+    rounds = list(zip(times["plain"], times["lockstep"], times["naive"]))
+    ratio = statistics.median(lk / pl for pl, lk, _ in rounds)
+    ours = statistics.median(lk - pl for pl, lk, _ in rounds)
+    naive = statistics.median(nv - pl for pl, _, nv in rounds)
+    vs_naive = ours / max(1e-12, naive)
+    cpu_rounds = list(zip(cpu_times["plain"], cpu_times["lockstep"], cpu_times["naive"]))
+    cpu_ratio = statistics.median(lk / pl for pl, lk, _ in cpu_rounds)
+    cpu_vs_naive = statistics.median(lk - pl for pl, lk, _ in cpu_rounds) / max(
+        1e-12, statistics.median(nv - pl for pl, _, nv in cpu_rounds))
     print("collector: %s; steps: %d; threads: %d; medians ms: %s; agent: sent %d dropped %d"
           % ("real" if proc else "none (no LOCKSTEP_BIN)", STEPS, THREADS,
              {k: round(v * 1e3, 3) for k, v in med.items()}, counters.get("records_sent", 0),
              counters.get("records_dropped", 0)))
     print("BENCH torch_step_ms %.3f ms" % (med["plain"] * 1e3))
     print("BENCH torch_tensors_per_step %.0f count" % per_step)
-    print("BENCH torch_overhead_added_ms %.3f ms" % ((med["lockstep"] - med["plain"]) * 1e3))
+    print("BENCH torch_overhead_added_ms %.3f ms" % (ours * 1e3))
     print("BENCH torch_overhead_cxx_ms %.3f ms" % (cxx * 1e3))
+    print("BENCH torch_stats_mb_per_step %.2f MB" % (step_bytes / 1e6))
+    print("BENCH torch_stats_inloop_gbps %.2f GB/s" % (step_bytes / max(cxx, 1e-12) / 1e9))
+    print("BENCH torch_overhead_ratio_cpu %.4f ratio" % cpu_ratio)
+    print("BENCH torch_overhead_vs_naive_cpu %.4f ratio" % cpu_vs_naive)
     print("BENCH torch_overhead_ratio %.4f ratio" % ratio)
     print("BENCH torch_overhead_vs_naive %.4f ratio" % vs_naive)
 
