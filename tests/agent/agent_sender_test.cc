@@ -70,6 +70,23 @@ TEST(AgentSender, ANewStepShipsThePreviousStepsBatch) {
   EXPECT_EQ(StatsSizes(msgs), (std::vector<size_t>{4, 4, 4}));
 }
 
+TEST(AgentSender, AStepsStatisticsPrecedeItsScalarsOnTheWire) {
+  // The collector closes a step when its scalars arrive after its statistics, so a
+  // partial batch must be shipped before the scalars of the same step.
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.agent->RecordStats(4, 0, 0, i, MakeStats(i)));
+  ASSERT_TRUE(m.agent->RecordScalars(4, StepScalars{}));
+  ASSERT_TRUE(m.agent->EndStep(4));
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  std::vector<wire::Body> order;
+  for (const auto& msg : m.state->Snapshot()) {
+    if (msg.accepted && (msg.type() == wire::Body::StepStats || msg.type() == wire::Body::StepScalars))
+      order.push_back(msg.type());
+  }
+  EXPECT_EQ(order, (std::vector<wire::Body>{wire::Body::StepStats, wire::Body::StepScalars}));
+}
+
 TEST(AgentSender, StatsScalarsAndHelloRoundTripExactly) {
   AgentOptions o = TestOptions();
   o.sketch_k = 8;

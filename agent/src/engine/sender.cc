@@ -117,6 +117,10 @@ void Sender::Process(const QueueItem& item, Clock::time_point now) {
       AddRecord(item, now);
       break;
     case ItemType::kScalars:
+      // A step's scalars follow its statistics on the wire: the collector takes the
+      // scalars as the sign that the step is complete (Monitor.step() records the
+      // scalars after the step's last tensor), so the pending batch goes first.
+      if (!batch_stats_.empty() && batch_step_ <= item.step) ShipBatch();
       EnsurePreamble();
       SendMessage(encoder_.Scalars(item.step, item.scalars, seq_), 0);
       last_step_ = std::max(last_step_, item.step);
