@@ -341,3 +341,41 @@ def test_micro_steps_are_found_when_only_parameter_gradients_are_watched():
     mon.step()
     assert sorted((r["micro"], r["name"]) for r in fake.records) == [
         (m, n) for m in (0, 1) for n in ("0.bias", "0.weight", "2.bias", "2.weight")]
+
+
+class SGDWithPreHooks(torch.optim.SGD):
+    """torch 2.x's Optimizer.register_step_pre_hook, for torch 1.13 (which lacks it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._pre = []
+
+    def register_step_pre_hook(self, hook):
+        self._pre.append(hook)
+
+        class Handle:
+            def remove(_self):
+                self._pre.remove(hook)
+        return Handle()
+
+    def step(self, closure=None):
+        for hook in list(self._pre):
+            hook(self, (), {})
+        return super().step(closure)
+
+
+def test_grad_norm_of_accumulated_gradients_from_the_optimizer_pre_step_hook():
+    mon, fake = fake_monitor()
+    model = mlp()
+    opt = SGDWithPreHooks(model.parameters(), lr=0.1)
+    mon.watch(model, optimizer=opt)
+    for _micro in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+    expected = math.sqrt(sum(p.grad.double().norm().item() ** 2 for p in model.parameters()))
+    opt.step()
+    opt.zero_grad()
+    mon.step(loss=1.0)
+    assert fake.scalars[0]["micro_steps"] == 3
+    assert fake.scalars[0]["grad_norm"] == pytest.approx(expected, rel=1e-6)
+    train_step(model, torch.randn(2, 4), mon, opt)  # no accumulation: per-tensor norms
+    assert fake.scalars[1]["micro_steps"] == 1 and fake.scalars[1]["grad_norm"] > 0

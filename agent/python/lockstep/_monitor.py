@@ -155,6 +155,7 @@ class Monitor:
         self._active = True
         self._bwd = False   # a backward hook fired since the last forward
         self._calls = {}    # module name -> calls in this micro step
+        self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
         self.enabled = True
         _live.add(self)
@@ -206,6 +207,8 @@ class Monitor:
                         rec.record("loss", KIND["loss"], loss.detach().reshape(-1))
                 except Exception as e:  # pylint: disable=broad-except
                     self._guard.fail("step()", e)
+            if grad_norm is None:
+                grad_norm = self._accum_grad_norm
             scalars = {
                 "loss": _host_scalar(loss), "lr": _host_scalar(lr),
                 "grad_norm": _host_scalar(grad_norm), "loss_scale": _loss_scale(loss_scale),
@@ -294,6 +297,7 @@ class Monitor:
 
     def _advance(self, step):
         self._step = step
+        self._accum_grad_norm = None
         self._rec.new_step(step)
         self._calls.clear()
         self._bwd = False
@@ -319,6 +323,24 @@ class Monitor:
                 self._rec.record(name, KIND["param_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the gradient hook of " + name, e)
+
+    def _on_optimizer_step(self, optimizer, _args, _kwargs):
+        """Before the update of a gradient-accumulation step (micro steps > 1): the
+        global norm of the accumulated gradients, kept on their device (no sync)."""
+        try:
+            if self._rec.micro == 0 or self._closed:
+                return
+            # Per-tensor norms in the gradient's own precision (no float64 copy of every
+            # gradient), combined in float64.
+            norms = [torch.linalg.vector_norm(p.grad.detach()).double()
+                     for group in optimizer.param_groups for p in group["params"]
+                     if p.grad is not None and not p.grad.is_sparse]
+            if norms:
+                devices = {n.device for n in norms}
+                if len(devices) == 1:
+                    self._accum_grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the optimizer step hook", e)
 
     def _on_backward_marker(self, _grad):
         self._bwd = True

@@ -65,6 +65,10 @@ class Watch:
         if "param_grad" in kinds:
             for name, p in self.params:
                 self.handles.append(p.register_hook(functools.partial(mon._on_param_grad, name)))
+        # torch >= 2.0: the optimizer tells us when it is about to step, which is the one
+        # moment the accumulated gradients of a gradient-accumulation step are all there.
+        if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
+            self.handles.append(optimizer.register_step_pre_hook(mon._on_optimizer_step))
 
     def _hook_module(self, mon, module, name, want_act, want_grad, marker):
         root = self.model
