@@ -146,7 +146,10 @@ def test_gradient_accumulation_records_micro_steps():
             assert [r["name"] for r in m if r["kind"] == "act"] == ["0", "1", "2", "<root>"]
             assert [r["order"] for r in m] == list(range(len(m)))  # order restarts per micro
     assert [s["micro_steps"] for s in fake.scalars] == [3, 3]
-    assert all(math.isnan(s["grad_norm"]) for s in fake.scalars)  # not exact: not guessed
+    if hasattr(opt, "register_step_pre_hook"):  # torch >= 2.0: taken before the update
+        assert all(s["grad_norm"] > 0 for s in fake.scalars)
+    else:  # torch 1.13: the per-micro norms do not give it, so it is not guessed
+        assert all(math.isnan(s["grad_norm"]) for s in fake.scalars)
 
 
 def test_no_grad_and_eval_passes_are_not_training_steps():
