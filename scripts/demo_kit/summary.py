@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Summarizes the lockstep demo's alerts (JSON lines on stdin).
+
+--brief: one short line per noteworthy alert (used while the runs train).
+Otherwise: the end-of-demo summary; exits 1 when lockstep did not name the injected
+layer (--injected) as the first divergence, so CI can check the demo's outcome.
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+import sys
+
+HEADLINE_RULES = ("first_divergence", "nonfinite", "overflow", "trend", "loss_drift", "spike", "stall")
+
+
+def load(stream):
+    alerts = []
+    for line in stream:
+        line = line.strip()
+        if line:
+            try:
+                alerts.append(json.loads(line))
+            except ValueError:
+                pass
+    return alerts
+
+
+def runs_of(a):
+    r = a.get("runs") or a.get("run") or []
+    return ", ".join(r) if isinstance(r, list) else str(r)
+
+
+def brief(alerts):
+    rest = collections.Counter()
+    for a in alerts:
+        if a.get("rule") in HEADLINE_RULES or a.get("severity") == "critical" and a.get("rule") != "tensor_drift":
+            print(f"   ! {a.get('severity', '?'):8s} {a.get('rule')}: {a.get('message', '')}")
+        else:
+            rest[a.get("rule")] += 1
+    if rest:
+        print("     (+ " + ", ".join(f"{n} {r}" for r, n in sorted(rest.items())) + ")")
+
+
+def first(alerts, rule):
+    xs = [a for a in alerts if a.get("rule") == rule]
+    return min(xs, key=lambda a: (a.get("step", 0), a.get("first_seen_unix_ns", 0))) if xs else None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--brief", action="store_true")
+    p.add_argument("--data-dir")
+    p.add_argument("--lockstep", default="build/lockstep")
+    p.add_argument("--injected", help="name of the layer the demo changed")
+    args = p.parse_args()
+    alerts = load(sys.stdin)
+    if args.brief:
+        brief(alerts)
+        return 0
+
+    fd = first(alerts, "first_divergence")
+    print()
+    if fd:
+        print(f"First divergence:  step {fd.get('step')}, tensor {fd.get('tensor')} ({fd.get('kind')})")
+        print(f"                   {fd.get('message')}")
+    else:
+        print("First divergence:  none found")
+    named = bool(fd and args.injected and
+                 (fd.get("tensor") == args.injected or str(fd.get("tensor", "")).startswith(args.injected + ".")
+                  or str(fd.get("tensor", "")).startswith(args.injected + "[")))
+    if args.injected:
+        verdict = "lockstep named it" if named else "lockstep did NOT name it"
+        print(f"Injected change:   {args.injected} stores its output in fp16 -> {verdict}")
+    nf = first(alerts, "nonfinite")
+    if nf:
+        print(f"First NaN/Inf:     step {nf.get('step')} in {runs_of(nf)}: {nf.get('message')}")
+    ov = first(alerts, "overflow")
+    if ov:
+        print(f"First overflow:    step {ov.get('step')} in {runs_of(ov)}: {ov.get('message')}")
+    by = collections.Counter((a.get("rule"), a.get("severity")) for a in alerts)
+    print(f"Alerts:            {len(alerts)} in all: " +
+          ", ".join(f"{n} {r} ({s})" for (r, s), n in sorted(by.items())))
+    if args.data_dir:
+        d = args.data_dir
+        hook = os.path.join(d, "webhook.jsonl")
+        if os.path.exists(hook):
+            with open(hook) as f:
+                got = sum(1 for _ in f)
+            print(f"Webhook:           the local receiver got {got} alert(s) "
+                  f"(deduplicated and rate-limited per sink): {hook}")
+        print(f"Alerts file:       {os.path.join(d, 'alerts.jsonl')}")
+        logs = sorted(glob.glob(os.path.join(d, "*.lslog")))
+        for i, log in enumerate(logs):
+            print(("Run logs:          " if i == 0 else "                   ") + log)
+        base = [l for l in logs if "baseline" in os.path.basename(l)]
+        cand = [l for l in logs if "candidate" in os.path.basename(l)]
+        if base and cand:
+            print("Look again:        " + f"{args.lockstep} compare {base[0]} {cand[0]}")
+            print("                   " + f"{args.lockstep} inspect {cand[0]} | head")
+    if args.injected and not named:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
