@@ -327,9 +327,9 @@ def test_device_path_batches_gradients_at_the_end_of_backward(monkeypatch):
     model = mlp()
     mon.watch(model)
     model(torch.randn(2, 4)).sum().backward()
-    # 4 outputs one by one in forward; 4 output grads + 4 parameter grads in one batch,
-    # launched when backward ended (before step(): nothing is left waiting)
-    assert calls == [1, 1, 1, 1, 8]
+    # 4 outputs one by one in forward, 4 parameter gradients one by one in backward, the
+    # 4 output gradients in one batch when backward ended (before step(): none waits)
+    assert calls == [1] * 8 + [4]
     assert mon._pipeline._deferred == []
     mon.step(loss=1.0)
     assert len(fake.records) == 4 + 8 and fake.ended == [0]  # a float loss: no loss record

@@ -3,10 +3,11 @@
 A module output's statistics row is launched on its device when its hook fires
 (``_torch_stats.device_stats``: asynchronous kernels, no ``.item()``), so a later
 in-place update (an ``inplace=True`` activation) cannot change what is recorded and the
-tensor is not kept alive. Gradients (output and parameter gradients) are batched —
-one ``device_stats`` call for up to 64 of them — and launched at the end of the
-backward pass (``queue_callback``), before ``zero_grad`` or the optimizer can touch
-them, or earlier at the size bound. At the end of a step the rows and any device scalars (loss, loss
+tensor is not kept alive; so is a parameter gradient's (holding it would make
+AccumulateGrad copy it into ``.grad`` instead of adopting it). Output gradients are
+batched — one ``device_stats`` call for up to 64 of them — and launched at the end of
+the backward pass (``queue_callback``) or earlier at the size bound: the autograd
+engine never accumulates in place into a gradient someone else still references. At the end of a step the rows and any device scalars (loss, loss
 scale, grad norm) are concatenated and copied to host ONCE, ``non_blocking`` into a
 pinned buffer, followed by an event. The step is handed to the C++ agent when that
 event has completed — normally at the end of the next step, never by blocking the
@@ -83,11 +84,9 @@ class DevicePipeline:
             return self._device_stats(tensors, self._k, self._bins)
 
     def add(self, tensor, tensor_id, order, micro, is_param_grad, defer=False):
-        """Launches the tensor's statistics now, or with defer=True (gradients) batches
-        it with the other deferred tensors until flush_deferred(): at the end of the
-        backward pass, at the size bound, or at end_step. Deferring is safe for
-        gradients because the autograd engine neither accumulates into nor steals a
-        gradient tensor that someone else still references (it copies instead)."""
+        """Launches the tensor's statistics now, or with defer=True (output gradients)
+        batches it with the other deferred tensors until flush_deferred(): at the end of
+        the backward pass, at the size bound, or at end_step."""
         if defer:
             self._deferred.append((tensor, tensor_id, order, micro, is_param_grad))
             self._deferred_bytes += tensor.numel() * tensor.element_size()

@@ -118,9 +118,12 @@ class Recorder:
                 self.skipped += 1
                 return
             self.records += 1
-            is_grad = kind == _ACT_GRAD or kind == _PARAM_GRAD
-            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=is_grad)
-            if is_grad and not self._end_of_backward_queued:
+            # Output gradients are batched until the end of backward. Parameter gradients
+            # are not: holding one when our hook returns would make AccumulateGrad copy
+            # it into .grad instead of adopting it (an extra parameter-sized copy).
+            defer = kind == _ACT_GRAD
+            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=defer)
+            if defer and not self._end_of_backward_queued:
                 self._queue_end_of_backward()
 
     def _queue_end_of_backward(self):
