@@ -7,6 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <immintrin.h>
+
 #include "stats/kernel.h"
 
 namespace lockstep::stats {
