@@ -29,6 +29,8 @@
 #include "lockstep/collector/collector.h"
 #include "runlog/json_out.h"
 #include "runlog/log_format.h"
+#include "view/view_model.h"
+#include "view/view_publisher.h"
 
 namespace lockstep::cli {
 namespace {
@@ -41,15 +43,15 @@ int Usage(const std::string& msg) {
   return kExitUsage;
 }
 
-// Written once listening: {"listen":[...],"pid":N,"data_dir":"..."}. Tests and scripts
+// Written once listening: {"listen":[...],"pid":N,"data_dir":"...","view":"..."}. Tests and scripts
 // wait for it instead of sleeping. Written to a temp name and renamed, so a reader
 // never sees half of it.
-Status WriteReadyFile(const std::string& path, const Collector& c) {
+Status WriteReadyFile(const std::string& path, const Collector& c, const std::string& view) {
   std::string json;
   collector::JsonOut j(&json);
   j.BeginObject().Key("listen").BeginArray();
   for (const auto& ep : c.endpoints()) j.Str(ep);
-  j.EndArray().FieldI("pid", getpid()).Field("data_dir", c.options().data_dir).EndObject();
+  j.EndArray().FieldI("pid", getpid()).Field("data_dir", c.options().data_dir).Field("view", view).EndObject();
   json.push_back('\n');
   std::string tmp = path + ".tmp";
   {
@@ -109,6 +111,10 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.Int("status-interval-s", &status_s, "log a status line this often (0 = never)", "S");
   flags.Int("max-message-bytes", &max_bytes, "refuse messages larger than this", "BYTES");
   flags.String("log-level", &log_level, "trace, debug, info, warn, error or off", "LEVEL");
+  std::string view_listen = "tcp://127.0.0.1:6201";
+  flags.String("view-listen", &view_listen,
+               "ZeroMQ endpoint of the view feed that 'lockstep top' connects to (docs/top.md); "
+               "tcp://127.0.0.1:* picks a free port", "ENDPOINT");
   // Alignment and detection (docs/rules.md) and where alerts go (docs/alerting.md).
   std::string baseline_log, name_map;
   int64_t max_buffered = 64;
@@ -176,15 +182,35 @@ int CollectCommand(int argc, const char* const* argv) {
   auto dispatcher = alerting::Dispatcher::Create(*alert_opts);
   if (!dispatcher.ok()) return Usage(dispatcher.status().message());
   alerting::Dispatcher* disp = dispatcher->get();
-  auto analyzer = std::make_unique<collector::Analyzer>(std::move(an_opt),
-                                                        [disp](alerting::Alert a) { disp->Submit(std::move(a)); });
+  collector::ViewModel view_model;  // outlives the analyzer, which calls into it
+  auto analyzer = std::make_unique<collector::Analyzer>(std::move(an_opt), [disp, &view_model](alerting::Alert a) {
+    view_model.OnAlert(a);
+    disp->Submit(std::move(a));
+  });
+  analyzer->SetPairStepObserver([&view_model](const collector::PairCtx& ctx, const collector::PairStepView& v) {
+    view_model.OnPairStep(ctx, v);
+  });
   if (!baseline_log.empty()) {
     auto b = analyzer->AddBaselineLog(baseline_log);
     if (!b.ok()) return Usage(b.status().message());
   }
   collector::LiveAnalyzer live(std::move(analyzer));
   s = col.AddSink(&live);
+  if (s.ok()) s = col.AddSink(&view_model);
   if (!s.ok()) return Usage(s.message());
+  // The view feed for `lockstep top`: its own thread; a snapshot reads the registry
+  // and the view model, never the analyzer's lock.
+  collector::ViewPublisherOptions view_opt;
+  view_opt.endpoint = view_listen;
+  auto view_pub = collector::ViewPublisher::Create(view_opt, [&col, &view_model, &live] {
+    auto cc = col.counters();
+    collector::ViewExtras ex{cc.records, cc.rejected, live.errors()};
+    return view_model.SnapshotJson(col.registry().Snapshot(), ex,
+                                   std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
+  });
+  if (!view_pub.ok()) return Usage(view_pub.status().message());
   live.Start();
   s = col.Start();
   if (!s.ok()) {
@@ -193,9 +219,11 @@ int CollectCommand(int argc, const char* const* argv) {
   }
   std::string eps;
   for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
-  spdlog::info("lockstep {} collecting on {} into {}", LOCKSTEP_VERSION, eps, data_dir);
+  (*view_pub)->Start();
+  spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", LOCKSTEP_VERSION, eps, data_dir,
+               (*view_pub)->endpoint());
   if (!ready_file.empty()) {
-    s = WriteReadyFile(ready_file, col);
+    s = WriteReadyFile(ready_file, col, (*view_pub)->endpoint());
     if (!s.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
       (void)col.Shutdown(std::chrono::seconds(5));
@@ -229,6 +257,7 @@ int CollectCommand(int argc, const char* const* argv) {
   }
   spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   s = col.Shutdown(std::chrono::seconds(5));
+  (*view_pub)->Shutdown();
   live.Shutdown();
   live.Mutate([](collector::Analyzer& a) { a.Finish(); });  // compare what is complete
   (*dispatcher)->Shutdown(std::chrono::seconds(3));

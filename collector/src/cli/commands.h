@@ -13,6 +13,7 @@ int CollectCommand(int argc, const char* const* argv);  // collect_cmd.cc
 int InspectCommand(int argc, const char* const* argv);  // inspect_cmd.cc
 int CompareCommand(int argc, const char* const* argv);  // compare_cmd.cc
 int AlertTestCommand(int argc, const char* const* argv);  // alert_test_cmd.cc
+int TopCommand(int argc, const char* const* argv);  // top_cmd.cc
 
 }  // namespace lockstep::cli
 

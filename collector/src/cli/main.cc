@@ -17,6 +17,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"collect", lockstep::cli::CollectCommand,
      "run the collector: ingest agents' statistics, record run logs, align, detect, alert"},
+    {"top", lockstep::cli::TopCommand, "live terminal view of a running collector (runs, loss, drifting tensors, alerts)"},
     {"compare", lockstep::cli::CompareCommand,
      "align two recorded runs offline and print the first divergence and a per-tensor table"},
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},

@@ -1,0 +1,51 @@
+// `lockstep top`: the live terminal view attached to a collector's view feed
+// (docs/top.md). The work is in collector/src/view/top_ui.cc; this file is flags.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "view/top_ui.h"
+
+namespace lockstep::cli {
+
+int TopCommand(int argc, const char* const* argv) {
+  collector::view::TopOptions opt;
+  bool once = false, no_color = false;
+  double unreachable_s = 3, timeout_s = 5;
+  FlagSet flags("top", "top [FLAGS]",
+                "Live terminal view of a running collector: runs, loss of both runs, the tensors that drift "
+                "most, alerts. Keys: q quit, ? help, Enter a tensor's history, s sort, / filter.");
+  flags.String("connect", &opt.connect,
+               "the collector's view feed (its --view-listen; default tcp://127.0.0.1:6201)", "ENDPOINT");
+  flags.Bool("once", &once, "print one plain-text snapshot to stdout and exit (scripts, CI)");
+  flags.Double("timeout-s", &timeout_s, "--once: how long to wait for a snapshot (default 5)", "S");
+  flags.Double("unreachable-after-s", &unreachable_s,
+               "say the collector is not reachable after this long without a snapshot (default 3)", "S");
+  flags.Bool("no-color", &no_color, "monochrome, even on a colour terminal");
+  Status s = flags.Parse(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "lockstep top: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    return kExitOk;
+  }
+  if (!flags.positional().empty()) {
+    std::fprintf(stderr, "lockstep top: unexpected argument '%s' (top takes only flags; see 'lockstep top --help')\n",
+                 flags.positional().front().c_str());
+    return kExitUsage;
+  }
+  if (!(timeout_s > 0) || !(unreachable_s > 0)) {
+    std::fprintf(stderr, "lockstep top: --timeout-s and --unreachable-after-s must be more than 0\n");
+    return kExitUsage;
+  }
+  opt.once_timeout_ms = static_cast<int64_t>(timeout_s * 1000);
+  opt.unreachable_after_ms = static_cast<int64_t>(unreachable_s * 1000);
+  opt.monochrome = no_color || std::getenv("NO_COLOR") != nullptr;
+  return once ? collector::view::RunTopOnce(opt) : collector::view::RunTop(opt);
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,129 @@
+// ViewModel: what `lockstep top` shows, kept up to date inside `lockstep collect` and
+// turned into a JSON snapshot (docs/top.md "Feed format") for the view feed.
+//
+// It is fed from three places, each cheap and non-blocking:
+//   - OnPairStep: the Analyzer's pair-step observer, once per compared (pair, rank,
+//     step), on the analyzer's thread with LiveAnalyzer's mutex held. It records the
+//     pair's losses and, per matched tensor, the step's drift (score / threshold) and
+//     both norms into a short ring, so a tensor's drift history exists without asking
+//     the analyzer anything later.
+//   - OnMessage (a MessageSink on the ingest thread): per-run loss and step time from
+//     StepScalars, and a steps/s estimate.
+//   - OnAlert: every alert the analyzer emits (its AlertFn, analyzer's thread).
+// SnapshotJson (the publisher's thread) copies what it needs under mu_ and serializes
+// outside it, so neither the ingest thread nor the analyzer waits on JSON.
+//
+// Lock order: LiveAnalyzer's mutex -> ViewModel::mu_. The Registry's mutex is never
+// held together with mu_ (the caller snapshots the registry first).
+//
+// Memory: per (pair, tensor) one ring of kHistory entries (~1.5 KB); per pair a loss
+// ring; the last kAlerts alerts.
+#ifndef LOCKSTEP_COLLECTOR_VIEW_VIEW_MODEL_H_
+#define LOCKSTEP_COLLECTOR_VIEW_VIEW_MODEL_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ingest/message_sink.h"
+#include "ingest/registry.h"
+#include "lockstep/alerting/alert.h"
+
+namespace lockstep::collector {
+
+struct PairCtx;
+struct PairStepView;
+
+// Collector-wide figures the snapshot shows next to the runs.
+struct ViewExtras {
+  uint64_t records = 0;
+  uint64_t bad_messages = 0;
+  uint64_t analyzer_errors = 0;
+};
+
+struct ViewModelOptions {
+  size_t max_tensors = 256;    // tensors per pair in a snapshot, most drifting first
+  size_t history_tensors = 32; // of those, how many carry their drift history
+  size_t loss_points = 120;    // loss history per pair
+  size_t max_alerts = 50;      // recent alerts kept and sent
+};
+
+class ViewModel : public MessageSink {
+ public:
+  static constexpr size_t kHistory = 60;  // drift history points per tensor
+
+  explicit ViewModel(ViewModelOptions opt = {});
+  ViewModel(const ViewModel&) = delete;
+  ViewModel& operator=(const ViewModel&) = delete;
+
+  void OnPairStep(const PairCtx& ctx, const PairStepView& v);
+  void OnMessage(const wire::Envelope& env, int64_t recv_unix_ns) override;
+  void OnAlert(const alerting::Alert& a);
+
+  // The whole snapshot as one JSON object. `ranks` from Registry::Snapshot().
+  std::string SnapshotJson(const std::vector<RankInfo>& ranks, const ViewExtras& extras,
+                           int64_t now_unix_ns) const;
+
+ private:
+  struct Point {
+    uint64_t step;
+    float ratio, b_l2, c_l2;
+  };
+  struct TensorState {
+    std::string name, kind;
+    uint32_t order = 0;
+    uint64_t step = 0;
+    double ratio = 0, score = 0, threshold = 1;
+    double rel_l2 = 0, cosine = 1, b_l2 = 0, c_l2 = 0;
+    std::string metric;
+    int64_t first_drift_step = -1;
+    double worst_ratio = 0;
+    bool nonfinite = false;
+    std::vector<Point> ring;  // kHistory entries once full
+    size_t ring_pos = 0;
+  };
+  struct LossPoint {
+    uint64_t step;
+    double b, c;
+  };
+  struct PairState {
+    std::string experiment, baseline, candidate;
+    uint64_t step = 0;
+    uint64_t steps_compared = 0;
+    double critical_factor = 10;
+    std::deque<LossPoint> loss;
+    std::unordered_map<uint64_t, TensorState> tensors;
+    bool diverged = false;
+    uint64_t first_div_step = 0;
+    std::string first_div_tensor;
+  };
+  struct RunState {
+    double loss = 0, step_time_s = 0;
+    bool has_loss = false, has_time = false;
+    uint64_t max_step = 0;
+    bool any_step = false;
+    std::deque<std::pair<int64_t, uint64_t>> progress;  // (recv ns, max step) when it advanced
+  };
+  struct AlertRow {
+    int64_t unix_ns;
+    std::string severity, rule, experiment, tensor, message;
+    std::vector<std::string> runs;
+    uint64_t step;
+  };
+
+  ViewModelOptions opt_;
+  mutable std::mutex mu_;  // guards everything below
+  std::map<std::string, PairState> pairs_;  // by "experiment\tbaseline\tcandidate"
+  std::map<std::string, RunState> runs_;
+  std::deque<AlertRow> alerts_;
+  uint64_t alerts_total_ = 0;
+  uint64_t alerts_by_severity_[3] = {0, 0, 0};
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_VIEW_VIEW_MODEL_H_
