@@ -231,7 +231,7 @@ std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int widt
                 (unsigned long long)s.alerts_total, (unsigned long long)s.alerts_critical);
   out += line;
   out += "\nRUNS\n";
-  const size_t name_w = static_cast<size_t>(std::max(12, width - 62));
+  const size_t name_w = static_cast<size_t>(std::clamp(width - 72, 12, 40));
   out += Pad("run", name_w) + " role      platform ranks     step steps/s  lag drops gaps  seen step_t\n";
   for (const RunRow& r : s.runs) {
     std::snprintf(line, sizeof(line), " %-9.9s %-8.8s %2u/%-2u %8s %7s %4s %5llu %4llu %5s %6s\n", r.role.c_str(),
@@ -284,7 +284,7 @@ std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int widt
     char ts[16];
     std::strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
     std::string l = std::string(ts) + " " + a.severity + " " + a.rule + " step " + std::to_string(a.step) +
-                    (a.tensor.empty() ? "" : " " + a.tensor) + ": " + a.message;
+                    (a.tensor.empty() || a.message.rfind(a.tensor, 0) == 0 ? "" : " " + a.tensor) + ": " + a.message;
     out += "  " + ClipEnd(l, static_cast<size_t>(width - 2)) + "\n";
   }
   if (s.alerts.empty()) out += "  (none)\n";

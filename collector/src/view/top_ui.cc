@@ -267,7 +267,7 @@ class Screen {
     int y = 2;
     const int w = COLS;
     if (!have_) return;
-    const size_t name_w = static_cast<size_t>(std::clamp(w - 64, 10, 40));
+    const size_t name_w = static_cast<size_t>(std::clamp(w - 70, 10, 40));
     Put(y++, 0, Fit("RUN", name_w) + " ROLE      PLATFORM RANKS    STEP STEPS/S  LAG DROPS GAPS  SEEN STEP_T",
         A_BOLD, kHead);
     const int max_runs = std::max(2, (LINES - 12) / 3);
@@ -319,7 +319,7 @@ class Screen {
                      std::to_string(p->drifting) + " of " + std::to_string(p->tensors_total) + " drifting";
     if (!filter_.empty()) th += "  filter: " + filter_ + " (" + std::to_string(vis.size()) + ")";
     Put(y++, 0, th, A_BOLD, kHead);
-    const size_t tw = static_cast<size_t>(std::clamp(w - 48, 12, 80));
+    const size_t tw = static_cast<size_t>(std::clamp(w - 54, 12, 80));
     Put(y++, 0, Fit("  NAME", tw + 1) + " KIND       DRIFT   REL_L2    COSINE FIRST STATUS", A_UNDERLINE);
     const int rows = std::max(0, table_end - y);
     if (cursor_ >= vis.size()) cursor_ = vis.empty() ? 0 : vis.size() - 1;
@@ -359,7 +359,8 @@ class Screen {
       const short c = a.severity == "critical" ? kBad : a.severity == "warning" ? kWarn : kOk;
       Put(y++, 0,
           " " + std::string(ts) + " " + a.severity + " " + a.rule + " step " + std::to_string(a.step) +
-              (a.tensor.empty() ? "" : " " + a.tensor) + ": " + a.message,
+              // Most messages begin with the tensor's name already.
+              (a.tensor.empty() || a.message.rfind(a.tensor, 0) == 0 ? "" : " " + a.tensor) + ": " + a.message,
           Strong(c), c);
     }
   }
@@ -384,7 +385,7 @@ class Screen {
     Put(y++, 0, "TENSOR " + t->name + " (" + t->kind + ", order " + std::to_string(t->order) + ")", A_BOLD, kHead);
     Put(y++, 0,
         " status " + t->status + "  drift " + FormatNum(t->ratio) + " x threshold (" + t->metric + ")  worst " +
-            FormatNum(t->worst) + "  first drifting step " + (t->first >= 0 ? std::to_string(t->first) : "-"),
+            FormatNum(t->worst) + "  first drift " + (t->first >= 0 ? std::to_string(t->first) : "-"),
         Strong(c), c);
     Put(y++, 0, " at step " + std::to_string(t->step) + ": rel_l2 " + FormatNum(t->rel_l2) + "  cosine " +
                     FormatNum(t->cos, 9) + "  |baseline| " + FormatNum(t->b_l2) + "  |candidate| " + FormatNum(t->c_l2));
@@ -407,7 +408,7 @@ class Screen {
     Put(y, 0, " |candidate|");
     Put(y++, 15, Sparkline(cl, sw, unicode_));
     Put(y++, 0, " steps " + std::to_string(t->hist.front().step) + " .. " + std::to_string(t->hist.back().step) +
-                    " (both norms on one scale each; drift 1.0 = the tolerance)", A_NORMAL, kDim);
+                    " (each line scaled to its own range; drift 1 = the tolerance)", A_NORMAL, kDim);
     ++y;
     Put(y++, 0, "    STEP      DRIFT   |BASELINE|  |CANDIDATE|   REL DIFF", A_UNDERLINE);
     for (size_t i = t->hist.size(); i-- > 0 && y < LINES - 1;) {
