@@ -18,11 +18,11 @@ int TopCommand(int argc, const char* const* argv) {
                 "Live terminal view of a running collector: runs, loss of both runs, the tensors that drift "
                 "most, alerts. Keys: q quit, ? help, Enter a tensor's history, s sort, / filter.");
   flags.String("connect", &opt.connect,
-               "the collector's view feed (its --view-listen; default tcp://127.0.0.1:6201)", "ENDPOINT");
+               "the collector's view feed (its --view-listen)", "ENDPOINT");
   flags.Bool("once", &once, "print one plain-text snapshot to stdout and exit (scripts, CI)");
-  flags.Double("timeout-s", &timeout_s, "--once: how long to wait for a snapshot (default 5)", "S");
+  flags.Double("timeout-s", &timeout_s, "--once: how long to wait for a snapshot", "S");
   flags.Double("unreachable-after-s", &unreachable_s,
-               "say the collector is not reachable after this long without a snapshot (default 3)", "S");
+               "say the collector is not reachable after this long without a snapshot", "S");
   flags.Bool("no-color", &no_color, "monochrome, even on a colour terminal");
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
