@@ -1,0 +1,328 @@
+#include "metrics/collector_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "detect/live_analyzer.h"
+#include "lockstep/alerting/dispatcher.h"
+#include "lockstep/collector/collector.h"
+#include "metrics/exposition.h"
+#include "metrics/http_server.h"
+#include "metrics/metrics_feed.h"
+
+namespace lockstep::collector::metrics {
+namespace {
+
+using C = MetricType;
+
+int64_t WallNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// What a scrape reads from the analyzer, copied under its mutex and rendered after.
+struct PairFigures {
+  std::string experiment, baseline, candidate;
+  uint64_t steps_compared = 0, steps_evicted = 0, matched = 0, drifting = 0, unmatched = 0;
+  double worst_score = 0;
+  double loss_b = 0, loss_c = 0;
+  bool diverged = false;
+  uint64_t first_divergence_step = 0;
+};
+
+}  // namespace
+
+CollectorMetrics::CollectorMetrics(MetricsSources sources, Clock clock, std::function<int64_t()> wall_now_ns)
+    : src_(sources),
+      clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
+      wall_now_ns_(wall_now_ns ? std::move(wall_now_ns) : std::function<int64_t()>(WallNowNs)),
+      start_unix_ns_(wall_now_ns_()) {}
+
+void CollectorMetrics::Tick() {
+  auto c = src_.collector->counters();
+  auto now = clock_();
+  window_.push_back({now, c.accepted, c.records, c.bytes});
+  // Keep one sample at or beyond the window's start, so the rate spans the full window.
+  while (window_.size() > 2 && now - window_[1].t >= kRateWindow) window_.pop_front();
+}
+
+std::string CollectorMetrics::Render() {
+  TextWriter w;
+  const auto counters = src_.collector->counters();
+  const auto ranks = src_.collector->registry().Snapshot();
+  const int64_t now_ns = wall_now_ns_();
+
+  // ---- Collector-wide ----
+  w.Family("lockstep_build_info", C::kGauge, "Always 1; the labels name this collector's version.");
+  w.Sample({{"version", LOCKSTEP_COLLECTOR_VERSION}}, 1.0);
+  w.Family("lockstep_collector_start_time_seconds", C::kGauge, "Unix time at which this collector started serving metrics.");
+  w.Sample({}, start_unix_ns_ / 1e9);
+  w.Family("lockstep_collector_up", C::kGauge, "1 while the ingest thread is healthy, 0 once it has failed.");
+  w.Sample({}, src_.collector->health().ok() ? 1.0 : 0.0);
+  w.Family("lockstep_collector_received_messages_total", C::kCounter,
+           "Frames taken off the ingest socket, good and bad.");
+  w.Sample({}, counters.received);
+  w.Family("lockstep_collector_messages_total", C::kCounter, "Messages that passed every check and were logged.");
+  w.Sample({}, counters.accepted);
+  w.Family("lockstep_collector_records_total", C::kCounter,
+           "Tensor statistic and step scalar records in accepted messages.");
+  w.Sample({}, counters.records);
+  w.Family("lockstep_collector_logged_bytes_total", C::kCounter,
+           "Bytes of accepted messages appended to the run logs.");
+  w.Sample({}, counters.bytes);
+  w.Family("lockstep_collector_bad_messages_total", C::kCounter,
+           "Messages refused by ingest, by reason (none of them reached a run log).");
+  for (size_t i = 1; i < static_cast<size_t>(Reject::kCount); ++i)
+    w.Sample({{"reason", RejectName(static_cast<Reject>(i))}}, counters.rejected_by[i]);
+  w.Family("lockstep_collector_log_errors_total", C::kCounter,
+           "Run log appends, flushes or fsyncs that failed (disk full, I/O error).");
+  w.Sample({}, counters.log_errors);
+  w.Family("lockstep_collector_log_lost_messages_total", C::kCounter,
+           "Accepted messages that never reached the disk because of a log error.");
+  w.Sample({}, counters.log_lost_records);
+  w.Family("lockstep_collector_sink_errors_total", C::kCounter,
+           "Exceptions thrown by message consumers (analyzer, view) and caught by ingest.");
+  w.Sample({}, counters.sink_errors);
+  w.Family("lockstep_collector_fsyncs_total", C::kCounter, "fdatasync calls on the run logs.");
+  w.Sample({}, counters.fsyncs);
+  w.Family("lockstep_collector_replayed_messages_total", C::kCounter,
+           "Messages replayed from existing run logs at start-up to rebuild the registry.");
+  w.Sample({}, counters.rebuilt_messages);
+
+  // Rates over the last kRateWindow (up to); 0 before the first tick.
+  double msg_rate = 0, rec_rate = 0, byte_rate = 0;
+  if (!window_.empty()) {
+    const auto& o = window_.front();
+    double dt = std::chrono::duration<double>(clock_() - o.t).count();
+    if (dt > 0.05) {
+      msg_rate = static_cast<double>(counters.accepted - o.messages) / dt;
+      rec_rate = static_cast<double>(counters.records - o.records) / dt;
+      byte_rate = static_cast<double>(counters.bytes - o.bytes) / dt;
+    }
+  }
+  w.Family("lockstep_collector_messages_per_second", C::kGauge,
+           "Accepted messages per second over the last 10 s (rate() of lockstep_collector_messages_total is the Prometheus way).");
+  w.Sample({}, msg_rate);
+  w.Family("lockstep_collector_records_per_second", C::kGauge, "Accepted records per second over the last 10 s.");
+  w.Sample({}, rec_rate);
+  w.Family("lockstep_collector_logged_bytes_per_second", C::kGauge, "Bytes appended to the run logs per second over the last 10 s.");
+  w.Sample({}, byte_rate);
+
+  {
+    std::vector<std::string> runs;
+    for (const auto& r : ranks)
+      if (runs.empty() || runs.back() != r.run) runs.push_back(r.run);
+    w.Family("lockstep_runs", C::kGauge, "Runs the collector has heard from (including those replayed from logs).");
+    w.Sample({}, static_cast<uint64_t>(runs.size()));
+    w.Family("lockstep_ranks", C::kGauge, "(run, rank) pairs the collector has heard from.");
+    w.Sample({}, static_cast<uint64_t>(ranks.size()));
+  }
+
+  // ---- Per (run, rank), from the registry ----
+  std::vector<std::string> rank_str;
+  rank_str.reserve(ranks.size());
+  for (const auto& r : ranks) rank_str.push_back(std::to_string(r.rank));
+  auto per_rank = [&](const char* name, MetricType type, const char* help, auto value) {
+    w.Family(name, type, help);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const auto v = value(ranks[i]);
+      // A figure the rank does not have yet (no step, no message) is left out.
+      if constexpr (std::is_floating_point_v<decltype(v)>)
+        if (std::isnan(v)) continue;
+      w.Sample({{"run", ranks[i].run}, {"rank", rank_str[i]}}, v);
+    }
+  };
+  w.Family("lockstep_rank_info", C::kGauge,
+           "Always 1; labels carry what the agent's Hello said about the (run, rank).");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankInfo& r = ranks[i];
+    w.Sample({{"run", r.run},
+              {"rank", rank_str[i]},
+              {"experiment", r.experiment},
+              {"role", r.role},
+              {"platform", r.platform},
+              {"device", r.device_name},
+              {"framework", r.framework},
+              {"host", r.host},
+              {"agent_version", r.agent_version}},
+             1.0);
+  }
+  per_rank("lockstep_rank_last_step", C::kGauge,
+           "Highest step seen from the rank (stats, scalars, heartbeat or goodbye); absent until one is seen.",
+           [](const RankInfo& r) { return r.has_step ? static_cast<double>(r.last_step) : std::nan(""); });
+  per_rank("lockstep_rank_messages_total", C::kCounter, "Accepted messages from the rank (duplicates included).",
+           [](const RankInfo& r) { return r.messages; });
+  per_rank("lockstep_rank_records_total", C::kCounter, "Tensor statistic and step scalar records from the rank.",
+           [](const RankInfo& r) { return r.records; });
+  per_rank("lockstep_rank_received_bytes_total", C::kCounter, "Bytes of accepted messages from the rank.",
+           [](const RankInfo& r) { return r.bytes; });
+  per_rank("lockstep_rank_agent_dropped_records_total", C::kCounter,
+           "Records the agent dropped (queue or socket full), as reported in its heartbeats.",
+           [](const RankInfo& r) { return r.agent_records_dropped; });
+  per_rank("lockstep_rank_agent_dropped_messages_total", C::kCounter,
+           "Whole messages the agent's socket refused (high-water mark), as reported in its heartbeats.",
+           [](const RankInfo& r) { return r.agent_messages_dropped; });
+  per_rank("lockstep_rank_agent_errors_total", C::kCounter,
+           "Internal errors the agent caught (never raised into training), from its heartbeats.",
+           [](const RankInfo& r) { return r.agent_errors; });
+  per_rank("lockstep_rank_agent_queue_depth", C::kGauge, "Records waiting in the agent's queue at its last heartbeat.",
+           [](const RankInfo& r) { return static_cast<uint64_t>(r.agent_queue_depth); });
+  per_rank("lockstep_rank_missing_messages", C::kGauge,
+           "Sequence numbers never received (gaps); falls when a late message fills its gap.",
+           [](const RankInfo& r) { return r.gaps; });
+  per_rank("lockstep_rank_duplicate_messages_total", C::kCounter, "Messages whose sequence number was already seen.",
+           [](const RankInfo& r) { return r.duplicates; });
+  per_rank("lockstep_rank_bad_messages_total", C::kCounter,
+           "Refused messages attributable to the rank (bad schema version, run id or body).",
+           [](const RankInfo& r) { return r.bad_messages; });
+  per_rank("lockstep_rank_agent_sessions_total", C::kCounter,
+           "Agent sessions seen for the rank (1 normally; +1 each time the job restarted).",
+           [](const RankInfo& r) { return r.sessions; });
+  per_rank("lockstep_rank_last_seen_age_seconds", C::kGauge, "Seconds since the last accepted message from the rank.",
+           [&](const RankInfo& r) {
+             return r.last_recv_unix_ns > 0 ? std::max(0.0, (now_ns - r.last_recv_unix_ns) / 1e9) : std::nan("");
+           });
+  per_rank("lockstep_rank_finished", C::kGauge, "1 once the rank's latest agent session said goodbye, else 0.",
+           [](const RankInfo& r) { return r.goodbye ? 1.0 : 0.0; });
+
+  // ---- Step time, from MetricsFeed ----
+  if (src_.feed != nullptr) {
+    auto steps = src_.feed->StepTimes();
+    std::vector<std::string> rs;
+    for (const auto& s : steps) rs.push_back(std::to_string(s.rank));
+    w.Family("lockstep_rank_last_step_duration_seconds", C::kGauge,
+             "Wall time of the rank's latest step, as measured by the agent.");
+    for (size_t i = 0; i < steps.size(); ++i) w.Sample({{"run", steps[i].run}, {"rank", rs[i]}}, steps[i].last_s);
+    w.Family("lockstep_rank_step_duration_seconds", C::kSummary,
+             "Wall time of the rank's steps as measured by the agent (since this collector started).");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      w.SampleSuffix("_sum", {{"run", steps[i].run}, {"rank", rs[i]}}, steps[i].sum_s);
+      w.SampleSuffix("_count", {{"run", steps[i].run}, {"rank", rs[i]}}, static_cast<double>(steps[i].count));
+    }
+    w.Family("lockstep_alerts_total", C::kCounter, "Alerts fired by the detectors, by experiment, rule and severity.");
+    for (const auto& a : src_.feed->Alerts())
+      w.Sample({{"experiment", a.experiment}, {"rule", a.rule}, {"severity", a.severity}}, a.count);
+  }
+
+  // ---- Per pair and analyzer, under the analyzer's mutex for one copy ----
+  if (src_.analyzer != nullptr) {
+    std::vector<PairFigures> pairs;
+    AnalyzerCounters ac;
+    src_.analyzer->Inspect([&](const Analyzer& a) {
+      ac = a.counters();
+      for (const PairReport& p : a.Reports()) {
+        PairFigures f{p.experiment, p.baseline, p.candidate};
+        f.steps_compared = p.steps_compared;
+        f.steps_evicted = p.steps_evicted;
+        f.matched = p.tensors.size();
+        f.unmatched = p.unmatched.size();
+        for (const auto& t : p.tensors) {
+          if (t.status != "ok") ++f.drifting;
+          if (t.steps > 0 && std::isfinite(t.score)) f.worst_score = std::max(f.worst_score, t.score);
+        }
+        f.loss_b = p.loss_b;
+        f.loss_c = p.loss_c;
+        f.diverged = p.diverged;
+        if (p.diverged) f.first_divergence_step = p.first_divergence.step;
+        pairs.push_back(std::move(f));
+      }
+    });
+    auto per_pair = [&](const char* name, MetricType type, const char* help, auto value) {
+      w.Family(name, type, help);
+      for (const auto& p : pairs)
+        w.Sample({{"experiment", p.experiment}, {"baseline", p.baseline}, {"candidate", p.candidate}}, value(p));
+    };
+    per_pair("lockstep_pair_compared_steps_total", C::kCounter, "(rank, step)s compared between baseline and candidate.",
+             [](const PairFigures& p) { return p.steps_compared; });
+    per_pair("lockstep_pair_evicted_steps_total", C::kCounter,
+             "Steps dropped uncompared by the memory bound (a run too far ahead of its partner).",
+             [](const PairFigures& p) { return p.steps_evicted; });
+    per_pair("lockstep_pair_matched_tensors", C::kGauge, "Tensors matched between baseline and candidate.",
+             [](const PairFigures& p) { return p.matched; });
+    per_pair("lockstep_pair_unmatched_tensors", C::kGauge, "Tensors seen in only one of the two runs.",
+             [](const PairFigures& p) { return p.unmatched; });
+    per_pair("lockstep_pair_drifting_tensors", C::kGauge,
+             "Matched tensors that exceeded their tolerance at some compared step (status drift, critical or nonfinite).",
+             [](const PairFigures& p) { return p.drifting; });
+    per_pair("lockstep_pair_worst_drift_score", C::kGauge,
+             "Highest normalized drift score of any matched tensor (1 = the default tolerance).",
+             [](const PairFigures& p) { return p.worst_score; });
+    per_pair("lockstep_pair_baseline_loss", C::kGauge, "Baseline loss at the last compared step (NaN before one).",
+             [](const PairFigures& p) { return p.loss_b; });
+    per_pair("lockstep_pair_candidate_loss", C::kGauge, "Candidate loss at the last compared step (NaN before one).",
+             [](const PairFigures& p) { return p.loss_c; });
+    per_pair("lockstep_pair_loss_difference", C::kGauge, "Candidate minus baseline loss at the last compared step.",
+             [](const PairFigures& p) { return p.loss_c - p.loss_b; });
+    per_pair("lockstep_pair_loss_relative_difference", C::kGauge,
+             "|candidate - baseline| / |baseline| loss at the last compared step (NaN when baseline loss is 0).",
+             [](const PairFigures& p) {
+               return p.loss_b != 0 ? std::fabs(p.loss_c - p.loss_b) / std::fabs(p.loss_b)
+                                    : std::numeric_limits<double>::quiet_NaN();
+             });
+    per_pair("lockstep_pair_diverged", C::kGauge, "1 once the pair has a first divergence, else 0.",
+             [](const PairFigures& p) { return p.diverged ? 1.0 : 0.0; });
+    w.Family("lockstep_pair_first_divergence_step", C::kGauge,
+             "Step of the pair's first divergence (only for pairs that diverged).");
+    for (const auto& p : pairs)
+      if (p.diverged)
+        w.Sample({{"experiment", p.experiment}, {"baseline", p.baseline}, {"candidate", p.candidate}},
+                 p.first_divergence_step);
+
+    w.Family("lockstep_analyzer_steps_closed_total", C::kCounter, "Steps of any run closed and checked by the per-run rules.");
+    w.Sample({}, ac.steps_closed);
+    w.Family("lockstep_analyzer_tensor_comparisons_total", C::kCounter, "Matched tensor pairs evaluated.");
+    w.Sample({}, ac.pairs_compared);
+    w.Family("lockstep_analyzer_late_records_total", C::kCounter, "Records that arrived after their step was closed.");
+    w.Sample({}, ac.late_records);
+    w.Family("lockstep_analyzer_buffered_steps", C::kGauge, "Closed steps waiting in memory for their partner.");
+    w.Sample({}, ac.buffered_steps);
+    w.Family("lockstep_analyzer_buffered_bytes", C::kGauge, "Approximate memory of the waiting steps.");
+    w.Sample({}, ac.buffered_bytes);
+    w.Family("lockstep_analyzer_errors_total", C::kCounter, "Exceptions inside the analyzer (the message stays in the log).");
+    w.Sample({}, src_.analyzer->errors());
+  }
+
+  // ---- Alert sinks ----
+  if (src_.dispatcher != nullptr) {
+    auto sinks = src_.dispatcher->Counters();
+    auto per_sink = [&](const char* name, MetricType type, const char* help, auto value) {
+      w.Family(name, type, help);
+      for (const auto& s : sinks) w.Sample({{"sink", s.name}, {"kind", s.kind}}, value(s));
+    };
+    using SC = alerting::SinkCounters;
+    per_sink("lockstep_alert_sink_delivered_total", C::kCounter, "Alerts the sink's receiver accepted (or the file took).",
+             [](const SC& s) { return s.delivered; });
+    per_sink("lockstep_alert_sink_failed_total", C::kCounter, "Alerts given up on (a 4xx retrying cannot fix, a local error).",
+             [](const SC& s) { return s.failed; });
+    per_sink("lockstep_alert_sink_spooled_total", C::kCounter, "Alerts that outlived their first round of retries and went to the on-disk spool.",
+             [](const SC& s) { return s.spooled; });
+    per_sink("lockstep_alert_sink_spool_dropped_total", C::kCounter, "Oldest spooled alerts dropped to respect the spool's size cap.",
+             [](const SC& s) { return s.spool_dropped; });
+    per_sink("lockstep_alert_sink_retries_total", C::kCounter, "Delivery attempts after the first.",
+             [](const SC& s) { return s.retried; });
+    per_sink("lockstep_alert_sink_deduplicated_total", C::kCounter, "Alerts suppressed inside the dedup cooldown.",
+             [](const SC& s) { return s.deduped; });
+    per_sink("lockstep_alert_sink_rate_limited_total", C::kCounter, "Alerts dropped by the sink's rate limit.",
+             [](const SC& s) { return s.rate_limited; });
+    per_sink("lockstep_alert_sink_queue_dropped_total", C::kCounter, "Alerts dropped because the sink's queue was full.",
+             [](const SC& s) { return s.queue_dropped; });
+    per_sink("lockstep_alert_sink_pending", C::kGauge, "Alerts queued or spooled, not yet delivered.",
+             [](const SC& s) { return s.pending; });
+  }
+  return w.Take();
+}
+
+StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(const std::string& listen, MetricsSources sources) {
+  auto m = std::make_shared<CollectorMetrics>(sources);
+  m->Tick();  // the rate window starts now
+  MetricsServerHandlers h;
+  h.render = [m] { return m->Render(); };
+  h.tick = [m] { m->Tick(); };
+  return MetricsServer::Start(listen, std::move(h));
+}
+
+}  // namespace lockstep::collector::metrics

@@ -1,0 +1,81 @@
+// CollectorMetrics: renders everything `lockstep collect` knows as one Prometheus
+// scrape (docs/metrics.md lists every metric), and StartCollectorMetrics() serves it.
+//
+// Sources are read, never waited on: Collector::counters() (atomics), the Registry
+// snapshot (its mutex, for a copy), Dispatcher::Counters() (atomics), MetricsFeed
+// (its mutex, for a copy) and the analyzer through LiveAnalyzer::Inspect(), which
+// holds the analyzer's mutex for one Reports() copy — the only moment a scrape can
+// delay the ingest thread (metrics_bench measures it).
+//
+// Threads: Tick() and Render() on one thread (the metrics server's). The sources must
+// outlive this object; collector is required, the others may be null (not shown).
+#ifndef LOCKSTEP_COLLECTOR_METRICS_COLLECTOR_METRICS_H_
+#define LOCKSTEP_COLLECTOR_METRICS_COLLECTOR_METRICS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "lockstep/common/status.h"
+
+namespace lockstep::alerting {
+class Dispatcher;
+}
+
+namespace lockstep::collector {
+class Collector;
+class LiveAnalyzer;
+}  // namespace lockstep::collector
+
+namespace lockstep::collector::metrics {
+
+class MetricsFeed;
+class MetricsServer;
+
+struct MetricsSources {
+  const Collector* collector = nullptr;
+  const LiveAnalyzer* analyzer = nullptr;
+  const alerting::Dispatcher* dispatcher = nullptr;
+  const MetricsFeed* feed = nullptr;
+};
+
+class CollectorMetrics {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // `wall_now_ns` gives the unix time for last-seen ages (tests inject both).
+  explicit CollectorMetrics(MetricsSources sources, Clock clock = nullptr,
+                            std::function<int64_t()> wall_now_ns = nullptr);
+
+  // Samples the ingest counters for the messages/s and records/s gauges (a sliding
+  // window of kRateWindow). Call about once a second.
+  void Tick();
+  std::string Render();
+
+  static constexpr std::chrono::seconds kRateWindow{10};
+
+ private:
+  struct RateSample {
+    std::chrono::steady_clock::time_point t;
+    uint64_t messages, records, bytes;
+  };
+
+  MetricsSources src_;
+  Clock clock_;
+  std::function<int64_t()> wall_now_ns_;
+  int64_t start_unix_ns_;
+  std::deque<RateSample> window_;
+};
+
+// Binds `listen` ("127.0.0.1:9464", "[::1]:0", "localhost:9464"; port 0 picks a free
+// one) and serves CollectorMetrics over HTTP on its own thread, ticking it every
+// second. InvalidArgument for a malformed address, Unavailable when it cannot bind;
+// each one sentence naming --metrics-listen.
+StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(const std::string& listen,
+                                                               MetricsSources sources);
+
+}  // namespace lockstep::collector::metrics
+
+#endif  // LOCKSTEP_COLLECTOR_METRICS_COLLECTOR_METRICS_H_

@@ -1,0 +1,95 @@
+#include "metrics/http_server.h"
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "http_get.h"
+
+namespace lockstep::collector::metrics {
+namespace {
+
+using lockstep::testing::HttpRequest;
+namespace http = boost::beast::http;
+
+std::unique_ptr<MetricsServer> StartOrDie(MetricsServerHandlers h, const std::string& listen = "127.0.0.1:0") {
+  auto s = MetricsServer::Start(listen, std::move(h));
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return std::move(s).value();
+}
+
+TEST(MetricsServer, ServesMetricsRootAnd404) {
+  std::atomic<int> renders{0};
+  auto server = StartOrDie({[&] { return "m " + std::to_string(++renders) + "\n"; }});
+  ASSERT_EQ(server->address().rfind("127.0.0.1:", 0), 0u) << server->address();
+  ASSERT_NE(server->address(), "127.0.0.1:0");
+
+  auto r = HttpRequest(server->address(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(r.body, "m 1\n");
+  EXPECT_EQ(HttpRequest(server->address(), "/metrics?x=1").body, "m 2\n");  // query ignored
+
+  r = HttpRequest(server->address(), "/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("/metrics"), std::string::npos);
+  EXPECT_EQ(HttpRequest(server->address(), "/metricsX").status, 404);
+  EXPECT_EQ(HttpRequest(server->address(), "/metrics", http::verb::post).status, 405);
+  r = HttpRequest(server->address(), "/metrics", http::verb::head);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "");
+  EXPECT_EQ(server->requests(), 6u);
+  EXPECT_EQ(renders.load(), 3);  // /metrics twice, HEAD once; never for / or 404
+}
+
+TEST(MetricsServer, RenderExceptionIsA500AndServingGoesOn) {
+  bool fail = true;
+  auto server = StartOrDie({[&]() -> std::string {
+    if (fail) {
+      fail = false;
+      throw std::runtime_error("boom");
+    }
+    return "ok 1\n";
+  }});
+  auto r = HttpRequest(server->address(), "/metrics");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("boom"), std::string::npos);
+  EXPECT_EQ(HttpRequest(server->address(), "/metrics").body, "ok 1\n");
+  EXPECT_EQ(server->errors(), 1u);
+}
+
+TEST(MetricsServer, RefusesBadAddressesWithOneSentence) {
+  for (const char* bad : {"9464", "127.0.0.1", "127.0.0.1:x", "127.0.0.1:70000", "[::1]9464", ":9464"}) {
+    auto s = MetricsServer::Start(bad, {[] { return std::string(); }});
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_TRUE(s.status().IsInvalidArgument()) << bad;
+    EXPECT_NE(s.status().message().find("--metrics-listen"), std::string::npos);
+  }
+}
+
+TEST(MetricsServer, PortInUseIsUnavailable) {
+  auto first = StartOrDie({[] { return std::string(); }});
+  auto second = MetricsServer::Start(first->address(), {[] { return std::string(); }});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(second.status().message().find(first->address()), std::string::npos);
+}
+
+TEST(MetricsServer, TicksOnItsOwnThreadAndShutsDownIdempotently) {
+  std::atomic<int> ticks{0};
+  MetricsServerHandlers h{[&] { return std::to_string(ticks.load()) + "\n"; }, [&] { ++ticks; },
+                          std::chrono::milliseconds(1)};
+  auto server = StartOrDie(std::move(h), "localhost:0");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ticks.load() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_GE(ticks.load(), 3);
+  server->Shutdown();
+  int after = ticks.load();
+  server->Shutdown();
+  EXPECT_EQ(ticks.load(), after);
+}
+
+}  // namespace
+}  // namespace lockstep::collector::metrics
