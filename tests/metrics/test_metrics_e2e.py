@@ -229,3 +229,28 @@ def test_real_prometheus_scrapes_it(live):
         except subprocess.TimeoutExpired:
             prom.kill()
             prom.wait()
+
+
+def start_collector(tmp, *flags):
+    ready = tmp / f"ready-{time.monotonic_ns()}.json"
+    proc = subprocess.Popen(
+        [LOCKSTEP, "collect", "--listen", "tcp://127.0.0.1:*", "--view-listen", "tcp://127.0.0.1:*",
+         "--data-dir", str(tmp / f"data-{time.monotonic_ns()}"), "--ready-file", str(ready),
+         "--status-interval-s", "0", "--log-level", "warn", *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    poll("ready file or exit", lambda: ready.exists() or proc.poll() is not None)
+    return proc, ready
+
+
+def test_busy_metrics_port_is_one_clear_sentence_and_off_serves_none(live):
+    proc, _ = start_collector(live["tmp"], "--metrics-listen", live["address"])
+    assert proc.wait(timeout=20) == 2
+    err = proc.stderr.read().strip().splitlines()
+    assert len(err) == 1 and "--metrics-listen" in err[0] and live["address"] in err[0], err
+    proc, ready = start_collector(live["tmp"], "--metrics-listen", "off")
+    try:
+        assert proc.poll() is None, proc.stderr.read()
+        assert json.loads(ready.read_text())["metrics"] == ""
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0

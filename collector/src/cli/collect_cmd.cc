@@ -27,6 +27,9 @@
 #include "detect/live_analyzer.h"
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/collector/collector.h"
+#include "metrics/collector_metrics.h"
+#include "metrics/http_server.h"
+#include "metrics/metrics_feed.h"
 #include "runlog/json_out.h"
 #include "runlog/log_format.h"
 #include "view/view_model.h"
@@ -43,15 +46,18 @@ int Usage(const std::string& msg) {
   return kExitUsage;
 }
 
-// Written once listening: {"listen":[...],"pid":N,"data_dir":"...","view":"..."}. Tests and scripts
+// Written once listening: {"listen":[...],"pid":N,"data_dir":"...","view":"...",
+// "metrics":"HOST:PORT" or "" when not serving}. Tests and scripts
 // wait for it instead of sleeping. Written to a temp name and renamed, so a reader
 // never sees half of it.
-Status WriteReadyFile(const std::string& path, const Collector& c, const std::string& view) {
+Status WriteReadyFile(const std::string& path, const Collector& c, const std::string& view,
+                      const std::string& metrics) {
   std::string json;
   collector::JsonOut j(&json);
   j.BeginObject().Key("listen").BeginArray();
   for (const auto& ep : c.endpoints()) j.Str(ep);
-  j.EndArray().FieldI("pid", getpid()).Field("data_dir", c.options().data_dir).Field("view", view).EndObject();
+  j.EndArray().FieldI("pid", getpid()).Field("data_dir", c.options().data_dir).Field("view", view);
+  j.Field("metrics", metrics).EndObject();
   json.push_back('\n');
   std::string tmp = path + ".tmp";
   {
@@ -115,6 +121,10 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.String("view-listen", &view_listen,
                "ZeroMQ endpoint of the view feed that 'lockstep top' connects to (docs/top.md); "
                "tcp://127.0.0.1:* picks a free port", "ENDPOINT");
+  std::string metrics_listen = "127.0.0.1:9464";
+  flags.String("metrics-listen", &metrics_listen,
+               "HOST:PORT serving Prometheus /metrics over HTTP (docs/metrics.md); port 0 picks a free port, "
+               "'off' serves none", "ADDR");
   // Alignment and detection (docs/rules.md) and where alerts go (docs/alerting.md).
   std::string baseline_log, name_map;
   int64_t max_buffered = 64;
@@ -183,8 +193,10 @@ int CollectCommand(int argc, const char* const* argv) {
   if (!dispatcher.ok()) return Usage(dispatcher.status().message());
   alerting::Dispatcher* disp = dispatcher->get();
   collector::ViewModel view_model;  // outlives the analyzer, which calls into it
-  auto analyzer = std::make_unique<collector::Analyzer>(std::move(an_opt), [disp, &view_model](alerting::Alert a) {
+  collector::metrics::MetricsFeed metrics_feed;  // step times and alert counts for /metrics
+  auto analyzer = std::make_unique<collector::Analyzer>(std::move(an_opt), [disp, &view_model, &metrics_feed](alerting::Alert a) {
     view_model.OnAlert(a);
+    metrics_feed.OnAlert(a);
     disp->Submit(std::move(a));
   });
   analyzer->SetPairStepObserver([&view_model](const collector::PairCtx& ctx, const collector::PairStepView& v) {
@@ -197,6 +209,7 @@ int CollectCommand(int argc, const char* const* argv) {
   collector::LiveAnalyzer live(std::move(analyzer));
   s = col.AddSink(&live);
   if (s.ok()) s = col.AddSink(&view_model);
+  if (s.ok()) s = col.AddSink(&metrics_feed);
   if (!s.ok()) return Usage(s.message());
   // The view feed for `lockstep top`: its own thread; a snapshot reads the registry
   // and the view model, never the analyzer's lock.
@@ -211,6 +224,20 @@ int CollectCommand(int argc, const char* const* argv) {
                                        .count());
   });
   if (!view_pub.ok()) return Usage(view_pub.status().message());
+  // /metrics: its own thread; reads counters and snapshots (docs/metrics.md).
+  std::unique_ptr<collector::metrics::MetricsServer> metrics_server;
+  if (!metrics_listen.empty() && metrics_listen != "off") {
+    auto m = collector::metrics::StartCollectorMetrics(metrics_listen, {&col, &live, disp, &metrics_feed});
+    if (m.ok()) {
+      metrics_server = std::move(*m);
+      spdlog::info("Prometheus metrics at http://{}/metrics", metrics_server->address());
+    } else if (flags.WasSet("metrics-listen")) {
+      return Usage(m.status().message());
+    } else {
+      // The default port taken (a second collector on this host): collect anyway.
+      spdlog::warn("{}; collecting without /metrics", m.status().message());
+    }
+  }
   live.Start();
   s = col.Start();
   if (!s.ok()) {
@@ -223,7 +250,8 @@ int CollectCommand(int argc, const char* const* argv) {
   spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", LOCKSTEP_VERSION, eps, data_dir,
                (*view_pub)->endpoint());
   if (!ready_file.empty()) {
-    s = WriteReadyFile(ready_file, col, (*view_pub)->endpoint());
+    s = WriteReadyFile(ready_file, col, (*view_pub)->endpoint(),
+                       metrics_server ? metrics_server->address() : "");
     if (!s.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
       (void)col.Shutdown(std::chrono::seconds(5));
@@ -258,6 +286,7 @@ int CollectCommand(int argc, const char* const* argv) {
   spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   s = col.Shutdown(std::chrono::seconds(5));
   (*view_pub)->Shutdown();
+  if (metrics_server) metrics_server->Shutdown();
   live.Shutdown();
   live.Mutate([](collector::Analyzer& a) { a.Finish(); });  // compare what is complete
   (*dispatcher)->Shutdown(std::chrono::seconds(3));
