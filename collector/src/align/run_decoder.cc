@@ -17,14 +17,19 @@ constexpr uint32_t kMaxLag = 2;
 }  // namespace
 
 RunDecoder::RunDecoder(std::string run_id, const NameCanonicalizer* canon, NameTable* names,
-                       int64_t idle_close_ns, ClosedFn on_closed)
+                       int64_t idle_close_ns, ClosedFn on_closed, int64_t settle_ns)
     : run_id_(std::move(run_id)),
       canon_(canon),
       names_(names),
       idle_close_ns_(idle_close_ns),
+      settle_ns_(settle_ns),
       on_closed_(std::move(on_closed)) {}
 
-RunDecoder::RankState& RunDecoder::Rank(uint32_t rank) { return ranks_[rank]; }
+RunDecoder::RankState& RunDecoder::Rank(uint32_t rank) {
+  auto [it, inserted] = ranks_.try_emplace(rank);
+  if (inserted) it->second.settle_ns = settle_ns_;
+  return it->second;
+}
 
 const TensorMeta* RunDecoder::Meta(uint32_t rank, uint32_t id) const {
   auto it = ranks_.find(rank);
@@ -54,10 +59,16 @@ void RunDecoder::NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t 
   // Only a record for the most recently closed step teaches us to wait longer; older
   // ones are a rewind or a reordering we do not try to follow.
   if (static_cast<int64_t>(step) == rs.last_closed) {
-    if (rs.last_close_by_scalars) {
-      rs.scalars_close_ok = false;
-    } else if (rs.lag < kMaxLag) {
-      ++rs.lag;
+    switch (rs.last_cause) {
+      case Cause::kAfterScalars:
+        rs.scalars_close_ok = false;
+        break;
+      case Cause::kSettle:
+        rs.settle_ns = std::min(rs.settle_ns * 2, idle_close_ns_ > 0 ? idle_close_ns_ : rs.settle_ns * 2);
+        break;
+      case Cause::kData:
+        if (rs.lag < kMaxLag) ++rs.lag;
+        break;
     }
   }
   if (!rs.warned_late) {
@@ -88,15 +99,23 @@ void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
   rows.resize(w);
   rs.last_closed = std::max<int64_t>(rs.last_closed, static_cast<int64_t>(step->step));
   ++counters_.steps_closed;
+  if (static_cast<int64_t>(step->step) == rs.scalars_step) {
+    // Closed by a later step's data while waiting after its scalars: nothing came after
+    // them (evidence for rule 3c).
+    if (rs.last_cause == Cause::kData && !rs.stats_after_scalars) ++rs.scalars_last_steps;
+    rs.scalars_step = -1;
+  }
+  if (rs.last_cause == Cause::kAfterScalars) ++counters_.closed_after_scalars;
+  if (rs.last_cause == Cause::kSettle) ++counters_.closed_by_settle;
   const uint32_t rank = step->rank;
   on_closed_(rank, std::move(step));
 }
 
-void RunDecoder::CloseThrough(RankState& rs, int64_t through_step, bool by_scalars) {
+void RunDecoder::CloseThrough(RankState& rs, int64_t through_step, Cause cause) {
   while (!rs.open.empty() && static_cast<int64_t>(rs.open.begin()->first) <= through_step) {
     auto sd = std::move(rs.open.begin()->second);
     rs.open.erase(rs.open.begin());
-    rs.last_close_by_scalars = by_scalars;
+    rs.last_cause = cause;
     CloseOne(rs, std::move(sd));
   }
 }
@@ -180,7 +199,12 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         sd->rows.push_back(r);
         ++counters_.records;
       }
-      if (step > rs.lag) CloseThrough(rs, static_cast<int64_t>(step) - 1 - rs.lag, false);
+      if (step > rs.lag) CloseThrough(rs, static_cast<int64_t>(step) - 1 - rs.lag, Cause::kData);
+      if (static_cast<int64_t>(step) == rs.scalars_step) {
+        // Rule 3a: the batch the agent still held when step() sent the scalars.
+        rs.stats_after_scalars = true;
+        if (rs.lag == 0 && rs.scalars_close_ok) CloseThrough(rs, static_cast<int64_t>(step), Cause::kAfterScalars);
+      }
       return;
     }
     case wire::Body::StepScalars: {
@@ -199,14 +223,17 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       sd->scalars.loss_scale = sc->loss_scale();
       sd->scalars.step_time_s = sc->step_time_s();
       sd->has_scalars = true;
-      if (step > rs.lag + 1) CloseThrough(rs, static_cast<int64_t>(step) - 2 - rs.lag, false);
-      if (rs.lag == 0 && rs.scalars_close_ok && !sd->rows.empty()) {
-        CloseThrough(rs, static_cast<int64_t>(step), true);
+      if (step > rs.lag + 1) CloseThrough(rs, static_cast<int64_t>(step) - 2 - rs.lag, Cause::kData);
+      if (rs.lag != 0 || !rs.scalars_close_ok) return;
+      if (!rs.stats_after_scalars && rs.scalars_last_steps >= 2 && !sd->rows.empty()) {
+        CloseThrough(rs, static_cast<int64_t>(step), Cause::kAfterScalars);  // rule 3c
+      } else {
+        rs.scalars_step = static_cast<int64_t>(step);  // rules 3a / 3b
       }
       return;
     }
     case wire::Body::Goodbye:
-      CloseThrough(rs, INT64_MAX, false);
+      CloseThrough(rs, INT64_MAX, Cause::kData);
       return;
     default:
       return;
@@ -216,14 +243,18 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
 void RunDecoder::Tick(int64_t now_ns) {
   if (idle_close_ns_ <= 0) return;
   for (auto& [rank, rs] : ranks_) {
-    if (!rs.open.empty() && now_ns - rs.last_recv_ns >= idle_close_ns_) {
-      CloseThrough(rs, INT64_MAX, false);
+    if (rs.open.empty()) continue;
+    const int64_t silent = now_ns - rs.last_recv_ns;
+    if (silent >= idle_close_ns_) {
+      CloseThrough(rs, INT64_MAX, Cause::kData);
+    } else if (rs.scalars_step >= 0 && silent >= rs.settle_ns) {
+      CloseThrough(rs, rs.scalars_step, Cause::kSettle);  // rule 3b
     }
   }
 }
 
 void RunDecoder::CloseAll() {
-  for (auto& [rank, rs] : ranks_) CloseThrough(rs, INT64_MAX, false);
+  for (auto& [rank, rs] : ranks_) CloseThrough(rs, INT64_MAX, Cause::kData);
 }
 
 }  // namespace lockstep::collector

@@ -1,17 +1,27 @@
 // RunDecoder: turns one run's verified Envelopes (all ranks) into closed StepData.
 //
 // It keeps, per rank, the tensor directory (agent id -> canonical name id, kind,
-// dtype) and the steps still open, and decides when a step is complete. The agent
-// ships a step's records at EndStep (CPU tensors) or one step late (device tensors
-// copied asynchronously), and the wire has no end-of-step marker, so a step S closes
-// at the first of:
+// dtype) and the steps still open, and decides when a step is complete. The wire has
+// no end-of-step marker. What the agent does at Monitor.step() / EndStep: it enqueues
+// the step's last records, then its StepScalars, then EndStep; its sender sends the
+// scalars at once and ships the batch of records still pending (if any) right after
+// them, as the next StepStats message. Device tensors are handed over one step late,
+// but in the same order (records, scalars, EndStep). So a step S closes at the first of:
 //   1. StepStats for a step T > S + lag arrives on that rank;
 //   2. StepScalars for a step T > S + lag + 1 arrives;
-//   3. StepScalars(S) arrives, S already has stats, and this rank has never sent
-//      stats after its scalars (learned: immediate close, lowest latency);
+//   3. after StepScalars(S) (lag 0, not switched off by a late record):
+//      a. a StepStats(S) arrives: the batch that was pending at step() — S closes once
+//         its rows are added;
+//      b. the rank stays silent for `settle_ns` (the pending batch was empty: nothing
+//         more comes for S) — Tick() closes S;
+//      c. at once, if S has rows and the rank has shown that nothing follows its
+//         scalars (never stats after scalars, and at least two steps that did not);
 //   4. Goodbye, CloseAll(), or Tick() finding the rank silent for idle_close.
+// Rule 3 is what makes detection immediate: without it a step would wait for the next
+// step's records, or for idle_close when the job pauses (evaluation, checkpointing).
 // A record for a step already closed is "late": counted, dropped, and the rank learns
-// (lag += 1 up to 2, or rule 3 switched off) so later steps wait for such records.
+// from the rule that closed that step: rule 1 -> lag += 1 (up to 2); 3a/3c -> rule 3 is
+// switched off; 3b -> settle_ns doubles (up to idle_close).
 //
 // Threads: single-threaded (the analyzer's thread). Callbacks run synchronously
 // inside Consume/Tick/CloseAll.
@@ -49,15 +59,22 @@ struct DecoderCounters {
   uint64_t unknown_ids = 0;    // rows whose tensor id had no directory entry (dropped)
   uint64_t steps_closed = 0;
   uint64_t duplicate_rows = 0; // same key twice in one step (the later one kept)
+  uint64_t closed_after_scalars = 0;  // by rule 3a or 3c
+  uint64_t closed_by_settle = 0;      // by rule 3b
 };
 
 class RunDecoder {
  public:
   using ClosedFn = std::function<void(uint32_t rank, StepPtr step)>;
 
-  // `names`/`canon` outlive the decoder. `idle_close_ns` <= 0 disables rule 4's timer.
+  // `names`/`canon` outlive the decoder. `idle_close_ns` <= 0 disables the timers of
+  // rules 3b and 4 (offline replay: steps close on the data only).
   RunDecoder(std::string run_id, const NameCanonicalizer* canon, NameTable* names,
-             int64_t idle_close_ns, ClosedFn on_closed);
+             int64_t idle_close_ns, ClosedFn on_closed, int64_t settle_ns = kDefaultSettleNs);
+
+  // Rule 3b's silence after a step's scalars. The pending batch follows the scalars
+  // within the agent's batch linger (5 ms) even when the training thread stalls.
+  static constexpr int64_t kDefaultSettleNs = 50'000'000;
 
   void Consume(const wire::Envelope& env, int64_t recv_unix_ns);
   void Tick(int64_t now_unix_ns);
@@ -71,6 +88,7 @@ class RunDecoder {
   int64_t LastClosed(uint32_t rank) const;
 
  private:
+  enum class Cause : uint8_t { kData, kAfterScalars, kSettle };  // why a step closed
   struct RankState {
     std::vector<TensorMeta> dir;                     // indexed by agent id
     std::map<uint64_t, std::shared_ptr<StepData>> open;
@@ -78,12 +96,16 @@ class RunDecoder {
     int64_t last_recv_ns = 0;
     uint32_t lag = 0;
     bool scalars_close_ok = true;
-    bool last_close_by_scalars = false;
+    int64_t scalars_step = -1;         // open step whose scalars arrived (rule 3)
+    bool stats_after_scalars = false;  // ever: a StepStats(S) after StepScalars(S)
+    uint32_t scalars_last_steps = 0;   // steps closed with nothing after their scalars
+    int64_t settle_ns = 0;
+    Cause last_cause = Cause::kData;
     bool warned_late = false;
   };
   RankState& Rank(uint32_t rank);
   std::shared_ptr<StepData> OpenStep(RankState& rs, uint32_t rank, uint64_t step, int64_t sent_ns);
-  void CloseThrough(RankState& rs, int64_t through_step, bool by_scalars);
+  void CloseThrough(RankState& rs, int64_t through_step, Cause cause);
   void CloseOne(RankState& rs, std::shared_ptr<StepData> step);
   void NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t n);
 
@@ -91,6 +113,7 @@ class RunDecoder {
   const NameCanonicalizer* canon_;
   NameTable* names_;
   int64_t idle_close_ns_;
+  int64_t settle_ns_;
   ClosedFn on_closed_;
   std::unordered_map<uint32_t, RankState> ranks_;
   DecoderCounters counters_;

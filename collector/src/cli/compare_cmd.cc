@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -169,6 +170,10 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
 }  // namespace
 
 int CompareCommand(int argc, const char* const* argv) {
+  // Logs go to stderr: stdout carries the table or the --json object, for pipes.
+  auto logger = spdlog::get("compare");
+  if (!logger) logger = spdlog::stderr_color_mt("compare");
+  spdlog::set_default_logger(logger);
   bool json = false;
   std::string name_map, alerts_file;
   int64_t max_buffered = 64;

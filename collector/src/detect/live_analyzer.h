@@ -30,7 +30,9 @@ namespace lockstep::collector {
 
 class LiveAnalyzer : public MessageSink {
  public:
-  explicit LiveAnalyzer(std::unique_ptr<Analyzer> analyzer, int64_t tick_ms = 100);
+  // tick_ms bounds how late rule 3b of RunDecoder (50 ms of silence after a step's scalars)
+  // closes a step; a tick costs a walk over the runs (microseconds).
+  explicit LiveAnalyzer(std::unique_ptr<Analyzer> analyzer, int64_t tick_ms = 10);
   ~LiveAnalyzer() override;  // Shutdown
   LiveAnalyzer(const LiveAnalyzer&) = delete;
   LiveAnalyzer& operator=(const LiveAnalyzer&) = delete;
