@@ -76,6 +76,11 @@ def main():
     nf = first(alerts, "nonfinite")
     if nf:
         print(f"First NaN/Inf:     step {nf.get('step')} in {runs_of(nf)}: {nf.get('message')}")
+    uf = first(alerts, "underflow")
+    if uf:
+        same = sum(1 for a in alerts if a.get("rule") == "underflow" and a.get("step") == uf.get("step"))
+        more = f" (and {same - 1} more tensors at that step)" if same > 1 else ""
+        print(f"First underflow:   step {uf.get('step')} in {runs_of(uf)}: {uf.get('message')}{more}")
     ov = first(alerts, "overflow")
     if ov:
         print(f"First overflow:    step {ov.get('step')} in {runs_of(ov)}: {ov.get('message')}")
