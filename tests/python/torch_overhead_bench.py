@@ -178,10 +178,12 @@ def main():
     cpu_ratio = statistics.median(lk / pl for pl, lk, _ in cpu_rounds)
     cpu_vs_naive = statistics.median(lk - pl for pl, lk, _ in cpu_rounds) / max(
         1e-12, statistics.median(nv - pl for pl, _, nv in cpu_rounds))
-    print("collector: %s; steps: %d; threads: %d; medians ms: %s; agent: sent %d dropped %d"
+    print("collector: %s; steps: %d; threads: %d; wall medians ms: %s; thread-CPU medians ms:"
+          " %s; agent: sent %d dropped %d"
           % ("real" if proc else "none (no LOCKSTEP_BIN)", STEPS, THREADS,
-             {k: round(v * 1e3, 3) for k, v in med.items()}, counters.get("records_sent", 0),
-             counters.get("records_dropped", 0)))
+             {k: round(v * 1e3, 3) for k, v in med.items()},
+             {k: round(statistics.median(v) * 1e3, 3) for k, v in cpu_times.items()},
+             counters.get("records_sent", 0), counters.get("records_dropped", 0)))
     print("BENCH torch_step_ms %.3f ms" % (med["plain"] * 1e3))
     print("BENCH torch_tensors_per_step %.0f count" % per_step)
     print("BENCH torch_overhead_added_ms %.3f ms" % (ours * 1e3))
