@@ -1,6 +1,6 @@
-// RunDecoder's step-closing rules (run_decoder.h), fed the message order the real agent
-// produces at Monitor.step(): the step's records (some shipped earlier by batch size or
-// linger), its StepScalars, then the batch that was still pending, as the next message.
+// RunDecoder's step-closing rules (run_decoder.h), fed the message orders agents
+// produce at Monitor.step(): the step's records (some shipped earlier by batch size or
+// linger) then its StepScalars; older agents sent the last batch after the scalars.
 #include "align/run_decoder.h"
 
 #include <gtest/gtest.h>
@@ -53,34 +53,54 @@ struct Fixture {
   }
 };
 
-TEST(RunDecoder, BatchAfterScalarsClosesTheStepAtOnce) {
+TEST(RunDecoder, ScalarsAfterTheStatisticsCloseTheStepAtOnce) {
   Fixture f;
-  f.Stats(0, {0});     // shipped by linger
+  f.Stats(0, {0});     // shipped by batch linger during the step
+  f.Stats(0, {1, 2});  // the batch the sender held, shipped before the scalars
+  EXPECT_FALSE(f.IsClosed(0));
   f.Scalars(0);
-  EXPECT_FALSE(f.IsClosed(0));  // the pending batch is still to come
-  f.Stats(0, {1, 2});  // the batch EndStep shipped
-  ASSERT_TRUE(f.IsClosed(0));
-  EXPECT_EQ(f.closed[0].second, 3u);  // complete: nothing is late
+  ASSERT_TRUE(f.IsClosed(0));  // not at the next step, not after 2 s of silence
+  EXPECT_EQ(f.closed[0].second, 3u);
+  EXPECT_EQ(f.dec.counters().closed_at_scalars, 1u);
   EXPECT_EQ(f.dec.counters().late_records, 0u);
-  EXPECT_EQ(f.dec.counters().closed_after_scalars, 1u);
 }
 
-TEST(RunDecoder, AllRecordsPendingAtScalarsStillCloseWithTheirBatch) {
+TEST(RunDecoder, AgentThatSendsStatisticsAfterItsScalarsIsLearned) {
   Fixture f;
-  f.Scalars(0);  // the whole step was in the pending batch
+  // An older agent: the pending batch went out after the scalars. The first step is
+  // closed at its scalars and its last batch is late; from then on the rank waits.
+  f.Stats(0, {0});
+  f.Scalars(0);
+  f.Stats(0, {1, 2});
+  EXPECT_EQ(f.dec.counters().late_records, 2u);
+  for (uint64_t s = 1; s < 4; ++s) {
+    f.Stats(s, {0});
+    f.Scalars(s);
+    EXPECT_FALSE(f.IsClosed(s)) << s;
+    f.Stats(s, {1, 2});
+    ASSERT_TRUE(f.IsClosed(s)) << s;  // closed by the batch that followed the scalars
+    EXPECT_EQ(f.closed.back().second, 3u) << s;
+  }
+  EXPECT_EQ(f.dec.counters().late_records, 2u);
+  EXPECT_EQ(f.dec.counters().closed_after_scalars, 3u);
+}
+
+TEST(RunDecoder, AllRecordsAfterTheScalarsCloseWithTheirBatch) {
+  Fixture f;
+  f.Scalars(0);
+  EXPECT_FALSE(f.IsClosed(0));
   f.Stats(0, {0, 1, 2});
   ASSERT_TRUE(f.IsClosed(0));
   EXPECT_EQ(f.closed[0].second, 3u);
 }
 
-TEST(RunDecoder, SilenceAfterScalarsClosesWithinTheSettleTime) {
+TEST(RunDecoder, StepWithoutRecordsClosesWithinTheSettleTime) {
   Fixture f;
-  f.Stats(0, {0, 1, 2});  // everything shipped before the scalars: nothing follows
-  f.Scalars(0);
+  f.Scalars(0);  // a sampled-out step (every=N): scalars only
   f.dec.Tick(f.now + RunDecoder::kDefaultSettleNs - 1);
   EXPECT_FALSE(f.IsClosed(0));
   f.dec.Tick(f.now + RunDecoder::kDefaultSettleNs);
-  ASSERT_TRUE(f.IsClosed(0));  // not after 2 s of silence
+  ASSERT_TRUE(f.IsClosed(0));
   EXPECT_EQ(f.dec.counters().closed_by_settle, 1u);
 }
 
@@ -91,32 +111,6 @@ TEST(RunDecoder, WithoutScalarsOnlyTheIdleTimeoutClosesAPausedStep) {
   EXPECT_FALSE(f.IsClosed(0));  // no scalars: step() has not been called yet
   f.dec.Tick(f.now + kIdle);
   EXPECT_TRUE(f.IsClosed(0));
-}
-
-TEST(RunDecoder, ScalarsLastAgentIsLearnedAndClosedAtTheScalars) {
-  Fixture f;
-  // An agent that ships every record before the scalars: steps 0 and 1 close when the
-  // next step starts, which is the evidence; from step 2 on the scalars close the step.
-  for (uint64_t s = 0; s < 4; ++s) {
-    f.Stats(s, {0, 1, 2});
-    f.Scalars(s);
-    EXPECT_EQ(f.IsClosed(s), s >= 2) << s;
-  }
-  EXPECT_EQ(f.dec.counters().late_records, 0u);
-}
-
-TEST(RunDecoder, StatsAfterScalarsNeverLearnScalarsLast) {
-  Fixture f;
-  f.Scalars(0);
-  f.Stats(0, {0, 1, 2});
-  for (uint64_t s = 1; s < 5; ++s) {
-    f.Stats(s, {0});
-    f.Scalars(s);
-    EXPECT_FALSE(f.IsClosed(s)) << s;  // the pending batch may still follow
-    f.Stats(s, {1, 2});
-    EXPECT_TRUE(f.IsClosed(s)) << s;
-  }
-  EXPECT_EQ(f.dec.counters().late_records, 0u);
 }
 
 TEST(RunDecoder, SecondBatchAfterScalarsSwitchesRuleThreeOff) {
@@ -136,13 +130,11 @@ TEST(RunDecoder, SecondBatchAfterScalarsSwitchesRuleThreeOff) {
 
 TEST(RunDecoder, LateBatchAfterASettleCloseDoublesTheSettleTime) {
   Fixture f;
-  f.Stats(0, {0});
   f.Scalars(0);
   f.dec.Tick(f.now + RunDecoder::kDefaultSettleNs);
   ASSERT_TRUE(f.IsClosed(0));
-  f.Stats(0, {1, 2});  // the batch came after all: late
-  EXPECT_EQ(f.dec.counters().late_records, 2u);
-  f.Stats(1, {0});
+  f.Stats(0, {0, 1, 2});  // the records came after all: late
+  EXPECT_EQ(f.dec.counters().late_records, 3u);
   f.Scalars(1);
   f.dec.Tick(f.now + RunDecoder::kDefaultSettleNs);
   EXPECT_FALSE(f.IsClosed(1));  // it waits twice as long now
@@ -158,13 +150,13 @@ TEST(RunDecoder, OfflineReplayNeverClosesOnTimers) {
   StreamBuilder sb("r", "exp", wire::Role::Candidate);
   dec.Consume(AsEnvelope(sb.Hello()), 0);
   dec.Consume(AsEnvelope(sb.Directory({{"a"}})), 0);
+  dec.Consume(AsEnvelope(sb.Scalars(0, FakeScalars{})), 0);  // waits (rule 3b)
   auto st = FakeStat::Vec(0, {1.0});
-  dec.Consume(AsEnvelope(sb.Stats(0, {st})), 0);
-  dec.Consume(AsEnvelope(sb.Scalars(0, FakeScalars{})), 0);
+  dec.Consume(AsEnvelope(sb.Stats(1, {st})), 0);  // waits for step 1's scalars
   dec.Tick(INT64_MAX / 2);
-  EXPECT_EQ(closed, 0);
+  EXPECT_EQ(closed, 1);  // step 0, closed by step 1's data (rule 1), not by a timer
   dec.CloseAll();
-  EXPECT_EQ(closed, 1);
+  EXPECT_EQ(closed, 2);
 }
 
 }  // namespace

@@ -152,7 +152,8 @@ def batches(n, seed=7):
 class Run:
     """One watched training run: model, optimizer, Monitor."""
 
-    def __init__(self, endpoint, run, role, experiment, state=None, prepare=None, autocast=None):
+    def __init__(self, endpoint, run, role, experiment, state=None, prepare=None, autocast=None,
+                 monitor_kwargs=None):
         self.model = TinyTransformer()
         if state is not None:
             self.model.load_state_dict(state)
@@ -163,7 +164,7 @@ class Run:
         self.step_no = 0
         self.losses = []
         self.mon = lockstep.Monitor(run=run, role=role, experiment=experiment, endpoint=endpoint,
-                                    strict=True)
+                                    strict=True, **(monitor_kwargs or {}))
         assert self.mon.enabled
         self.mon.watch(self.model, optimizer=self.opt)
 

@@ -60,6 +60,9 @@ void RunDecoder::NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t 
   // ones are a rewind or a reordering we do not try to follow.
   if (static_cast<int64_t>(step) == rs.last_closed) {
     switch (rs.last_cause) {
+      case Cause::kAtScalars:
+        rs.stats_after_scalars = true;
+        break;
       case Cause::kAfterScalars:
         rs.scalars_close_ok = false;
         break;
@@ -99,12 +102,8 @@ void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
   rows.resize(w);
   rs.last_closed = std::max<int64_t>(rs.last_closed, static_cast<int64_t>(step->step));
   ++counters_.steps_closed;
-  if (static_cast<int64_t>(step->step) == rs.scalars_step) {
-    // Closed by a later step's data while waiting after its scalars: nothing came after
-    // them (evidence for rule 3c).
-    if (rs.last_cause == Cause::kData && !rs.stats_after_scalars) ++rs.scalars_last_steps;
-    rs.scalars_step = -1;
-  }
+  if (static_cast<int64_t>(step->step) == rs.scalars_step) rs.scalars_step = -1;
+  if (rs.last_cause == Cause::kAtScalars) ++counters_.closed_at_scalars;
   if (rs.last_cause == Cause::kAfterScalars) ++counters_.closed_after_scalars;
   if (rs.last_cause == Cause::kSettle) ++counters_.closed_by_settle;
   const uint32_t rank = step->rank;
@@ -201,8 +200,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       }
       if (step > rs.lag) CloseThrough(rs, static_cast<int64_t>(step) - 1 - rs.lag, Cause::kData);
       if (static_cast<int64_t>(step) == rs.scalars_step) {
-        // Rule 3a: the batch the agent still held when step() sent the scalars.
-        rs.stats_after_scalars = true;
+        // Rule 3b: the statistics that followed the scalars.
         if (rs.lag == 0 && rs.scalars_close_ok) CloseThrough(rs, static_cast<int64_t>(step), Cause::kAfterScalars);
       }
       return;
@@ -225,10 +223,10 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       sd->has_scalars = true;
       if (step > rs.lag + 1) CloseThrough(rs, static_cast<int64_t>(step) - 2 - rs.lag, Cause::kData);
       if (rs.lag != 0 || !rs.scalars_close_ok) return;
-      if (!rs.stats_after_scalars && rs.scalars_last_steps >= 2 && !sd->rows.empty()) {
-        CloseThrough(rs, static_cast<int64_t>(step), Cause::kAfterScalars);  // rule 3c
+      if (!rs.stats_after_scalars && !sd->rows.empty()) {
+        CloseThrough(rs, static_cast<int64_t>(step), Cause::kAtScalars);  // rule 3a
       } else {
-        rs.scalars_step = static_cast<int64_t>(step);  // rules 3a / 3b
+        rs.scalars_step = static_cast<int64_t>(step);  // rule 3b
       }
       return;
     }

@@ -2,26 +2,25 @@
 //
 // It keeps, per rank, the tensor directory (agent id -> canonical name id, kind,
 // dtype) and the steps still open, and decides when a step is complete. The wire has
-// no end-of-step marker. What the agent does at Monitor.step() / EndStep: it enqueues
-// the step's last records, then its StepScalars, then EndStep; its sender sends the
-// scalars at once and ships the batch of records still pending (if any) right after
-// them, as the next StepStats message. Device tensors are handed over one step late,
-// but in the same order (records, scalars, EndStep). So a step S closes at the first of:
+// no end-of-step marker, but the agent sends a step's StepScalars after all of its
+// statistics (Monitor.step() records the scalars after the step's last tensor, and the
+// sender ships its pending batch before the scalars; device tensors are handed over one
+// step late, in the same order). So a step S closes at the first of:
 //   1. StepStats for a step T > S + lag arrives on that rank;
 //   2. StepScalars for a step T > S + lag + 1 arrives;
-//   3. after StepScalars(S) (lag 0, not switched off by a late record):
-//      a. a StepStats(S) arrives: the batch that was pending at step() — S closes once
-//         its rows are added;
-//      b. the rank stays silent for `settle_ns` (the pending batch was empty: nothing
-//         more comes for S) — Tick() closes S;
-//      c. at once, if S has rows and the rank has shown that nothing follows its
-//         scalars (never stats after scalars, and at least two steps that did not);
+//   3. StepScalars(S) arrives (lag 0, rule 3 not switched off), and then:
+//      a. at once, if S has statistics (the normal case);
+//      b. if S has none yet, or the rank has shown that statistics can follow its
+//         scalars (older agents sent the pending batch after them): when a StepStats(S)
+//         arrives, or when the rank stays silent for `settle_ns` (a step with no records:
+//         sampling with every=N) — Tick() closes it;
 //   4. Goodbye, CloseAll(), or Tick() finding the rank silent for idle_close.
-// Rule 3 is what makes detection immediate: without it a step would wait for the next
-// step's records, or for idle_close when the job pauses (evaluation, checkpointing).
+// Rule 3 makes detection immediate: without it a step would wait for the next step's
+// records, or for idle_close when the job pauses (evaluation, checkpointing).
 // A record for a step already closed is "late": counted, dropped, and the rank learns
-// from the rule that closed that step: rule 1 -> lag += 1 (up to 2); 3a/3c -> rule 3 is
-// switched off; 3b -> settle_ns doubles (up to idle_close).
+// from the rule that closed that step: rule 1 -> lag += 1 (up to 2); 3a -> statistics
+// may follow the scalars (3b from then on); 3b on a StepStats -> rule 3 is switched
+// off; 3b on silence -> settle_ns doubles (up to idle_close).
 //
 // Threads: single-threaded (the analyzer's thread). Callbacks run synchronously
 // inside Consume/Tick/CloseAll.
@@ -59,8 +58,9 @@ struct DecoderCounters {
   uint64_t unknown_ids = 0;    // rows whose tensor id had no directory entry (dropped)
   uint64_t steps_closed = 0;
   uint64_t duplicate_rows = 0; // same key twice in one step (the later one kept)
-  uint64_t closed_after_scalars = 0;  // by rule 3a or 3c
-  uint64_t closed_by_settle = 0;      // by rule 3b
+  uint64_t closed_at_scalars = 0;     // by rule 3a
+  uint64_t closed_after_scalars = 0;  // by rule 3b, on the StepStats that followed
+  uint64_t closed_by_settle = 0;      // by rule 3b, on silence
 };
 
 class RunDecoder {
@@ -72,8 +72,8 @@ class RunDecoder {
   RunDecoder(std::string run_id, const NameCanonicalizer* canon, NameTable* names,
              int64_t idle_close_ns, ClosedFn on_closed, int64_t settle_ns = kDefaultSettleNs);
 
-  // Rule 3b's silence after a step's scalars. The pending batch follows the scalars
-  // within the agent's batch linger (5 ms) even when the training thread stalls.
+  // Rule 3b's silence after a step's scalars. Records that follow the scalars at all
+  // follow them within the agent's batch linger (5 ms) even when training stalls.
   static constexpr int64_t kDefaultSettleNs = 50'000'000;
 
   void Consume(const wire::Envelope& env, int64_t recv_unix_ns);
@@ -88,7 +88,7 @@ class RunDecoder {
   int64_t LastClosed(uint32_t rank) const;
 
  private:
-  enum class Cause : uint8_t { kData, kAfterScalars, kSettle };  // why a step closed
+  enum class Cause : uint8_t { kData, kAtScalars, kAfterScalars, kSettle };  // why a step closed
   struct RankState {
     std::vector<TensorMeta> dir;                     // indexed by agent id
     std::map<uint64_t, std::shared_ptr<StepData>> open;
@@ -96,9 +96,8 @@ class RunDecoder {
     int64_t last_recv_ns = 0;
     uint32_t lag = 0;
     bool scalars_close_ok = true;
-    int64_t scalars_step = -1;         // open step whose scalars arrived (rule 3)
-    bool stats_after_scalars = false;  // ever: a StepStats(S) after StepScalars(S)
-    uint32_t scalars_last_steps = 0;   // steps closed with nothing after their scalars
+    int64_t scalars_step = -1;         // open step waiting after its scalars (rule 3b)
+    bool stats_after_scalars = false;  // learned: statistics may follow the scalars
     int64_t settle_ns = 0;
     Cause last_cause = Cause::kData;
     bool warned_late = false;
