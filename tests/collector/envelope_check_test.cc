@@ -67,7 +67,8 @@ TEST(EnvelopeCheck, RejectsWrongFileIdentifier) {
 TEST(EnvelopeCheck, RejectsUnknownMajorAndMissingMajor) {
   auto h = At("r", 3, 0);
   h.major = 2;
-  EnvelopeCheck c = Check(testing::Hello(h));
+  Bytes major2 = testing::Hello(h);  // c.env points into it
+  EnvelopeCheck c = Check(major2);
   EXPECT_EQ(c.reject, Reject::kSchemaMajor);
   EXPECT_EQ(c.schema_major, 2);
   ASSERT_NE(c.env, nullptr);  // still attributable to its run
