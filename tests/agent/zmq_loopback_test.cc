@@ -97,6 +97,45 @@ TEST(ZmqLoopback, AgentMessagesArriveVerifiedAndInOrder) {
   EXPECT_EQ(c.messages_sent, msgs.size());
 }
 
+TEST(ZmqLoopback, LargeBatchesGoOutZeroCopyAndArriveIntact) {
+  // 1000 records of one step make a ~300 KiB StepStats message: the pooled, zero-copy
+  // path. Three steps reuse the pool's blocks while earlier ones may still be in flight.
+  Pull pull;
+  ASSERT_FALSE(pull.endpoint.empty());
+  AgentOptions o = TestOptions();
+  o.endpoint = pull.endpoint;
+  o.queue_capacity = 4096;
+  o.max_records_per_message = 1024;
+  auto created = Agent::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto agent = std::move(created).value();
+  ASSERT_EQ(agent->RegisterTensor("w", TensorKind::kAct, DType::kBF16, {4}, 0), 0u);
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (int t = 0; t < 1000; ++t) ASSERT_TRUE(agent->RecordStats(step, 0, 0, t, MakeStats(step * 1000 + t)));
+    ASSERT_TRUE(agent->EndStep(step));
+  }
+  ASSERT_TRUE(agent->Close(std::chrono::milliseconds(5000)));
+  auto msgs = pull.ReceiveUntilGoodbye(std::chrono::milliseconds(10000));
+  uint64_t records = 0;
+  size_t large = 0;
+  for (const auto& bytes : msgs) {
+    ASSERT_TRUE(Verify(bytes));
+    const auto* s = wire::GetEnvelope(bytes.data())->body_as_StepStats();
+    if (s == nullptr) continue;
+    large += bytes.size() > 256 * 1024;
+    ASSERT_EQ(s->sketch_k(), kDefaultSketchK);
+    for (uint32_t i = 0; i < s->stats()->size(); ++i) {
+      double v = static_cast<double>(s->step() * 1000 + s->stats()->Get(i)->order());
+      ASSERT_EQ(s->stats()->Get(i)->max(), v);
+      ASSERT_EQ(s->sketch()->Get(i * kDefaultSketchK + 5), static_cast<float>(v + 5));
+      ASSERT_EQ(s->hist()->Get(i * kHistBins + 3), 3u);
+    }
+    records += s->stats()->size();
+  }
+  EXPECT_EQ(records, 3000u);
+  EXPECT_EQ(large, 3u) << "one message per step";
+}
+
 TEST(ZmqLoopback, CloseWithoutACollectorReturnsWithinItsTimeout) {
   // A port that nobody listens on: bind and close a PULL to learn a free one.
   std::string endpoint;

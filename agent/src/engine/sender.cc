@@ -10,6 +10,22 @@ constexpr uint32_t kDirectoryChunk = 512;   // entries per TensorDirectory (name
 constexpr auto kConnectPollEvery = std::chrono::milliseconds(5);
 constexpr auto kMaxSleep = std::chrono::milliseconds(10);  // also bounds a missed wake-up
 constexpr int kMaxRestarts = 1000;  // exceptions the loop survives before giving up
+// Messages at least this large go out zero-copy in a pooled block; smaller ones
+// (heartbeats, scalars, small batches) are copied by ZeroMQ and the builder keeps its
+// block, so a socket full of small messages never pins a pool block each.
+constexpr size_t kZeroCopyMinBytes = 32 * 1024;
+// Blocks kept for reuse: enough for the messages in flight between the sender and
+// ZeroMQ's I/O thread at full speed; deeper bursts allocate and free the excess.
+constexpr size_t kPoolBlocks = 16;
+
+// The builder's first block: a full batch at the configured sketch/histogram width
+// plus room for the envelope, so a batch is built without regrowing.
+size_t InitialBuilderBytes(const AgentOptions& o) {
+  size_t per_record = sizeof(wire::TensorStat) +
+                      static_cast<size_t>(std::clamp(o.sketch_k, 0, kMaxSketchK)) * sizeof(float) +
+                      static_cast<size_t>(std::clamp(o.hist_bins, 0, kHistBins)) * sizeof(uint32_t);
+  return std::max<size_t>(64 * 1024, o.max_records_per_message * per_record + 4096);
+}
 
 }  // namespace
 
@@ -17,9 +33,10 @@ Sender::Sender(const AgentOptions& options, SharedState* shared,
                std::unique_ptr<Transport> transport, int64_t start_unix_ns)
     : options_(options),
       shared_(shared),
+      pool_(std::make_unique<BufferPool>(kPoolBlocks)),
       transport_(std::move(transport)),
       start_unix_ns_(start_unix_ns),
-      encoder_(options.run, options.rank),
+      encoder_(options.run, options.rank, pool_.get(), InitialBuilderBytes(options)),
       consumer_(shared->queue),
       bulk_(kBulk) {
   batch_stats_.reserve(options.max_records_per_message);
@@ -173,7 +190,14 @@ bool Sender::SendMessage(Bytes bytes, uint64_t records) {
   auto& c = shared_->sender;
   Transport::SendResult r = Transport::SendResult::kError;
   if (bytes.size <= kMaxMessageBytes) {
-    r = transport_->Send(bytes.data, bytes.size);
+    // `bytes` is always the encoder's last message (every caller passes an Encode*()
+    // result straight in), so its block can be detached and handed over.
+    if (bytes.size >= kZeroCopyMinBytes && encoder_.can_detach()) {
+      OwnedBytes owned = encoder_.Detach();
+      r = transport_->SendOwned(owned.data, owned.size, &BufferPool::ReleaseCallback, owned.block);
+    } else {
+      r = transport_->Send(bytes.data, bytes.size);
+    }
   }
   if (r == Transport::SendResult::kSent) {
     ++seq_;

@@ -22,6 +22,7 @@
 #include "engine/shared_state.h"
 #include "engine/wire_encoder.h"
 #include "lockstep/agent/agent.h"
+#include "transport/buffer_pool.h"
 #include "transport/transport.h"
 
 namespace lockstep::engine {
@@ -53,6 +54,9 @@ class Sender {
 
   const AgentOptions options_;
   SharedState* const shared_;
+  // Before transport_ and encoder_: destroyed after both, since a block handed to the
+  // transport comes back to it as late as the transport's Close().
+  std::unique_ptr<BufferPool> pool_;
   std::unique_ptr<Transport> transport_;
   const int64_t start_unix_ns_;
   WireEncoder encoder_;

@@ -28,8 +28,21 @@ std::string HostName() {
 
 }  // namespace
 
-WireEncoder::WireEncoder(std::string run_id, uint32_t rank)
-    : run_id_(std::move(run_id)), rank_(rank), fbb_(64 * 1024) {}
+WireEncoder::WireEncoder(std::string run_id, uint32_t rank, BufferPool* pool,
+                         size_t initial_bytes)
+    : run_id_(std::move(run_id)),
+      rank_(rank),
+      allocator_(pool != nullptr ? std::make_unique<PooledAllocator>(pool) : nullptr),
+      fbb_(initial_bytes, allocator_.get()) {}
+
+OwnedBytes WireEncoder::Detach() {
+  OwnedBytes out;
+  out.size = fbb_.GetSize();
+  size_t reserved = 0, offset = 0;
+  out.block = fbb_.ReleaseRaw(reserved, offset);
+  out.data = out.block + offset;
+  return out;
+}
 
 Bytes WireEncoder::Finish(wire::Body type, flatbuffers::Offset<void> body, uint64_t seq) {
   auto run = fbb_.CreateString(run_id_);

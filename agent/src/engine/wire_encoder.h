@@ -8,17 +8,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engine/tensor_registry.h"
 #include "lockstep/agent/agent.h"
 #include "lockstep/schema/lockstep_generated.h"
+#include "transport/buffer_pool.h"
 
 namespace lockstep::engine {
 
 struct Bytes {
   const uint8_t* data = nullptr;
   size_t size = 0;
+};
+
+// A finished message whose block the caller now owns; it goes back with
+// BufferPool::ReleaseCallback(data, block).
+struct OwnedBytes {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  uint8_t* block = nullptr;
 };
 
 struct HeartbeatValues {
@@ -29,7 +39,10 @@ struct HeartbeatValues {
 
 class WireEncoder {
  public:
-  WireEncoder(std::string run_id, uint32_t rank);
+  // With a pool, the builder's blocks come from it (initial_bytes each: size it to the
+  // largest usual message so a batch is built without regrowing) and Detach() works.
+  WireEncoder(std::string run_id, uint32_t rank, BufferPool* pool = nullptr,
+              size_t initial_bytes = 64 * 1024);
   WireEncoder(const WireEncoder&) = delete;
   WireEncoder& operator=(const WireEncoder&) = delete;
 
@@ -43,11 +56,17 @@ class WireEncoder {
   Bytes Heartbeat(const HeartbeatValues& h, uint64_t seq);
   Bytes Goodbye(const char* reason, uint64_t last_step, uint64_t seq);
 
+  // Hands the last finished message's block to the caller (the builder takes a fresh
+  // one from the pool for the next message). Only with a pool.
+  bool can_detach() const { return allocator_ != nullptr; }
+  OwnedBytes Detach();
+
  private:
   Bytes Finish(wire::Body type, flatbuffers::Offset<void> body, uint64_t seq);
 
   std::string run_id_;
   uint32_t rank_;
+  std::unique_ptr<PooledAllocator> allocator_;  // before fbb_: outlives it
   flatbuffers::FlatBufferBuilder fbb_;
 };
 

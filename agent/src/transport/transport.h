@@ -27,6 +27,17 @@ class Transport {
   // Hands one complete message to the socket without waiting.
   virtual SendResult Send(const uint8_t* data, size_t size) noexcept = 0;
 
+  // Like Send(), but hands over `data` itself instead of a copy: `release(data, hint)`
+  // is called exactly once when the transport is done with it — maybe on another thread
+  // (ZeroMQ's I/O thread), maybe before this returns (a refused message, a copying
+  // transport). The default copies through Send() and releases at once.
+  using ReleaseFn = void (*)(void* data, void* hint);
+  virtual SendResult SendOwned(uint8_t* data, size_t size, ReleaseFn release, void* hint) noexcept {
+    SendResult r = Send(data, size);
+    release(data, hint);
+    return r;
+  }
+
   // How many connections to the peer were established since the last call (0 when
   // none). The engine re-sends Hello and the tensor directory on every connection
   // after the first: the peer may be a restarted collector that lost them.

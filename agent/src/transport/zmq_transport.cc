@@ -104,6 +104,20 @@ Transport::SendResult ZmqTransport::Send(const uint8_t* data, size_t size) noexc
   return SendResult::kError;
 }
 
+Transport::SendResult ZmqTransport::SendOwned(uint8_t* data, size_t size, ReleaseFn release,
+                                              void* hint) noexcept {
+  zmq_msg_t msg;
+  if (socket_ == nullptr || zmq_msg_init_data(&msg, data, size, release, hint) != 0) {
+    release(data, hint);
+    return SendResult::kError;
+  }
+  if (zmq_msg_send(&msg, socket_, ZMQ_DONTWAIT) >= 0) return SendResult::kSent;
+  int err = zmq_errno();
+  zmq_msg_close(&msg);  // still ours after a refused send: this calls `release`
+  if (err == EAGAIN || err == EINTR) return SendResult::kWouldBlock;
+  return SendResult::kError;
+}
+
 int ZmqTransport::TakeConnectEvents() noexcept {
   if (monitor_ == nullptr) return 0;
   int connects = 0;

@@ -37,6 +37,8 @@ class ZmqTransport final : public Transport {
   ZmqTransport& operator=(const ZmqTransport&) = delete;
 
   SendResult Send(const uint8_t* data, size_t size) noexcept override;
+  // Zero-copy (zmq_msg_init_data): ZeroMQ's I/O thread calls `release` once sent.
+  SendResult SendOwned(uint8_t* data, size_t size, ReleaseFn release, void* hint) noexcept override;
   int TakeConnectEvents() noexcept override;
   void Close(std::chrono::milliseconds linger) noexcept override;
 
