@@ -120,7 +120,7 @@ int CollectCommand(int argc, const char* const* argv) {
   std::string view_listen = "tcp://127.0.0.1:6201";
   flags.String("view-listen", &view_listen,
                "ZeroMQ endpoint of the view feed that 'lockstep top' connects to (docs/top.md); "
-               "tcp://127.0.0.1:* picks a free port", "ENDPOINT");
+               "tcp://127.0.0.1:* picks a free port, 'off' serves none", "ENDPOINT");
   std::string metrics_listen = "127.0.0.1:9464";
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT serving Prometheus /metrics over HTTP (docs/metrics.md); port 0 picks a free port, "
@@ -213,17 +213,29 @@ int CollectCommand(int argc, const char* const* argv) {
   if (!s.ok()) return Usage(s.message());
   // The view feed for `lockstep top`: its own thread; a snapshot reads the registry
   // and the view model, never the analyzer's lock.
-  collector::ViewPublisherOptions view_opt;
-  view_opt.endpoint = view_listen;
-  auto view_pub = collector::ViewPublisher::Create(view_opt, [&col, &view_model, &live] {
-    auto cc = col.counters();
-    collector::ViewExtras ex{cc.records, cc.rejected, live.errors()};
-    return view_model.SnapshotJson(col.registry().Snapshot(), ex,
-                                   std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
-  });
-  if (!view_pub.ok()) return Usage(view_pub.status().message());
+  // Like /metrics: a default endpoint that is taken (a second collector on this host)
+  // is a warning, an explicit one an error.
+  std::unique_ptr<collector::ViewPublisher> view_pub;
+  if (!view_listen.empty() && view_listen != "off") {
+    collector::ViewPublisherOptions view_opt;
+    view_opt.endpoint = view_listen;
+    auto vp = collector::ViewPublisher::Create(view_opt, [&col, &view_model, &live] {
+      auto cc = col.counters();
+      collector::ViewExtras ex{cc.records, cc.rejected, live.errors()};
+      return view_model.SnapshotJson(col.registry().Snapshot(), ex,
+                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
+    });
+    if (vp.ok()) {
+      view_pub = std::move(*vp);
+    } else if (flags.WasSet("view-listen")) {
+      return Usage(vp.status().message());
+    } else {
+      spdlog::warn("{}; collecting without a view feed", vp.status().message());
+    }
+  }
+  const std::string view_ep = view_pub ? view_pub->endpoint() : "";
   // /metrics: its own thread; reads counters and snapshots (docs/metrics.md).
   std::unique_ptr<collector::metrics::MetricsServer> metrics_server;
   if (!metrics_listen.empty() && metrics_listen != "off") {
@@ -246,11 +258,11 @@ int CollectCommand(int argc, const char* const* argv) {
   }
   std::string eps;
   for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
-  (*view_pub)->Start();
+  if (view_pub) view_pub->Start();
   spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", LOCKSTEP_VERSION, eps, data_dir,
-               (*view_pub)->endpoint());
+               view_pub ? view_ep : "(none)");
   if (!ready_file.empty()) {
-    s = WriteReadyFile(ready_file, col, (*view_pub)->endpoint(),
+    s = WriteReadyFile(ready_file, col, view_ep,
                        metrics_server ? metrics_server->address() : "");
     if (!s.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
@@ -285,7 +297,7 @@ int CollectCommand(int argc, const char* const* argv) {
   }
   spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
   s = col.Shutdown(std::chrono::seconds(5));
-  (*view_pub)->Shutdown();
+  if (view_pub) view_pub->Shutdown();
   if (metrics_server) metrics_server->Shutdown();
   live.Shutdown();
   live.Mutate([](collector::Analyzer& a) { a.Finish(); });  // compare what is complete
