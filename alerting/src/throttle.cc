@@ -24,12 +24,15 @@ bool DedupFilter::Admit(Alert* alert, std::chrono::nanoseconds now) {
     k.last_sent = now;
     k.seen = std::max<uint64_t>(alert->repeat_count, 1);
     k.first_seen_unix_ns = alert->first_seen_unix_ns;
+    k.max_sent = alert->severity;
     keys_.emplace(std::move(key), k);
     return true;
   }
   Key& k = it->second;
   k.seen += std::max<uint64_t>(alert->repeat_count, 1);
-  if (now - k.last_sent < cooldown_) return false;
+  const bool cooling = now - k.last_sent < cooldown_;
+  if (cooling && alert->severity <= k.max_sent) return false;
+  k.max_sent = alert->severity;
   k.last_sent = now;
   alert->repeat_count = k.seen;
   if (k.first_seen_unix_ns != 0) alert->first_seen_unix_ns = k.first_seen_unix_ns;

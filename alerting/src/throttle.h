@@ -16,6 +16,8 @@ namespace lockstep::alerting {
 // Per DedupKey(): the first alert passes; repeats within `cooldown` of the last one
 // that passed are suppressed; the next one to pass carries repeat_count = every
 // time the key was seen (suppressed ones included) and the key's first-seen time.
+// An escalation — a repeat more severe than any sent for the key in this cooldown
+// (a drift that turns critical) — always passes: it is news, not a repeat.
 // A cooldown of zero passes everything.
 class DedupFilter {
  public:
@@ -28,6 +30,7 @@ class DedupFilter {
     std::chrono::nanoseconds last_sent{0};
     uint64_t seen = 0;
     int64_t first_seen_unix_ns = 0;
+    Severity max_sent = Severity::kInfo;  // most severe sent since last_sent's cooldown began
   };
   std::chrono::nanoseconds cooldown_;
   std::unordered_map<std::string, Key> keys_;

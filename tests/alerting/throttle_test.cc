@@ -32,6 +32,26 @@ TEST(DedupFilter, SuppressesWithinCooldownAndCountsRepeats) {
   EXPECT_FALSE(d.Admit(&again, 100s));  // cooldown restarts at the last sent (61 s)
 }
 
+TEST(DedupFilter, AnEscalationPassesWithinTheCooldown) {
+  DedupFilter d(60s);
+  Alert warn = SampleAlert();
+  warn.severity = Severity::kWarning;
+  EXPECT_TRUE(d.Admit(&warn, 0s));
+  Alert again = SampleAlert();
+  again.severity = Severity::kWarning;
+  EXPECT_FALSE(d.Admit(&again, 5s));
+  Alert crit = SampleAlert();
+  crit.severity = Severity::kCritical;
+  EXPECT_TRUE(d.Admit(&crit, 10s));  // the same key turned critical: news
+  EXPECT_EQ(crit.repeat_count, 3u);
+  Alert crit2 = SampleAlert();
+  crit2.severity = Severity::kCritical;
+  EXPECT_FALSE(d.Admit(&crit2, 20s));  // a repeat of the critical one is not
+  Alert warn2 = SampleAlert();
+  warn2.severity = Severity::kWarning;
+  EXPECT_FALSE(d.Admit(&warn2, 30s));
+}
+
 TEST(DedupFilter, ZeroCooldownPassesEverything) {
   DedupFilter d(0s);
   for (int i = 0; i < 3; ++i) {
