@@ -160,6 +160,8 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
 
 std::string FormatNum(double v, int width) {
   if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
+  // JSON has no Inf: the view model sends a non-finite drift (NaN/Inf on one side) as 1e30.
+  if (std::fabs(v) >= 1e29) return v > 0 ? "inf" : "-inf";
   char buf[64];
   const double a = std::fabs(v);
   if (v == 0) {
