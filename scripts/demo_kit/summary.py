@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Summarizes the lockstep demo's alerts (JSON lines on stdin).
 
---brief: one short line per noteworthy alert (used while the runs train).
-Otherwise: the end-of-demo summary; exits 1 when lockstep did not name the injected
+Prints the end-of-demo summary; exits 1 when lockstep did not name the injected
 layer (--injected) as the first divergence, so CI can check the demo's outcome.
 """
 import argparse
@@ -11,9 +10,6 @@ import glob
 import json
 import os
 import sys
-
-HEADLINE_RULES = ("first_divergence", "nonfinite", "overflow", "trend", "loss_drift", "spike", "stall")
-
 
 def load(stream):
     alerts = []
@@ -32,17 +28,6 @@ def runs_of(a):
     return ", ".join(r) if isinstance(r, list) else str(r)
 
 
-def brief(alerts):
-    rest = collections.Counter()
-    for a in alerts:
-        if a.get("rule") in HEADLINE_RULES or a.get("severity") == "critical" and a.get("rule") != "tensor_drift":
-            print(f"   ! {a.get('severity', '?'):8s} {a.get('rule')}: {a.get('message', '')}")
-        else:
-            rest[a.get("rule")] += 1
-    if rest:
-        print("     (+ " + ", ".join(f"{n} {r}" for r, n in sorted(rest.items())) + ")")
-
-
 def first(alerts, rule):
     xs = [a for a in alerts if a.get("rule") == rule]
     return min(xs, key=lambda a: (a.get("step", 0), a.get("first_seen_unix_ns", 0))) if xs else None
@@ -50,15 +35,11 @@ def first(alerts, rule):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--brief", action="store_true")
     p.add_argument("--data-dir")
     p.add_argument("--lockstep", default="build/lockstep")
     p.add_argument("--injected", help="name of the layer the demo changed")
     args = p.parse_args()
     alerts = load(sys.stdin)
-    if args.brief:
-        brief(alerts)
-        return 0
 
     fd = first(alerts, "first_divergence")
     print()
