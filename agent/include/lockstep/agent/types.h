@@ -29,12 +29,12 @@ struct TensorStats {
   uint64_t numel = 0;
   double min = 0, max = 0, mean = 0, std = 0, l2 = 0, absmax = 0;
   uint64_t nan_count = 0, inf_count = 0, zero_count = 0;
-  uint64_t sat_count = 0;        // finite values with |x| > max finite of limit_dtype
+  uint64_t sat_count = 0;        // finite values with |x| >= max finite of limit_dtype
   uint64_t subnormal_count = 0;  // non-zero values with |x| < min normal of limit_dtype
   DType limit_dtype = DType::kUnknown;  // own dtype if low precision; for fp32: kF16
   uint16_t sketch_k = 0;         // valid entries in sketch[]
   uint8_t hist_bins = 0;         // valid entries in hist[] (0 or kHistBins)
-  float sketch[kMaxSketchK];     // count-sketch (see agent/src/stats/sketch.h)
+  float sketch[kMaxSketchK];     // count-sketch (docs/statistics.md)
   uint32_t hist[kHistBins];      // log2-magnitude histogram
 };
 
