@@ -166,6 +166,7 @@ int CollectCommand(int argc, const char* const* argv) {
   }
   if (max_buffered < 1) return Usage("--max-buffered-steps must be 1 or more");
   an_opt.max_buffered_steps = static_cast<size_t>(max_buffered);
+  an_opt.data_dir = data_dir;  // a run far ahead of its partner is read back from its log
   auto alert_opts = BuildAlertingOptions(alert_flags, data_dir + "/alert-spool");
   if (!alert_opts.ok()) return Usage(alert_opts.status().message());
 

@@ -10,6 +10,7 @@
 #include "detect/pair_rules.h"
 #include "detect/run_rules.h"
 #include "lockstep/schema/lockstep_generated.h"
+#include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 
 namespace lockstep::collector {
@@ -20,15 +21,21 @@ struct Analyzer::RunState {
   RunRole role = RunRole::kUnknown;
   bool fixed = false;          // OverrideRun / AddBaselineLog: Hello does not change it
   bool run_rules = true;
-  bool ended = false;
+  bool ended = false;       // no more steps will come to pair (for a read-back run: its log is done)
+  bool live_ended = false;  // Goodbye seen live (or Finish)
   DT precision = DT::kUnknown;  // lowest float dtype seen
   std::unique_ptr<RunDecoder> decoder;
   RunCtx ctx;
   std::vector<std::unique_ptr<RunDetector>> detectors;
   std::map<uint32_t, std::map<uint64_t, StepPtr>> buffer;  // rank -> step -> closed step
   std::vector<PairState*> pairs;
-  std::unique_ptr<LogReader> source;  // a recorded baseline
+  std::unique_ptr<LogReader> source;  // a recorded baseline, or a live run read back
   bool source_done = false;
+  // Read-back: `source` is this live run's own log and `back` decodes it; `decoder`
+  // keeps decoding the live messages for the per-run rules only.
+  bool readback = false;
+  std::unique_ptr<RunDecoder> back;
+  bool warned_readback = false;
   uint64_t evicted = 0;
   bool warned_evict = false;
 };
@@ -59,6 +66,9 @@ int64_t SystemNowNs() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// The decoder whose closed steps are paired: the log's for a read-back run.
+RunDecoder& Paced(const auto* r) { return r->readback ? *r->back : *r->decoder; }
 
 RunRole FromWire(wire::Role r) {
   switch (r) {
@@ -196,7 +206,7 @@ void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   ++counters_.messages;
   const std::string run_id = env.run_id() ? env.run_id()->str() : std::string();
   RunState* r = GetRun(run_id);
-  if (r->source) return;  // a recorded baseline that is also live: the log wins
+  if (r->source && !r->readback) return;  // a recorded baseline that is also live: the log wins
   if (env.body_type() == wire::Body::Hello) {
     const auto* h = env.body_as_Hello();
     SetRole(r, h->experiment() ? h->experiment()->str() : std::string(), FromWire(h->role()));
@@ -206,33 +216,42 @@ void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
     for (auto& d : r->detectors) d->OnActivity(recv_ns, goodbye);
   }
   r->decoder->Consume(env, recv_ns);
-  if (goodbye) r->ended = true;
+  if (goodbye) {
+    r->live_ended = true;
+    if (!r->readback) r->ended = true;
+  }
+  if (r->readback && !r->source_done) dirty_ = true;  // its log has grown (or soon will)
   Drain();
 }
 
 void Analyzer::Tick(int64_t now_ns) {
   for (auto& [id, r] : runs_) {
-    if (r->source) continue;
+    if (r->source && !r->readback) continue;
     r->decoder->Tick(now_ns);
     if (r->run_rules) {
       for (auto& d : r->detectors) d->OnTick(now_ns);
     }
+    // The collector flushes a log when its socket runs dry: retry what was not written yet.
+    if (r->readback && !r->source_done) dirty_ = true;
   }
   Drain();
 }
 
 void Analyzer::Finish() {
   for (auto& [id, r] : runs_) {
-    if (r->source) continue;
+    if (r->source && !r->readback) continue;
     r->decoder->CloseAll();
-    r->ended = true;
+    r->live_ended = true;
+    if (!r->readback) r->ended = true;
   }
+  // The collector has flushed its logs before Finish: the end of a read-back log is now
+  // the end of its run.
+  finishing_ = true;
+  dirty_ = true;  // read-back runs may have more in their logs now
   Drain();
-  // Read recorded baselines to their end so the report counts their extra steps.
+  // Read logs to their end (step by step, bounded) so the report counts extra steps.
   for (auto& [id, r] : runs_) {
-    if (!r->source) continue;
-    for (auto& [rank, buf] : r->buffer) PullBaseline(r.get(), rank, UINT64_MAX);
-    r->decoder->CloseAll();
+    if (r->source && r->role == RunRole::kBaseline && !r->pairs.empty()) DrainSourceToEnd(r.get());
   }
   Drain();
   for (auto& p : pairs_) {
@@ -251,6 +270,7 @@ void Analyzer::OnClosed(RunState* r, uint32_t rank, StepPtr step) {
   if (r->run_rules) {
     for (auto& d : r->detectors) d->OnStep(*step);
   }
+  if (r->readback) return;  // paired from its log (OnReadBack), not from the live copy
   if (r->role == RunRole::kBaseline || r->role == RunRole::kCandidate || r->role == RunRole::kUnknown) {
     if (r->role == RunRole::kBaseline && baseline_of_[r->experiment] != r->id) return;
     Buffer(r, rank, std::move(step));
@@ -264,8 +284,10 @@ void Analyzer::Buffer(RunState* r, uint32_t rank, StepPtr step) {
   buf[step->step] = std::move(step);
   counters_.peak_buffered_bytes = std::max(counters_.peak_buffered_bytes, counters_.buffered_bytes);
   dirty_ = true;
-  // A recorded baseline is read on demand and needs no bound; a live run far ahead of
-  // its partner loses its oldest waiting steps.
+  // A run read from a log is read on demand and needs no bound; a live run far ahead of
+  // its partner is read back from its own log from now on, or, without one, loses its
+  // oldest waiting steps.
+  if (buf.size() > opt_.max_buffered_steps && !r->source) StartReadBack(r);
   while (buf.size() > opt_.max_buffered_steps && !r->source) {
     auto oldest = buf.begin();
     counters_.buffered_bytes -= oldest->second->ApproxBytes();
@@ -282,6 +304,85 @@ void Analyzer::Buffer(RunState* r, uint32_t rank, StepPtr step) {
     }
     buf.erase(oldest);
   }
+  counters_.peak_buffered_steps = std::max(counters_.peak_buffered_steps, counters_.buffered_steps);
+}
+
+bool Analyzer::StartReadBack(RunState* r) {
+  if (opt_.data_dir.empty() || !IsValidRunId(r->id)) return false;
+  const std::string path = runlog::LogPathFor(opt_.data_dir, r->id);
+  auto reader = LogReader::Open(path);
+  if (!reader.ok()) {
+    if (!r->warned_readback) {
+      r->warned_readback = true;
+      spdlog::warn("run {} is far ahead of its partner but its log cannot be read back ({}); its oldest "
+                   "waiting steps are dropped instead",
+                   r->id, reader.status().message());
+    }
+    return false;
+  }
+  r->source = std::move(*reader);
+  r->readback = true;
+  r->ended = false;  // now: when its log is done
+  r->back = std::make_unique<RunDecoder>(
+      r->id, &opt_.canon, &names_, opt_.idle_close_ns,
+      [this, r](uint32_t rank, StepPtr s) { OnReadBack(r, rank, std::move(s)); });
+  DropBuffered(r);
+  ++counters_.runs_read_back;
+  spdlog::info("run {} is more than {} steps ahead of its partner: its steps are read back from {} at the "
+               "partner's pace",
+               r->id, opt_.max_buffered_steps, path);
+  dirty_ = true;
+  return true;
+}
+
+void Analyzer::DropBuffered(RunState* r) {
+  for (auto& [rank, buf] : r->buffer) {
+    for (auto& [s, sd] : buf) {
+      counters_.buffered_bytes -= sd->ApproxBytes();
+      --counters_.buffered_steps;
+    }
+    buf.clear();  // the rank stays known: Match walks it
+  }
+}
+
+int64_t Analyzer::MinDone(const RunState* r, uint32_t rank) const {
+  if (r->pairs.empty()) return -1;
+  int64_t min_done = INT64_MAX;
+  for (const PairState* p : r->pairs) {
+    auto it = p->done.find(rank);
+    min_done = std::min(min_done, it == p->done.end() ? int64_t{-1} : it->second);
+  }
+  return min_done;
+}
+
+// A step decoded from a read-back log. Its per-run rules ran on the live copy; the
+// steps every partner has passed were compared (or skipped) before the switch.
+void Analyzer::OnReadBack(RunState* r, uint32_t rank, StepPtr step) {
+  if (static_cast<int64_t>(step->step) <= MinDone(r, rank)) return;
+  Buffer(r, rank, std::move(step));
+}
+
+void Analyzer::DrainSourceToEnd(RunState* r) {
+  while (!r->source_done) {
+    bool progressed = false;
+    for (auto& [rank, buf] : r->buffer) {
+      progressed |= Pull(r, rank, static_cast<uint64_t>(Paced(r).LastClosed(rank) + 1));
+      // Steps no partner will ask for: counted once per pair, then released.
+      for (PairState* p : r->pairs) {
+        if (p->b != r) continue;
+        int64_t& done = p->done.try_emplace(rank, -1).first->second;
+        for (auto& [s, sd] : buf) {
+          if (static_cast<int64_t>(s) > done) {
+            ++p->only_b;
+            done = static_cast<int64_t>(s);
+          }
+        }
+      }
+      Release(r, rank);
+    }
+    if (!progressed) break;
+  }
+  Paced(r).CloseAll();
 }
 
 void Analyzer::Drain() {
@@ -291,41 +392,61 @@ void Analyzer::Drain() {
   }
 }
 
-bool Analyzer::PullBaseline(RunState* b, uint32_t rank, uint64_t step) {
-  if (!b->source || b->source_done) return false;
+// Reads `r`'s log until `rank` has closed `step`. Returns whether anything closed (or
+// the log ended). A read-back log that is still being written stops at what is there
+// and is retried later (Tick, the next message); its end is the run's only at Finish.
+bool Analyzer::Pull(RunState* r, uint32_t rank, uint64_t step) {
+  if (!r->source || r->source_done) return false;
+  RunDecoder& d = Paced(r);
+  const int64_t before = d.LastClosed(rank);
+  const uint64_t closed_before = d.counters().steps_closed;
   LogReader::Record rec;
-  while (b->decoder->LastClosed(rank) < static_cast<int64_t>(std::min<uint64_t>(step, INT64_MAX))) {
-    auto res = b->source->Next(&rec);
+  while (d.LastClosed(rank) < static_cast<int64_t>(std::min<uint64_t>(step, INT64_MAX))) {
+    auto res = r->source->Next(&rec);
     if (res != LogReader::Result::kRecord) {
-      if (res != LogReader::Result::kEnd) spdlog::warn("baseline log: {}", b->source->problem());
-      b->source_done = true;
-      b->ended = true;
-      b->decoder->CloseAll();
-      spdlog::info("baseline {} ends at step {} (rank {})", b->id, b->decoder->LastClosed(rank), rank);
+      if (r->readback && !finishing_ && res != LogReader::Result::kCorrupt) break;  // not written yet
+      if (res != LogReader::Result::kEnd) spdlog::warn("{} log: {}", r->readback ? "run" : "baseline", r->source->problem());
+      r->source_done = true;
+      r->ended = true;
+      d.CloseAll();
+      spdlog::info("{} {} ends at step {} (rank {})", r->readback ? "run" : "baseline", r->id, d.LastClosed(rank), rank);
       return true;
     }
     auto env = LogReader::Envelope(rec);
     if (!env.ok()) continue;
-    b->decoder->Consume(**env, rec.recv_unix_ns);
+    d.Consume(**env, rec.recv_unix_ns);
   }
-  return true;
+  return d.LastClosed(rank) > before || d.counters().steps_closed > closed_before;
 }
 
 void Analyzer::Match(PairState* p) {
   RunState* b = p->b;
   RunState* c = p->c;
   for (auto& [rank, cbuf] : c->buffer) {
-    while (!cbuf.empty()) {
+    while (true) {
+      if (cbuf.empty()) {
+        // A read-back candidate: its next step from its log, once the baseline can
+        // answer it (a baseline read from a log always can: it is read on demand).
+        if (!c->readback || c->source_done) break;
+        const int64_t next = Paced(c).LastClosed(rank) + 1;
+        const bool b_ready = b->source || b->ended || Paced(b).LastClosed(rank) >= next;
+        if (!b_ready) break;
+        const bool progressed = Pull(c, rank, static_cast<uint64_t>(next));
+        if (cbuf.empty()) {
+          if (progressed) continue;  // a step compared before the switch: skipped
+          break;
+        }
+      }
       const uint64_t s = cbuf.begin()->first;
       auto& bbuf = b->buffer[rank];
       auto it = bbuf.find(s);
-      if (it == bbuf.end() && b->source && !b->source_done && b->decoder->LastClosed(rank) < static_cast<int64_t>(s)) {
-        PullBaseline(b, rank, s);
+      if (it == bbuf.end() && b->source && !b->source_done && Paced(b).LastClosed(rank) < static_cast<int64_t>(s)) {
+        Pull(b, rank, s);
         it = bbuf.find(s);
       }
       int64_t& done = p->done.try_emplace(rank, -1).first->second;
       if (it == bbuf.end()) {
-        const bool baseline_past = b->decoder->LastClosed(rank) >= static_cast<int64_t>(s) || b->ended;
+        const bool baseline_past = Paced(b).LastClosed(rank) >= static_cast<int64_t>(s) || b->ended;
         if (!baseline_past) break;  // the baseline has not reached s yet
         ++p->only_c;
       } else {

@@ -13,11 +13,16 @@
 // (logged). Solo runs get the per-run rules only.
 //
 // Memory: a closed step waits in memory only until its partner step is compared (a
-// baseline step until every candidate has passed it). A run more than
-// max_buffered_steps ahead of its partner loses its oldest waiting steps — unless it
-// has a log source: a recorded baseline (AddBaselineLog) is read on demand at its
-// candidates' pace and never buffered ahead. Evicted steps are counted per pair and
-// logged once, never silently skipped. See docs/rules.md "Memory bound".
+// baseline step until every candidate has passed it). A recorded baseline
+// (AddBaselineLog) is read on demand at its candidates' pace and never buffered ahead.
+// A live run that gets more than max_buffered_steps ahead of its partner is switched to
+// read-back (needs AnalyzerOptions::data_dir, where the collector logs every message
+// before the analyzer sees it): its waiting steps are dropped and, from then on to its
+// end, its steps come from its own log `<data_dir>/<run>.lslog`, decoded by a second
+// RunDecoder and read only as far as the partner has got. The live copy of its messages
+// is still decoded, for the per-run rules only (so they fire at once and once). With no
+// data dir or no log, the oldest waiting steps are evicted instead: counted per pair
+// and logged once, never silently skipped. See docs/rules.md "Memory bound".
 //
 // Threads: single-threaded; every method on one thread (the owner's).
 #ifndef LOCKSTEP_COLLECTOR_DETECT_ANALYZER_H_
@@ -48,6 +53,9 @@ struct AnalyzerOptions {
   RulesConfig rules;
   NameCanonicalizer canon;
   size_t max_buffered_steps = 64;          // per (run, rank) waiting for its partner
+  // Where the collector writes `<run>.lslog`; a run far ahead is read back from there.
+  // Empty: no read-back, the memory bound evicts (in-process tests, compare).
+  std::string data_dir;
   int64_t idle_close_ns = 2'000'000'000;   // a rank silent this long: its open step closes
 };
 
@@ -63,6 +71,8 @@ struct AnalyzerCounters {
   uint64_t buffered_steps = 0;     // now waiting in memory
   uint64_t buffered_bytes = 0;     // their approximate size
   uint64_t peak_buffered_bytes = 0;
+  uint64_t peak_buffered_steps = 0;  // most steps waiting at once, all runs together
+  uint64_t runs_read_back = 0;       // live runs switched to reading their own log
 };
 
 // One row of the compare table: a matched tensor at its worst step.
@@ -145,7 +155,12 @@ class Analyzer : public MessageSink {
   void Buffer(RunState* r, uint32_t rank, StepPtr step);
   void Drain();
   void Match(PairState* p);
-  bool PullBaseline(RunState* b, uint32_t rank, uint64_t step);
+  void OnReadBack(RunState* r, uint32_t rank, StepPtr step);
+  bool StartReadBack(RunState* r);
+  void DropBuffered(RunState* r);
+  int64_t MinDone(const RunState* r, uint32_t rank) const;
+  bool Pull(RunState* r, uint32_t rank, uint64_t step);
+  void DrainSourceToEnd(RunState* r);
   void Compare(PairState* p, uint32_t rank, const StepData& bs, const StepData& cs);
   void Release(RunState* b, uint32_t rank);
   void NoteUnmatched(PairState* p, uint64_t key, bool in_baseline, uint64_t step);
@@ -158,6 +173,7 @@ class Analyzer : public MessageSink {
   std::vector<std::unique_ptr<PairState>> pairs_;
   std::map<std::string, std::string> baseline_of_;  // experiment -> baseline run
   bool dirty_ = false;
+  bool finishing_ = false;  // Finish(): a read-back log's end is the run's end
   AnalyzerCounters counters_;
   PairStepObserver observer_;
 };
