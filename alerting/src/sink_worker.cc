@@ -43,6 +43,7 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
   auto cooldown = sink.cooldown.count() >= 0 ? sink.cooldown : all.dedup_cooldown;
   w->dedup_ = std::make_unique<DedupFilter>(cooldown);
   w->rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
+  w->critical_rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
   w->next_attempt_ = SteadyClock::now();
   w->thread_ = std::thread([p = w.get()] { p->Run(); });
   return w;
@@ -144,7 +145,8 @@ void SinkWorker::Accept(Alert alert) {
     c_.deduped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!rate_->Admit(now)) {
+  RateLimiter& bucket = alert.severity == Severity::kCritical ? *critical_rate_ : *rate_;
+  if (!bucket.Admit(now)) {
     c_.rate_limited.fetch_add(1, std::memory_order_relaxed);
     Warn("rate limit reached (" + std::to_string(sink_.rate_per_min) + "/min, burst " +
          std::to_string(sink_.burst) + "); dropping alerts until it refills");

@@ -63,7 +63,10 @@ class SinkWorker {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Spool> spool_;
   std::unique_ptr<DedupFilter> dedup_;
+  // Two token buckets of the same size: critical alerts draw on their own, so a flood
+  // of warnings can never use up the rate that a NaN or a first divergence needs.
   std::unique_ptr<RateLimiter> rate_;
+  std::unique_ptr<RateLimiter> critical_rate_;
   std::mt19937_64 rng_{std::random_device{}()};
 
   // Worker-thread state.

@@ -285,10 +285,39 @@ TEST(Dispatcher, RateLimitAndSeverityFilterPerSink) {
   }
   ASSERT_TRUE(d->Flush(5s));
   auto c = d->Counters();
-  EXPECT_EQ(c[0].delivered, 3u);
-  EXPECT_EQ(c[0].rate_limited, 7u);
+  // Critical and non-critical alerts draw on separate buckets of burst 3 each.
+  EXPECT_EQ(c[0].delivered, 6u);
+  EXPECT_EQ(c[0].rate_limited, 4u);
   EXPECT_EQ(c[1].delivered, 5u);
   EXPECT_EQ(c[1].filtered, 5u);
+}
+
+TEST(Dispatcher, AFloodOfWarningsDoesNotStarveACriticalAlert) {
+  TestServer srv;
+  SinkOptions limited = HttpSink(SinkKind::kWebhook, srv.Url("/limited"));
+  limited.rate_per_min = 1;
+  limited.burst = 2;
+  AlertingOptions o;
+  o.sinks = {limited};
+  o.dedup_cooldown = 0ms;
+  o.clock = [] { return std::chrono::nanoseconds(0); };
+  auto d = Make(o);
+  for (int i = 0; i < 20; ++i) {
+    Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
+    a.severity = Severity::kWarning;
+    d->Submit(a);
+  }
+  Alert nan = SampleAlert("nan", "layers.0");
+  nan.rule = "nonfinite";
+  nan.severity = Severity::kCritical;
+  d->Submit(nan);
+  ASSERT_TRUE(d->Flush(5s));
+  auto c = d->Counters();
+  EXPECT_EQ(c[0].delivered, 3u);  // two warnings (the burst) and the critical one
+  EXPECT_EQ(c[0].rate_limited, 18u);
+  bool got_nan = false;
+  for (const auto& r : srv.Requests()) got_nan |= json::parse(r.body)["rule"] == "nonfinite";
+  EXPECT_TRUE(got_nan);
 }
 
 TEST(Dispatcher, SubmitNeverBlocksOnAFiveSecondReceiver) {
