@@ -94,6 +94,18 @@ TEST(EnvelopeCheck, RejectsRunIdsThatCouldEscapeTheDataDir) {
   EXPECT_EQ(Check(testing::Hello(At(std::string(128, 'x'), 0, 0))).reject, Reject::kNone);
 }
 
+TEST(EnvelopeCheck, CapsTensorNameAndLabelLengths) {
+  auto ok = Check(testing::Directory(At("r", 0, 0), {{1, std::string(kMaxTensorNameLength, 'n')}}));
+  EXPECT_EQ(ok.reject, Reject::kNone);
+  auto long_name =
+      Check(testing::Directory(At("r", 0, 0), {{1, "a"}, {2, std::string(kMaxTensorNameLength + 1, 'n')}}));
+  EXPECT_EQ(long_name.reject, Reject::kTooLong);
+  ASSERT_NE(long_name.env, nullptr);  // still attributable to its run
+  EXPECT_EQ(Check(testing::Hello(At("r", 0, 0), std::string(kMaxRunIdLength + 1, 'e'))).reject,
+            Reject::kTooLong);
+  EXPECT_EQ(Check(testing::Hello(At("r", 0, 0), std::string(kMaxRunIdLength, 'e'))).reject, Reject::kNone);
+}
+
 // Random bit flips, byte overwrites and cuts of valid messages: whatever passes the
 // check must be safe to read by every consumer (registry, inspect formatter), which
 // the ASan/UBSan build (LOCKSTEP_SANITIZE) turns into a hard check.

@@ -43,6 +43,34 @@ bool PeekVersion(const uint8_t* d, size_t n, uint16_t* major, uint16_t* minor) {
   return true;
 }
 
+bool Within(const flatbuffers::String* s, size_t cap) { return s == nullptr || s->size() <= cap; }
+
+// Names and labels end up in memory (registry, aligner), in the view and in alert
+// text: cap them so one message cannot make any of those huge (docs/security.md).
+bool StringsWithinCaps(const wire::Envelope& env) {
+  switch (env.body_type()) {
+    case wire::Body::TensorDirectory: {
+      const auto* t = env.body_as_TensorDirectory()->tensors();
+      if (t == nullptr) return true;
+      for (const auto* info : *t)
+        if (info == nullptr || !Within(info->name(), kMaxTensorNameLength)) return false;
+      return true;
+    }
+    case wire::Body::Hello: {
+      const auto* h = env.body_as_Hello();
+      if (!Within(h->experiment(), kMaxRunIdLength)) return false;
+      for (const auto* s : {h->platform(), h->device_name(), h->framework(), h->host(),
+                            h->agent_version()})
+        if (!Within(s, kMaxLabelLength)) return false;
+      if (const auto* sc = h->sampling())
+        return Within(sc->include(), kMaxTensorNameLength) && Within(sc->exclude(), kMaxTensorNameLength);
+      return true;
+    }
+    case wire::Body::Goodbye: return Within(env.body_as_Goodbye()->reason(), kMaxLabelLength);
+    default: return true;
+  }
+}
+
 }  // namespace
 
 const char* RejectName(Reject r) {
@@ -55,6 +83,7 @@ const char* RejectName(Reject r) {
     case Reject::kSchemaMajor: return "schema_major";
     case Reject::kRunId: return "run_id";
     case Reject::kNoBody: return "no_body";
+    case Reject::kTooLong: return "too_long";
     case Reject::kCount: break;
   }
   return "unknown";
@@ -106,6 +135,7 @@ EnvelopeCheck CheckEnvelope(const uint8_t* data, size_t size, size_t max_bytes) 
     return c;
   }
   c.env = env;
+  if (!StringsWithinCaps(*env)) c.reject = Reject::kTooLong;  // env kept: attributable
   return c;
 }
 
@@ -133,6 +163,10 @@ std::string DescribeReject(const EnvelopeCheck& c, size_t size, size_t max_bytes
       return "a message whose run id is empty, longer than 128 characters, starts with '.' "
              "or has characters outside [A-Za-z0-9._-]";
     case Reject::kNoBody: return "a message with no body";
+    case Reject::kTooLong:
+      return "a message with a tensor name longer than " + std::to_string(kMaxTensorNameLength) +
+             " characters, an experiment name longer than " + std::to_string(kMaxRunIdLength) +
+             " or a label longer than " + std::to_string(kMaxLabelLength);
     case Reject::kCount: break;
   }
   return "a bad message";

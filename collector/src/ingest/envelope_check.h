@@ -27,6 +27,7 @@ enum class Reject : uint8_t {
   kSchemaMajor,     // schema_major missing or not kSchemaMajor
   kRunId,           // run id empty, too long or with characters outside [A-Za-z0-9._-]
   kNoBody,          // body union is NONE
+  kTooLong,         // a tensor name or a Hello/Goodbye string over its length cap
   kCount,
 };
 

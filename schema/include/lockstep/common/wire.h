@@ -17,6 +17,8 @@ inline constexpr size_t kMaxMessageBytes = 16u << 20;
 // Longest run id / experiment name, and longest tensor name.
 inline constexpr size_t kMaxRunIdLength = 128;
 inline constexpr size_t kMaxTensorNameLength = 1024;
+// Longest free-text label of a Hello or Goodbye (platform, host, framework, reason...).
+inline constexpr size_t kMaxLabelLength = 256;
 // Largest count-sketch width an agent may send.
 inline constexpr int kMaxSketchK = 256;
 inline constexpr int kDefaultSketchK = 32;
