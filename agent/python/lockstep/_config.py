@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from . import _keys
+
 ROLES = ("baseline", "candidate", "solo")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 
@@ -34,6 +36,8 @@ OPTIONS = {
     "send_hwm": (int, 1000),
     "close_timeout": (float, 5.0),
     "heartbeat_interval": (float, 1.0),
+    "curve_server_key": (str, ""),
+    "curve_key": (str, ""),
 }
 
 
@@ -85,6 +89,7 @@ def resolve(args):
     if cfg["world_size"] is None:
         cfg["world_size"] = world
     cfg["framework"] = "torch " + torch.__version__
+    cfg["curve"] = _keys.resolve_curve(cfg["curve_server_key"], cfg["curve_key"])
     return cfg
 
 

@@ -100,7 +100,10 @@ class Monitor:
     endpoint ("tcp://127.0.0.1:6200"), platform / device_name (detected: cpu, cuda,
     npu), rank / world_size (torch.distributed, else RANK / WORLD_SIZE, else 0 / 1),
     sketch_k (32), hist_bins (16), start_step (0), queue_capacity, send_hwm,
-    close_timeout (5 s), heartbeat_interval (1 s). A configuration mistake warns with
+    close_timeout (5 s), heartbeat_interval (1 s), curve_server_key (the collector's
+    CURVE public key or its .pub file: turns on encryption and authentication) and
+    curve_key (this agent's .key file from ``lockstep keygen``; default a fresh pair),
+    see docs/security.md. A configuration mistake warns with
     one sentence and gives a disabled monitor (``strict=True`` raises ValueError).
     """
 
@@ -112,7 +115,8 @@ class Monitor:
     def __init__(self, run=None, role=None, experiment=None, endpoint=None, platform=None,
                  rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
                  device_name=None, queue_capacity=None, send_hwm=None, close_timeout=None,
-                 heartbeat_interval=None, strict=False, _force_device_path=False):
+                 heartbeat_interval=None, curve_server_key=None, curve_key=None, strict=False,
+                 _force_device_path=False):
         self._guard = Guard()
         self._agent = None
         self._closed = False
@@ -123,7 +127,8 @@ class Monitor:
                     platform=platform, rank=rank, world_size=world_size, sketch_k=sketch_k,
                     hist_bins=hist_bins, start_step=start_step, device_name=device_name,
                     queue_capacity=queue_capacity, send_hwm=send_hwm,
-                    close_timeout=close_timeout, heartbeat_interval=heartbeat_interval)
+                    close_timeout=close_timeout, heartbeat_interval=heartbeat_interval,
+                    curve_server_key=curve_server_key, curve_key=curve_key)
         try:
             cfg = _config.resolve(args)
             self._agent = _core.Agent.create(
@@ -132,7 +137,9 @@ class Monitor:
                 framework=cfg["framework"], rank=cfg["rank"], world_size=cfg["world_size"],
                 start_step=cfg["start_step"], queue_capacity=cfg["queue_capacity"],
                 send_hwm=cfg["send_hwm"], sketch_k=cfg["sketch_k"],
-                hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"])
+                hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
+                curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
+                curve_secret_key=cfg["curve"][2])
         except ValueError as e:
             if strict:
                 raise

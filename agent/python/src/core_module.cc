@@ -161,7 +161,8 @@ PYBIND11_MODULE(_core, m) {
              uint32_t world_size, uint64_t start_step, size_t queue_capacity, int send_hwm,
              int sketch_k, int hist_bins, uint32_t every, const std::string& include_regex,
              const std::string& exclude_regex, double heartbeat_interval_s,
-             size_t max_records_per_message) {
+             size_t max_records_per_message, const std::string& curve_server_key,
+             const std::string& curve_public_key, const std::string& curve_secret_key) {
             AgentOptions o;
             o.endpoint = endpoint;
             o.run = run;
@@ -182,6 +183,9 @@ PYBIND11_MODULE(_core, m) {
             o.exclude_regex = exclude_regex;
             o.heartbeat_interval = ToMillis(heartbeat_interval_s);
             o.max_records_per_message = max_records_per_message;
+            o.curve_server_key = curve_server_key;
+            o.curve_public_key = curve_public_key;
+            o.curve_secret_key = curve_secret_key;
             StatusOr<std::unique_ptr<PyAgent>> agent = [&] {
               py::gil_scoped_release release;
               return PyAgent::Create(o);
@@ -196,7 +200,9 @@ PYBIND11_MODULE(_core, m) {
           py::arg("send_hwm") = 1000, py::arg("sketch_k") = kDefaultSketchK,
           py::arg("hist_bins") = kHistBins, py::arg("every") = 1,
           py::arg("include_regex") = "", py::arg("exclude_regex") = "",
-          py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024)
+          py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024,
+          py::arg("curve_server_key") = "", py::arg("curve_public_key") = "",
+          py::arg("curve_secret_key") = "")
       .def("register_tensor",
            [](PyAgent& a, const std::string& name, int kind, int dtype,
               const std::vector<int64_t>& shape, uint32_t order) {

@@ -26,6 +26,7 @@
 #include "detect/analyzer.h"
 #include "detect/live_analyzer.h"
 #include "lockstep/alerting/dispatcher.h"
+#include "ingest/curve_keys.h"
 #include "lockstep/collector/collector.h"
 #include "metrics/collector_metrics.h"
 #include "metrics/http_server.h"
@@ -71,6 +72,19 @@ Status WriteReadyFile(const std::string& path, const Collector& c, const std::st
   return Status::OK();
 }
 
+// One line at start: who can reach the ingest socket (docs/security.md).
+std::string AccessSummary(const Collector& c) {
+  bool loopback = std::all_of(c.endpoints().begin(), c.endpoints().end(), collector::IsLoopbackEndpoint);
+  std::string reach = loopback ? "loopback only: agents on other hosts cannot connect"
+                               : "reachable from other hosts";
+  std::string key = c.curve_public_key();
+  if (key.empty()) return "access: " + reach + "; no CURVE (plain ZeroMQ, unauthenticated)";
+  std::string who = c.options().curve.authorized_keys.empty()
+                        ? "any agent holding the collector's public key"
+                        : std::to_string(c.options().curve.authorized_keys.size()) + " authorized agent key(s)";
+  return "access: " + reach + "; CURVE on (collector public key " + key + "), admitting " + who;
+}
+
 class StatusLine {
  public:
   explicit StatusLine(const Collector& c) : c_(c), last_(Clock::now()), prev_(c.counters()) {}
@@ -82,9 +96,10 @@ class StatusLine {
     auto t = c_.registry().Totals();
     spdlog::info(
         "status: {} runs ({} ranks), {:.0f} records/s, {:.0f} messages/s, {} records in all; "
-        "agent drops {}, gaps {}, duplicates {}, bad messages {}, log errors {}",
+        "agent drops {}, gaps {}, duplicates {}, bad messages {}, log errors {}{}",
         t.runs, t.ranks, (cur.records - prev_.records) / dt, (cur.accepted - prev_.accepted) / dt,
-        t.records, t.agent_records_dropped, t.gaps, t.duplicates, cur.rejected, cur.log_errors);
+        t.records, t.agent_records_dropped, t.gaps, t.duplicates, cur.rejected, cur.log_errors,
+        c_.curve_public_key().empty() ? "" : fmt::format(", refused connections {}", cur.auth.refused));
     prev_ = cur;
     last_ = now;
   }
@@ -117,6 +132,12 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.Int("status-interval-s", &status_s, "log a status line this often (0 = never)", "S");
   flags.Int("max-message-bytes", &max_bytes, "refuse messages larger than this", "BYTES");
   flags.String("log-level", &log_level, "trace, debug, info, warn, error or off", "LEVEL");
+  std::string curve_key, curve_authorized;
+  flags.String("curve-key", &curve_key,
+               "the collector's key pair from 'lockstep keygen': agents must use CURVE with its public "
+               "key (docs/security.md)", "FILE");
+  flags.String("curve-authorized-keys", &curve_authorized,
+               "with --curve-key: admit only agents whose public key is listed here, one per line", "FILE");
   std::string view_listen = "tcp://127.0.0.1:6201";
   flags.String("view-listen", &view_listen,
                "ZeroMQ endpoint of the view feed that 'lockstep top' connects to (docs/top.md); "
@@ -179,6 +200,18 @@ int CollectCommand(int argc, const char* const* argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   CollectorOptions opts;
+  if (!curve_authorized.empty() && curve_key.empty())
+    return Usage("--curve-authorized-keys needs --curve-key (the collector's own key pair)");
+  if (!curve_key.empty()) {
+    auto pair = collector::ReadCurveKeyFile(curve_key, /*need_secret=*/true);
+    if (!pair.ok()) return Usage(pair.status().message());
+    opts.curve.secret_key = pair->secret_key;
+  }
+  if (!curve_authorized.empty()) {
+    auto keys = collector::ReadAuthorizedKeys(curve_authorized);
+    if (!keys.ok()) return Usage(keys.status().message());
+    opts.curve.authorized_keys = std::move(*keys);
+  }
   opts.listen = listen;
   opts.data_dir = data_dir;
   opts.fsync_interval_ms = fsync_ms;
@@ -262,6 +295,7 @@ int CollectCommand(int argc, const char* const* argv) {
   if (view_pub) view_pub->Start();
   spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", LOCKSTEP_VERSION, eps, data_dir,
                view_pub ? view_ep : "(none)");
+  spdlog::info("{}", AccessSummary(col));
   if (!ready_file.empty()) {
     s = WriteReadyFile(ready_file, col, view_ep,
                        metrics_server ? metrics_server->address() : "");

@@ -23,6 +23,8 @@ constexpr Command kCommands[] = {
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},
     {"alert-test", lockstep::cli::AlertTestCommand,
      "send one test alert through the configured sinks and say per sink if it arrived"},
+    {"keygen", lockstep::cli::KeygenCommand,
+     "make a CURVE key pair (NAME.key, NAME.pub) for an authenticated, encrypted collector"},
 };
 
 void PrintUsage(FILE* out) {

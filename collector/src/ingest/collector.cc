@@ -116,6 +116,7 @@ class Collector::Impl {
   int lock_fd = -1;
   zmq::context_t ctx;
   zmq::socket_t socket;
+  std::unique_ptr<CurveGuard> guard;  // after ctx and socket: closed before them
   std::vector<std::string> endpoints;
   std::vector<MessageSink*> sinks;
   Registry registry;
@@ -187,6 +188,11 @@ Status Collector::Impl::Init() {
   } catch (const zmq::error_t& e) {
     return Status::Internal(std::string("cannot configure the ZeroMQ socket: ") + e.what());
   }
+  if (!opts.curve.secret_key.empty()) {
+    auto g = CurveGuard::Create(ctx, socket, opts.curve);
+    if (!g.ok()) return g.status();
+    guard = std::move(*g);
+  }
   for (const auto& ep : opts.listen) {
     try {
       socket.bind(ep);
@@ -200,10 +206,16 @@ Status Collector::Impl::Init() {
     }
     std::string bound = socket.get(zmq::sockopt::last_endpoint);
     endpoints.push_back(bound);
-    if (!IsLoopbackEndpoint(bound))
+    if (!IsLoopbackEndpoint(bound) && guard == nullptr)
       spdlog::warn(
           "listening on {} which other hosts can reach: anyone who can connect can write run "
-          "logs here (there is no authentication); bind tcp://127.0.0.1:PORT unless you mean it",
+          "logs here (no --curve-key: no authentication); bind tcp://127.0.0.1:PORT or turn on "
+          "CURVE (docs/security.md)",
+          bound);
+    else if (!IsLoopbackEndpoint(bound) && !guard->restricts_agents())
+      spdlog::warn(
+          "listening on {} with CURVE but no --curve-authorized-keys: any agent that holds the "
+          "collector's public key may write run logs here",
           bound);
   }
   if (opts.rebuild_from_logs) LOCKSTEP_RETURN_IF_ERROR(Rebuild());
@@ -432,6 +444,7 @@ Status Collector::AddSink(MessageSink* sink) {
 Status Collector::Start() {
   if (impl_->started) return Status::InvalidArgument("Start() called twice");
   impl_->started = true;
+  if (impl_->guard) impl_->guard->Start();
   // The socket was bound on this thread; std::thread's start is the full memory
   // barrier ZeroMQ asks for when a socket changes threads.
   impl_->thread = std::thread([this] { impl_->Run(); });
@@ -443,11 +456,13 @@ Status Collector::Shutdown(std::chrono::milliseconds timeout) {
   impl_->stopped = true;
   if (!impl_->started) {
     impl_->socket.close();
+    if (impl_->guard) impl_->guard->Stop();
     return Status::OK();
   }
   impl_->drain_deadline = Clock::now() + timeout;
   impl_->stop.store(true, std::memory_order_release);
   impl_->thread.join();
+  if (impl_->guard) impl_->guard->Stop();
   Status h = health();
   if (!h.ok()) return h;
   if (impl_->drain_timed_out)
@@ -470,11 +485,15 @@ CollectorCounters Collector::counters() const {
   c.sink_errors = ld(n.sink_errors);
   c.fsyncs = ld(n.fsyncs);
   c.rebuilt_messages = ld(n.rebuilt);
+  if (impl_->guard) c.auth = impl_->guard->counters();
   return c;
 }
 
 const Registry& Collector::registry() const { return impl_->registry; }
 const std::vector<std::string>& Collector::endpoints() const { return impl_->endpoints; }
+std::string Collector::curve_public_key() const {
+  return impl_->guard ? impl_->guard->public_key() : std::string();
+}
 const CollectorOptions& Collector::options() const { return impl_->opts; }
 Status Collector::health() const {
   std::lock_guard<std::mutex> lock(impl_->health_mu);

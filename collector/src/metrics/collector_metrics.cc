@@ -78,6 +78,15 @@ std::string CollectorMetrics::Render() {
            "Messages refused by ingest, by reason (none of them reached a run log).");
   for (size_t i = 1; i < static_cast<size_t>(Reject::kCount); ++i)
     w.Sample({{"reason", RejectName(static_cast<Reject>(i))}}, counters.rejected_by[i]);
+  if (!src_.collector->curve_public_key().empty()) {  // only when CURVE is on
+    w.Family("lockstep_collector_curve_handshakes_total", C::kCounter,
+             "CURVE handshakes on the ingest socket that succeeded (agents admitted).");
+    w.Sample({}, counters.auth.admitted);
+    w.Family("lockstep_collector_refused_connections_total", C::kCounter,
+             "Connections refused by CURVE, by reason (docs/security.md).");
+    for (size_t i = 0; i < static_cast<size_t>(AuthRefusal::kCount); ++i)
+      w.Sample({{"reason", AuthRefusalName(static_cast<AuthRefusal>(i))}}, counters.auth.refused_by[i]);
+  }
   w.Family("lockstep_collector_log_errors_total", C::kCounter,
            "Run log appends, flushes or fsyncs that failed (disk full, I/O error).");
   w.Sample({}, counters.log_errors);

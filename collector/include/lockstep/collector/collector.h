@@ -12,7 +12,8 @@
 // thread, handed over at Start()). For each message it checks size, file identifier,
 // schema major, flatbuffers Verifier and run id (ingest/envelope_check.h); a bad one is
 // counted by reason, logged rate-limited (one line per reason per second) and never
-// stops ingest. A good one is appended to `<data_dir>/<run>.lslog` (runlog/), counted
+// stops ingest. With CURVE (options.curve) only agents that pass the handshake get this
+// far (ingest/curve_guard.h). A good one is appended to `<data_dir>/<run>.lslog` (runlog/), counted
 // in the registry (ingest/registry.h), then given to every MessageSink in the order
 // they were added — on the ingest thread, so a sink must not block.
 //
@@ -31,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "ingest/curve_guard.h"
 #include "ingest/envelope_check.h"
 #include "ingest/message_sink.h"
 #include "ingest/registry.h"
@@ -51,6 +53,8 @@ struct CollectorOptions {
   size_t write_buffer_bytes = 256 << 10;  // per run log
   int receive_hwm = 100000;               // ZMQ_RCVHWM, messages
   bool rebuild_from_logs = true;          // replay existing logs into the registry
+  // ZeroMQ CURVE on the ingest socket (docs/security.md): off while secret_key is empty.
+  CurveServerOptions curve;
 };
 
 struct CollectorCounters {
@@ -65,6 +69,7 @@ struct CollectorCounters {
   uint64_t sink_errors = 0;       // exceptions thrown by sinks (caught)
   uint64_t fsyncs = 0;
   uint64_t rebuilt_messages = 0;  // replayed from logs at start-up
+  AuthCounters auth;              // CURVE handshakes (all zero when CURVE is off)
 };
 
 class Collector {
@@ -91,6 +96,8 @@ class Collector {
   const Registry& registry() const;
   // The bound endpoints, with ephemeral ports resolved ("tcp://127.0.0.1:41234").
   const std::vector<std::string>& endpoints() const;
+  // The collector's CURVE public key (Z85) when CURVE is on, else empty.
+  std::string curve_public_key() const;
   const CollectorOptions& options() const;
   // OK while the ingest thread is healthy; its error once it died (e.g. an
   // unexpected ZeroMQ error).
