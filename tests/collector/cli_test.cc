@@ -112,6 +112,33 @@ TEST(CollectCli, UnwritableDataDirIsOneLineAndExit2) {
   EXPECT_NE(r.err.find("plainfile/d"), std::string::npos) << r.err;
 }
 
+TEST(KeygenCli, WritesAKeyPairRefusesToOverwriteAndCollectReadsIt) {
+  testing::TempDir dir;
+  Result r = RunLockstep(dir, {"keygen", dir / "col"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("public key: "), std::string::npos) << r.out;
+  EXPECT_EQ(fs::status(dir / "col.key").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  r = RunLockstep(dir, {"keygen", dir / "col"});
+  EXPECT_EQ(r.code, 2);
+  ASSERT_EQ(Lines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  r = RunLockstep(dir, {"keygen"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+
+  // A .pub where the key pair belongs, and an authorized list without a key pair.
+  r = RunLockstep(dir, {"collect", "--listen", "tcp://127.0.0.1:*", "--data-dir", dir / "d", "--curve-key",
+                        dir / "col.pub"});
+  EXPECT_EQ(r.code, 2);
+  ASSERT_EQ(Lines(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find("no secret-key"), std::string::npos) << r.err;
+  r = RunLockstep(dir, {"collect", "--listen", "tcp://127.0.0.1:*", "--data-dir", dir / "d",
+                        "--curve-authorized-keys", dir / "col.pub"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("needs --curve-key"), std::string::npos) << r.err;
+}
+
 TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
   testing::TempDir dir;
   std::string data = dir / "data", ready = dir / "ready.json";
@@ -154,6 +181,7 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
   std::string err = Slurp(dir / "collect.err");
   EXPECT_NE(err.find("SIGTERM"), std::string::npos) << err;
   EXPECT_NE(err.find("file_identifier"), std::string::npos) << err;  // the garbage frame
+  EXPECT_NE(err.find("access: loopback only"), std::string::npos) << err;  // says who can reach it
   EXPECT_FALSE(fs::exists(ready));
 
   Result r = RunLockstep(dir, {"inspect", log});

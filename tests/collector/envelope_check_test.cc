@@ -90,6 +90,7 @@ TEST(EnvelopeCheck, RejectsRunIdsThatCouldEscapeTheDataDir) {
   for (const char* bad : {"", "../etc", ".hidden", "a/b", "a b"}) {
     EXPECT_EQ(Check(testing::Hello(At(bad, 0, 0))).reject, Reject::kRunId) << bad;
   }
+  EXPECT_EQ(Check(testing::Hello(At(std::string("run\0/../x", 10), 0, 0))).reject, Reject::kRunId);  // NUL
   EXPECT_EQ(Check(testing::Hello(At(std::string(129, 'x'), 0, 0))).reject, Reject::kRunId);
   EXPECT_EQ(Check(testing::Hello(At(std::string(128, 'x'), 0, 0))).reject, Reject::kNone);
 }

@@ -49,34 +49,50 @@ class Collector:
             time.sleep(0.05)
 
 
-@pytest.fixture
-def collector(tmp_path):
+def start_collector(tmp_path, *extra_args):
+    """A real `lockstep collect` on an ephemeral port (plus `extra_args`), once its
+    ready file is written: (Collector, the ready file's JSON)."""
     exe = lockstep_bin()
     if exe is None:
         pytest.skip("build/lockstep not built (LOCKSTEP_BIN unset); build target lockstep")
     ready = tmp_path / "ready.json"
     data = tmp_path / "data"
-    proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
-                             str(data), "--ready-file", str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Its log goes to a file: a pipe nobody drains would stall a chatty collector.
+    log = tmp_path / "collector.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
+                                 str(data), "--ready-file", str(ready), *extra_args],
+                                stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 20
-    endpoint = None
+    info = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail("lockstep collect exited: " + proc.stderr.read().decode())
+            pytest.fail("lockstep collect exited: " + log.read_text())
         try:
-            endpoint = json.loads(ready.read_text())["listen"][0]
+            j = json.loads(ready.read_text())
+            endpoint = j["listen"][0]
+            info = j
             break
         except (OSError, ValueError, KeyError, IndexError):
             time.sleep(0.02)
-    assert endpoint, "lockstep collect wrote no ready file within 20 s"
-    yield Collector(proc, endpoint, str(data))
-    proc.send_signal(signal.SIGTERM)
+    assert info, "lockstep collect wrote no ready file within 20 s"
+    return Collector(proc, endpoint, str(data)), info
+
+
+def stop_collector(c):
+    c.proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=10)
+        c.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        c.proc.kill()
+        c.proc.wait()
+
+
+@pytest.fixture
+def collector(tmp_path):
+    c, _ = start_collector(tmp_path)
+    yield c
+    stop_collector(c)
 
 
 class FakeAgent:

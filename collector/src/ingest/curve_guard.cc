@@ -172,12 +172,14 @@ void CurveGuard::ReadMonitor() {
       } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         CountRefusal(AuthRefusal::kUnauthorized, last_refused_key_.empty() ? where : last_refused_key_);
       } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-        CountRefusal(value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? AuthRefusal::kNoCurve
-                     : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC  ? AuthRefusal::kBadServerKey
-                                                                       : AuthRefusal::kOther,
-                     where);
+        AuthRefusal r = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? AuthRefusal::kNoCurve
+                        : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC  ? AuthRefusal::kBadServerKey
+                                                                          : AuthRefusal::kOther;
+        CountRefusal(r, r == AuthRefusal::kOther ? fmt::format("{}, ZeroMQ protocol error {:#x}", where, value) : where);
       } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-        CountRefusal(AuthRefusal::kOther, where);
+        // Typically a plain peer that saw the mismatch first and hung up (EPIPE).
+        CountRefusal(AuthRefusal::kOther, fmt::format("{} ({} during the handshake: a peer without CURVE?)", where,
+                                                      zmq_strerror(static_cast<int>(value))));
       }
     }
     ev.clear();
@@ -192,7 +194,7 @@ void CurveGuard::CountRefusal(AuthRefusal r, const std::string& where) {
     ++held_[i];
     return;
   }
-  spdlog::warn("refused a connection ({}): {} ({}: {} so far{})", where, Why(r), AuthRefusalName(r), total,
+  spdlog::warn("refused a connection on {}: {} ({}: {} so far{})", where, Why(r), AuthRefusalName(r), total,
                held_[i] ? ", " + std::to_string(held_[i]) + " not logged" : "");
   last_log_ns_[i] = now;
   held_[i] = 0;

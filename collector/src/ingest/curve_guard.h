@@ -37,7 +37,9 @@ enum class AuthRefusal : uint8_t {
   kNoCurve = 0,   // the peer speaks plain ZeroMQ (no CURVE key configured)
   kBadServerKey,  // the peer's idea of the collector's public key is wrong
   kUnauthorized,  // the peer's own public key is not in the authorized list
-  kOther,         // any other handshake failure
+  // Any other failure. A plain peer lands here instead of kNoCurve when it notices
+  // the mechanism mismatch first and hangs up (the collector then sees only EPIPE).
+  kOther,
   kCount,
 };
 
