@@ -155,5 +155,60 @@ TEST(EnvelopeCheck, RejectsMissingBody) {
   EXPECT_EQ(Check(b).reject, Reject::kNoBody);
 }
 
+// A vector of `count` elements (`bytes` raw bytes, 8-byte values) whose elements start
+// at 4 mod 8 in the finished buffer. FlatBufferBuilder never writes that; FlatBuffers
+// 2.0.8's Verifier checks only the length field's 4-byte alignment and lets it pass.
+flatbuffers::uoffset_t MisalignedVector(flatbuffers::FlatBufferBuilder& fbb, const void* raw,
+                                        size_t bytes, size_t count) {
+  // The builder grows down from the end of a buffer whose size ends up a multiple of 8
+  // (the envelope has 8-byte fields): data that ends GetSize() bytes before the end
+  // starts at -GetSize() mod 8. Push 4 bytes of padding when that would be 0.
+  if ((fbb.GetSize() + bytes) % 8 != 4) fbb.PushElement<uint32_t>(0);
+  fbb.StartVector(bytes / 4, 4);
+  const auto* words = static_cast<const uint32_t*>(raw);
+  for (size_t i = bytes / 4; i-- > 0;) fbb.PushElement(words[i]);
+  return fbb.EndVector(count);
+}
+
+// The envelope's 8-byte vectors as the verifier saw them: passes, and misaligned.
+void ExpectVerifiesMisaligned(const Bytes& b, const void* wide_data) {
+  flatbuffers::Verifier v(b.data(), b.size());
+  ASSERT_TRUE(wire::VerifyEnvelopeBuffer(v)) << "the test message itself is broken";
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(wide_data) % 8, 4u);
+}
+
+// fuzz_envelope: a TensorDirectory whose shape ([long]) started at 4 mod 8 was accepted,
+// and InspectFormatter / RunDecoder then read it with misaligned 8-byte loads (UBSan:
+// "load of misaligned address ... for type 'const long'").
+TEST(EnvelopeCheck, RejectsMisalignedShapeVector) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const int64_t shape[] = {2, 3};
+  auto shape_v = flatbuffers::Offset<flatbuffers::Vector<int64_t>>(
+      MisalignedVector(fbb, shape, sizeof shape, 2));
+  auto name = fbb.CreateString("layer");
+  std::vector<flatbuffers::Offset<wire::TensorInfo>> infos = {
+      wire::CreateTensorInfo(fbb, 0, name, wire::TensorKind::Act, wire::DType::F32, shape_v, 0)};
+  auto body = wire::CreateTensorDirectoryDirect(fbb, &infos);
+  Bytes b = testing::Finish(fbb, At("r", 0, 0), wire::Body::TensorDirectory, body.Union());
+  const auto* env = wire::GetEnvelope(b.data());
+  ExpectVerifiesMisaligned(b, env->body_as_TensorDirectory()->tensors()->Get(0)->shape()->data());
+  EnvelopeCheck c = Check(b);
+  EXPECT_EQ(c.reject, Reject::kMalformed) << RejectName(c.reject);
+  EXPECT_EQ(c.env, nullptr);
+}
+
+// The same for StepStats' vector of TensorStat structs (8-byte aligned doubles).
+TEST(EnvelopeCheck, RejectsMisalignedStatsVector) {
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::TensorStat st(0, 0, 0, wire::DType::F16, 0, 0, 6, -1, 1, 0, 0.5, 2, 1, 0, 0, 1, 0, 0);
+  auto stats_v = flatbuffers::Offset<flatbuffers::Vector<const wire::TensorStat*>>(
+      MisalignedVector(fbb, &st, sizeof st, 1));
+  auto body = wire::CreateStepStats(fbb, 3, stats_v);
+  Bytes b = testing::Finish(fbb, At("r", 0, 0), wire::Body::StepStats, body.Union());
+  const auto* env = wire::GetEnvelope(b.data());
+  ExpectVerifiesMisaligned(b, env->body_as_StepStats()->stats()->data());
+  EXPECT_EQ(Check(b).reject, Reject::kMalformed);
+}
+
 }  // namespace
 }  // namespace lockstep::collector

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <new>
 
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
@@ -9,6 +12,22 @@
 #include "runlog/log_writer.h"
 #include "test_dir.h"
 #include "test_messages.h"
+
+// The largest operator new of this test binary since the last reset: lets a test see
+// that reading a small file allocated nothing big.
+namespace {
+std::atomic<size_t> g_largest_new{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  size_t prev = g_largest_new.load(std::memory_order_relaxed);
+  while (n > prev && !g_largest_new.compare_exchange_weak(prev, n, std::memory_order_relaxed)) {
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace lockstep::collector {
 namespace {
@@ -175,6 +194,37 @@ TEST(RunLog, AbsurdLengthIsCorruption) {
   EXPECT_EQ((*r)->offset(), start1);
   EXPECT_NE((*r)->problem().find("absurd record length"), std::string::npos);
   EXPECT_NE((*r)->problem().find("a.lslog"), std::string::npos);
+}
+
+// fuzz_runlog: a flipped bit that turned a record's length into 200 MiB (under the
+// "absurd" cap) in a file of a few hundred bytes made LogReader::Next allocate and
+// zero the 200 MiB before finding the file too short. It is a torn record, read as
+// such without the allocation, and the reader still retries it once the file grows.
+TEST(RunLog, HugeLengthInASmallFileIsTornWithoutAllocatingIt) {
+  testing::TempDir dir;
+  std::string path = dir / "a.lslog";
+  auto msgs = SomeMessages(2);
+  WriteLog(path, msgs);
+  uint64_t start1 = runlog::kFileHeaderBytes + runlog::kRecordHeaderBytes + msgs[0].size();
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(start1));
+    uint32_t huge = 200u << 20;
+    ASSERT_LT(huge, runlog::kMaxRecordBytes);
+    f.write(reinterpret_cast<const char*>(&huge), 4);
+  }
+  auto r = LogReader::Open(path);
+  ASSERT_TRUE(r.ok());
+  g_largest_new.store(0);
+  LogReader::Record rec;
+  EXPECT_EQ((*r)->Next(&rec), LogReader::Result::kRecord);
+  EXPECT_EQ((*r)->Next(&rec), LogReader::Result::kTruncated);
+  EXPECT_EQ((*r)->offset(), start1);
+  EXPECT_LT(g_largest_new.load(), size_t{1} << 20);
+  auto rec_status = LogWriter::Recover(path, nullptr);
+  ASSERT_TRUE(rec_status.ok());
+  EXPECT_EQ(rec_status->records, 1u);
+  EXPECT_EQ(fs::file_size(path), start1);
 }
 
 TEST(RunLog, ReaderRetriesAGrowingTail) {

@@ -23,7 +23,7 @@ enum class Reject : uint8_t {
   kEmpty,           // zero-length frame
   kOversized,       // larger than the size cap
   kFileIdentifier,  // not "LKS1": not a lockstep envelope at all
-  kMalformed,       // flatbuffers Verifier failed (garbage, truncated)
+  kMalformed,       // flatbuffers Verifier failed (garbage, truncated), or misaligned 8-byte vector
   kSchemaMajor,     // schema_major missing or not kSchemaMajor
   kRunId,           // run id empty, too long or with characters outside [A-Za-z0-9._-]
   kNoBody,          // body union is NONE

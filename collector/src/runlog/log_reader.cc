@@ -1,5 +1,7 @@
 #include "runlog/log_reader.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -78,7 +80,16 @@ LogReader::Result LogReader::Next(Record* rec) {
   uint32_t want_crc = Load32(h + 4);
   if (len == 0 || len > runlog::kMaxRecordBytes)
     return Fail(Result::kCorrupt, "absurd record length " + std::to_string(len));
-  if (buf_.size() < len) buf_.resize(len);
+  if (buf_.size() < len) {
+    // Grow only for a record the file really holds: a flipped bit in a length field
+    // must not cost up to kMaxRecordBytes of memory for a small torn file (found by
+    // fuzz_runlog). Asked only when the buffer must grow, so not once per record.
+    struct stat st;
+    if (::fstat(::fileno(file_), &st) == 0 &&
+        offset_ + sizeof h + len > static_cast<uint64_t>(st.st_size))
+      return Fail(Result::kTruncated, "torn record (file ends inside it)");
+    buf_.resize(len);
+  }
   if (std::fread(buf_.data(), 1, len, file_) != len)
     return Fail(Result::kTruncated, "torn record (file ends inside it)");
   uint32_t crc = crc32c::Extend(0, h, 4);
