@@ -440,6 +440,72 @@ TEST(Analyzer, BaselineThatEndsEarlyLeavesCandidateStepsCounted) {
   EXPECT_EQ(h.an->counters().buffered_steps, 0u);
 }
 
+// Two ranks per run, stepping together: rank 0 of both runs ends first, and candidate
+// rank 1's last step overtakes baseline rank 1's. Rank 0's Goodbye must not end the
+// baseline's rank 1: its last step is still on its way, and is compared when it comes.
+TEST(Analyzer, OneRankSayingGoodbyeDoesNotEndTheOtherRanks) {
+  Harness h;
+  StreamBuilder b0("base", "exp", wire::Role::Baseline, 0), b1("base", "exp", wire::Role::Baseline, 1);
+  StreamBuilder c0("cand", "exp", wire::Role::Candidate, 0), c1("cand", "exp", wire::Role::Candidate, 1);
+  for (StreamBuilder* sb : {&b0, &b1, &c0, &c1}) {
+    h.Feed(sb->Hello());
+    h.Feed(sb->Directory(Model()));
+  }
+  FakeScalars sc;
+  auto step = [&](StreamBuilder& sb, uint64_t s) {
+    h.Feed(StepMsg(sb, s, nullptr));
+    h.Feed(sb.Scalars(s, sc));
+  };
+  for (uint64_t s = 0; s < 5; ++s) {
+    for (StreamBuilder* sb : {&b0, &b1, &c0, &c1}) step(*sb, s);
+  }
+  step(b0, 5);
+  h.Feed(b0.Goodbye(5));
+  step(c0, 5);
+  h.Feed(c0.Goodbye(5));
+  step(c1, 5);
+  EXPECT_EQ(h.an->counters().steps_compared, 11u);  // baseline rank 1's step 5 not in yet
+  step(b1, 5);
+  h.Feed(b1.Goodbye(5));
+  h.Feed(c1.Goodbye(5));
+  EXPECT_EQ(h.an->counters().steps_compared, 12u);
+  EXPECT_EQ(h.an->counters().buffered_steps, 0u);
+  h.an->Finish();
+  auto r = h.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 12u);
+  EXPECT_EQ(r[0].steps_only_candidate, 0u);
+  EXPECT_EQ(r[0].steps_only_baseline, 0u);
+}
+
+// A candidate rank the baseline never had is settled (counted, released) once every
+// rank the baseline has said Goodbye, without waiting for Finish.
+TEST(Analyzer, CandidateRankTheBaselineNeverHadIsSettledWhenTheBaselineEnds) {
+  Harness h;
+  StreamBuilder b0("base", "exp", wire::Role::Baseline, 0);
+  StreamBuilder c0("cand", "exp", wire::Role::Candidate, 0), c1("cand", "exp", wire::Role::Candidate, 1);
+  for (StreamBuilder* sb : {&b0, &c0, &c1}) {
+    h.Feed(sb->Hello());
+    h.Feed(sb->Directory(Model()));
+  }
+  FakeScalars sc;
+  for (uint64_t s = 0; s < 3; ++s) {
+    for (StreamBuilder* sb : {&b0, &c0, &c1}) {
+      h.Feed(StepMsg(*sb, s, nullptr));
+      h.Feed(sb->Scalars(s, sc));
+    }
+  }
+  EXPECT_EQ(h.an->counters().steps_compared, 3u);
+  EXPECT_EQ(h.an->counters().buffered_steps, 3u);  // candidate rank 1 waits
+  h.Feed(b0.Goodbye(2));
+  EXPECT_EQ(h.an->counters().buffered_steps, 0u);
+  h.an->Finish();
+  auto r = h.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 3u);
+  EXPECT_EQ(r[0].steps_only_candidate, 3u);
+}
+
 TEST(Analyzer, LateRecordsAreCountedAndTheRankLearnsToWait) {
   Harness h;
   StreamBuilder a("solo1", "exp", wire::Role::Solo);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -23,6 +24,10 @@ struct Analyzer::RunState {
   bool run_rules = true;
   bool ended = false;       // no more steps will come to pair (for a read-back run: its log is done)
   bool live_ended = false;  // Goodbye seen live (or Finish)
+  // Live ranks heard from, and those whose latest session said Goodbye: no more steps
+  // will come from them. Per rank, not per run: when one rank says Goodbye, the other
+  // ranks' last steps may still be on their way.
+  std::set<uint32_t> ranks_seen, ranks_ended;
   DT precision = DT::kUnknown;  // lowest float dtype seen
   std::unique_ptr<RunDecoder> decoder;
   RunCtx ctx;
@@ -69,6 +74,16 @@ int64_t SystemNowNs() {
 
 // The decoder whose closed steps are paired: the log's for a read-back run.
 RunDecoder& Paced(const auto* r) { return r->readback ? *r->back : *r->decoder; }
+
+// No more steps of `rank` will come to pair: the run ended (Finish, its log is done)
+// or, live, that rank said Goodbye, or it is a rank the run never had and every rank
+// it has said Goodbye. A read-back run ends with its log only.
+bool RankEnded(const auto* r, uint32_t rank) {
+  if (r->ended) return true;
+  if (r->readback) return false;
+  if (r->ranks_seen.count(rank) != 0) return r->ranks_ended.count(rank) != 0;
+  return !r->ranks_ended.empty() && r->ranks_ended.size() == r->ranks_seen.size();
+}
 
 RunRole FromWire(wire::Role r) {
   switch (r) {
@@ -210,7 +225,9 @@ void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   if (env.body_type() == wire::Body::Hello) {
     const auto* h = env.body_as_Hello();
     SetRole(r, h->experiment() ? h->experiment()->str() : std::string(), FromWire(h->role()));
+    r->ranks_ended.erase(env.rank());  // a new session of the rank
   }
+  r->ranks_seen.insert(env.rank());
   const bool goodbye = env.body_type() == wire::Body::Goodbye;
   if (r->run_rules) {
     for (auto& d : r->detectors) d->OnActivity(recv_ns, goodbye);
@@ -218,7 +235,8 @@ void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   r->decoder->Consume(env, recv_ns);
   if (goodbye) {
     r->live_ended = true;
-    if (!r->readback) r->ended = true;
+    r->ranks_ended.insert(env.rank());
+    dirty_ = true;  // its partner's steps past its end are settled now
   }
   if (r->readback && !r->source_done) dirty_ = true;  // its log has grown (or soon will)
   Drain();
@@ -429,7 +447,7 @@ void Analyzer::Match(PairState* p) {
         // answer it (a baseline read from a log always can: it is read on demand).
         if (!c->readback || c->source_done) break;
         const int64_t next = Paced(c).LastClosed(rank) + 1;
-        const bool b_ready = b->source || b->ended || Paced(b).LastClosed(rank) >= next;
+        const bool b_ready = b->source || RankEnded(b, rank) || Paced(b).LastClosed(rank) >= next;
         if (!b_ready) break;
         const bool progressed = Pull(c, rank, static_cast<uint64_t>(next));
         if (cbuf.empty()) {
@@ -446,7 +464,7 @@ void Analyzer::Match(PairState* p) {
       }
       int64_t& done = p->done.try_emplace(rank, -1).first->second;
       if (it == bbuf.end()) {
-        const bool baseline_past = Paced(b).LastClosed(rank) >= static_cast<int64_t>(s) || b->ended;
+        const bool baseline_past = Paced(b).LastClosed(rank) >= static_cast<int64_t>(s) || RankEnded(b, rank);
         if (!baseline_past) break;  // the baseline has not reached s yet
         ++p->only_c;
       } else {
