@@ -5,6 +5,13 @@
 // a candidate given --drift-after S drifts from step S on, in the second half of the
 // tensors (in execution order) and in the loss, growing each step: a divergence whose
 // first layer is tensor N/2, for demos and end-to-end tests.
+//
+// Pacing (--steps-per-s R): step s starts at t0 + s/R (an absolute schedule, so a slow
+// step is caught up by the next ones instead of shifting all that follow). A step that
+// starts more than half a period after its slot is "late"; the JSON reports how many
+// were late and the worst lag, so a load test can tell a generator that fell behind
+// from a collector that did.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -81,6 +88,7 @@ int main(int argc, char** argv) {
   int64_t drift_after = -1, queue_capacity = static_cast<int64_t>(o.queue_capacity);
   int64_t send_hwm = o.send_hwm, max_records = static_cast<int64_t>(o.max_records_per_message);
   int64_t close_timeout_ms = 5000, heartbeat_ms = 1000;
+  int64_t start_at_unix_ms = 0;
   double steps_per_s = 0;
   bool backpressure = false;
 
@@ -97,6 +105,9 @@ int main(int argc, char** argv) {
   flags.Int("tensors", &tensors, "tensors recorded per step");
   flags.Int("steps", &steps, "steps to run");
   flags.Double("steps-per-s", &steps_per_s, "steps per second (0 = as fast as possible)", "R");
+  flags.Int("start-at-unix-ms", &start_at_unix_ms,
+            "wait until this wall-clock time (ms since the epoch) before step 0, so that "
+            "several loadgens step together like the ranks of one job (0 = now)", "MS");
   flags.Int("sketch-k", &sketch_k, "count-sketch width per record (0 = off)", "K");
   flags.Int("drift-after", &drift_after, "candidate values drift from this step on (-1 = never)", "S");
   flags.Int("queue-capacity", &queue_capacity, "agent queue capacity in records");
@@ -120,8 +131,8 @@ int main(int argc, char** argv) {
                  role.c_str());
     return lockstep::cli::kExitUsage;
   }
-  if (tensors < 1 || steps < 0 || steps_per_s < 0 || queue_capacity < 1 || rank < 0 ||
-      world_size < 1 || max_records < 1 || heartbeat_ms < 1 || close_timeout_ms < 0) {
+  if (tensors < 1 || steps < 0 || steps_per_s < 0 || start_at_unix_ms < 0 || queue_capacity < 1 ||
+      rank < 0 || world_size < 1 || max_records < 1 || heartbeat_ms < 1 || close_timeout_ms < 0) {
     std::fprintf(stderr, "lockstep-loadgen: --tensors, --queue-capacity, --world-size, "
                          "--max-records-per-message and --heartbeat-ms must be >= 1, the others >= 0\n");
     return lockstep::cli::kExitUsage;
@@ -150,14 +161,23 @@ int main(int argc, char** argv) {
                                    {8, 1024}, static_cast<uint32_t>(t));
   }
 
+  if (start_at_unix_ms > 0) {
+    std::this_thread::sleep_until(std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(start_at_unix_ms)));
+  }
   auto stats = std::make_unique<lockstep::TensorStats>();
   auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
-  uint64_t attempts = 0, refused = 0;
+  uint64_t attempts = 0, refused = 0, late_steps = 0;
+  double max_lag_s = 0;
   for (int64_t s = 0; s < steps; ++s) {
     if (steps_per_s > 0) {
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                              std::chrono::duration<double>(s / steps_per_s)));
+      auto slot = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(s / steps_per_s));
+      std::this_thread::sleep_until(slot);
+      double lag = std::chrono::duration<double>(std::chrono::steady_clock::now() - slot).count();
+      max_lag_s = std::max(max_lag_s, lag);
+      if (lag > 0.5 / steps_per_s) ++late_steps;
     }
     if (backpressure && agent->Counters().queue_depth * 2 + static_cast<uint64_t>(tensors) >
                             static_cast<uint64_t>(queue_capacity)) {
@@ -189,12 +209,13 @@ int main(int argc, char** argv) {
       "{\"run\":\"%s\",\"rank\":%u,\"attempts\":%llu,\"refused\":%llu,\"records_enqueued\":%llu,"
       "\"records_sent\":%llu,\"records_dropped\":%llu,\"messages_sent\":%llu,"
       "\"messages_dropped\":%llu,\"other_dropped\":%llu,\"errors\":%llu,\"reconnects\":%llu,"
-      "\"flushed\":%s,\"closed\":%s,\"seconds\":%.3f}\n",
+      "\"late_steps\":%llu,\"max_lag_ms\":%.1f,\"flushed\":%s,\"closed\":%s,\"seconds\":%.3f}\n",
       o.run.c_str(), o.rank, (unsigned long long)attempts, (unsigned long long)refused,
       (unsigned long long)c.records_enqueued, (unsigned long long)c.records_sent,
       (unsigned long long)c.records_dropped, (unsigned long long)c.messages_sent,
       (unsigned long long)c.messages_dropped, (unsigned long long)c.other_dropped,
-      (unsigned long long)c.errors, (unsigned long long)c.reconnects, flushed ? "true" : "false",
+      (unsigned long long)c.errors, (unsigned long long)c.reconnects,
+      (unsigned long long)late_steps, max_lag_s * 1e3, flushed ? "true" : "false",
       closed ? "true" : "false", secs);
   return closed ? lockstep::cli::kExitOk : lockstep::cli::kExitFailure;
 }
