@@ -9,9 +9,10 @@ schedule, TENSORS tensor records + 1 scalar record per step, for SECONDS seconds
 
 Figures (BENCH lines, last):
 - load_records_per_s: records (tensor statistics + step scalars) in the collector's run
-  logs, divided by the seconds from the agents' common start to the moment the collector
-  held all of them and every Goodbye. With zero loss and a collector that keeps up it is
-  the offered rate (32 x 1,001 x 5 = 160,160/s) times SECONDS / (SECONDS + drain).
+  logs, divided by the load's duration: SECONDS, or, if the collector held the last of
+  them (and every Goodbye) only later, the time from the agents' common start to then.
+  With zero loss and a collector that keeps up it is the offered rate
+  (32 x 1,001 x 5 = 160,160/s); a collector that lags or loses shows below it.
 - collector_rss_growth_pct: mean VmRSS of the collector over the last minute of the load
   against its mean over the first minute, in percent ("memory flat": near 0). Sampled
   every second from /proc; for a shorter run the windows are each half of it.
@@ -53,8 +54,12 @@ def main():
         else:
             print(f"load: kept {work}", file=sys.stderr)
     t0 = r["t_start"]
+    scrapes = r["scrapes"]
     for t, rss, cpu in r["samples"][:: max(1, len(r["samples"]) // 30)]:
-        print(f"  t={t - t0:7.1f} s  rss={rss / 1024:7.1f} MiB  cpu={cpu:7.1f} s", file=sys.stderr)
+        near = min(scrapes, key=lambda x: abs(x[0] - t), default=None)
+        feed = (f"  records/s={near[1]:8.0f}  buffered steps={near[2]:4.0f}"
+                if near and abs(near[0] - t) < 0.6 else "")
+        print(f"  t={t - t0:7.1f} s  rss={rss / 1024:7.1f} MiB  cpu={cpu:7.1f} s{feed}", file=sys.stderr)
     print(f"load: {r['records_logged']} of {r['records_attempted']} records in the logs in "
           f"{r['load_s']:.1f} s (offered {r['offered_records_per_s']:.0f}/s); RSS first "
           f"{r['rss_first_mib']:.1f} MiB, last {r['rss_last_mib']:.1f} MiB; machine busy "

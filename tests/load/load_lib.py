@@ -11,7 +11,8 @@ step (sketch K=32 and the 16-bin histogram: ~330 bytes each on the wire) and one
 step-scalars record, at RATE steps/s for SECONDS seconds.
 
 What is measured while it runs (a sampler thread, once a second): the collector's
-RSS (VmRSS in /proc/PID/status) and CPU time (utime+stime in /proc/PID/stat).
+RSS (VmRSS in /proc/PID/status) and CPU time (utime+stime in /proc/PID/stat); every
+5 s it scrapes /metrics as a Prometheus would (the scrape is part of the load).
 
 What "zero loss" means (check_zero_loss): for every (run, rank), both in the live
 collector's registry (its /metrics) and in its run log (`lockstep inspect --summary`):
@@ -114,13 +115,16 @@ def per_rank(metrics, name):
 
 class Sampler(threading.Thread):
     """Samples a process's RSS (KiB) and CPU time (s) every `period` seconds:
-    self.samples = [(monotonic t, rss_kib, cpu_s)]. Reads /proc only: nothing it does
-    costs the sampled process anything."""
+    self.samples = [(monotonic t, rss_kib, cpu_s)], from /proc (costs the process
+    nothing). With `metrics_url`, also scrapes /metrics every `scrape_every` samples, as
+    a Prometheus would: self.scrapes = [(t, records/s gauge, analyzer buffered steps)]."""
 
-    def __init__(self, pid, period=1.0):
+    def __init__(self, pid, period=1.0, metrics_url=None, scrape_every=5):
         super().__init__(daemon=True)
         self.pid, self.period = pid, period
+        self.metrics_url, self.scrape_every = metrics_url, scrape_every
         self.samples = []
+        self.scrapes = []
         self._halt = threading.Event()
 
     def read(self):
@@ -140,6 +144,14 @@ class Sampler(threading.Thread):
             except (OSError, StopIteration):
                 return
             self.samples.append((time.monotonic(), rss, cpu))
+            if self.metrics_url and len(self.samples) % self.scrape_every == 0:
+                try:
+                    m = scrape(self.metrics_url)
+                except OSError:
+                    m = {}
+                get = lambda name: next((v for (n, _), v in m.items() if n == name), float("nan"))
+                self.scrapes.append((time.monotonic(), get("lockstep_collector_records_per_second"),
+                                     get("lockstep_analyzer_buffered_steps")))
             next_t += self.period
             self._halt.wait(max(0.0, next_t - time.monotonic()))
 
@@ -168,7 +180,7 @@ def run_load(agents, tensors, rate, seconds, work_dir, log=print, drain_timeout_
     col = Collector(work_dir)
     procs = []
     try:
-        sampler = Sampler(col.pid)
+        sampler = Sampler(col.pid, metrics_url=col.metrics_url)
         sampler.start()
         # Every loadgen steps from the same instant, after all have started and
         # registered their tensors (0.1 s per process on a loaded 2-core box is plenty).
@@ -237,7 +249,9 @@ def run_load(agents, tensors, rate, seconds, work_dir, log=print, drain_timeout_
         raise
 
     problems = check_zero_loss(expected, m, summaries, steps)
-    load_s = t_all_in - t_start
+    # The load lasts `seconds` (steps at s/RATE for s < RATE*SECONDS, each one period
+    # long), or longer when the collector held the last record only after that.
+    load_s = max(float(seconds), t_all_in - t_start)
     records_logged = sum(s["records"] for s in summaries.values())
     attempted = sum(a["attempts"] for a in agents_out) + steps * agents
     # RSS: mean of the samples in the first W seconds of the load against the mean of the
@@ -257,9 +271,8 @@ def run_load(agents, tensors, rate, seconds, work_dir, log=print, drain_timeout_
         "records_attempted": attempted,
         "records_logged": records_logged,
         "lost_records": attempted - records_logged,
-        # Records in the collector's logs over the time from the common start to the
-        # moment the last of them (and every Goodbye) was in: it falls below the
-        # offered rate when the collector lags behind.
+        # Records in the collector's logs over the load's duration (load_s): the
+        # offered rate when all arrive in time, less when the collector lags behind.
         "records_per_s": records_logged / load_s,
         "load_s": load_s,
         "drain_s": t_all_in - t_agents_done,
@@ -267,7 +280,7 @@ def run_load(agents, tensors, rate, seconds, work_dir, log=print, drain_timeout_
         "rss_peak_mib": max((s[1] for s in sampler.samples), default=0) / 1024,
         "rss_growth_pct": 100.0 * (rss_last - rss_first) / rss_first if rss_first else float("nan"),
         # CPU time of the collector over the load, in percent of one core.
-        "collector_cpu_pct": 100.0 * (cpu_end - cpu_start) / load_s,
+        "collector_cpu_pct": 100.0 * (cpu_end - cpu_start) / (t_all_in - t_start),
         # The whole machine's busy share over the load (all cores; 100 = saturated).
         "machine_busy_pct": 100.0 * db / dt if dt else float("nan"),
         # The aligner's share: (rank, step)s compared between the two runs (all of
@@ -278,7 +291,7 @@ def run_load(agents, tensors, rate, seconds, work_dir, log=print, drain_timeout_
                                       if n == "lockstep_pair_evicted_steps_total")),
         "late_steps": sum(a["late_steps"] for a in agents_out),
         "max_lag_ms": max(a["max_lag_ms"] for a in agents_out),
-        "samples": sampler.samples, "t_start": t_start,
+        "samples": sampler.samples, "scrapes": sampler.scrapes, "t_start": t_start,
         "problems": problems, "agents_out": agents_out, "summaries": summaries,
     }
     return res
