@@ -4,6 +4,7 @@
 // Threads: main() blocks SIGINT/SIGTERM before anything else starts (so every thread
 // inherits the mask) and then waits for them with sigtimedwait(), which doubles as the
 // status-line timer. No signal handler runs arbitrary code.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -309,6 +310,7 @@ int CollectCommand(int argc, const char* const* argv) {
   StatusLine status(col);
   const auto interval = std::chrono::seconds(status_s > 0 ? status_s : 3600);
   auto next_status = std::chrono::steady_clock::now() + interval;
+  auto next_trim = std::chrono::steady_clock::now();
   int sig = 0;
   while (true) {
     auto left = next_status - std::chrono::steady_clock::now();
@@ -328,6 +330,16 @@ int CollectCommand(int argc, const char* const* argv) {
     if (!h.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", h.message().c_str());
       return kExitFailure;
+    }
+    // Hand freed heap back to the kernel every 10 s. A burst of messages (every
+    // agent's step at once, or a moment without CPU) is allocated by ZeroMQ's I/O
+    // thread and freed by ingest; glibc keeps the freed pages resident in that thread's
+    // arena, so RSS would stay at the worst backlog ever seen and read like a leak
+    // (docs/load.md). Once a second this cost ~1% of a core at the load bench's rate
+    // (madvise, then faulting the pages back in); every 10 s about a tenth of that.
+    if (std::chrono::steady_clock::now() >= next_trim) {
+      malloc_trim(0);
+      next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }
   }
   spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
