@@ -208,6 +208,19 @@ int CollectCommand(int argc, const char* const* argv) {
   opts.data_dir = data_dir;
   opts.fsync_interval_ms = fsync_ms;
   opts.max_message_bytes = static_cast<size_t>(max_bytes);
+  // Set before the ingest thread starts (its start orders the write before any call).
+  std::function<void(alerting::Alert)> collector_alert;
+  opts.on_log_health = [&collector_alert, data_dir](bool failing, const std::string& message) {
+    if (!failing || !collector_alert) return;  // recovery: the info line is enough
+    alerting::Alert a;
+    a.rule = "collector_disk";
+    a.severity = alerting::Severity::kCritical;
+    a.metric = "log_write_failed";
+    a.first_seen_unix_ns = WallNowNs();
+    a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
+    a.message = message;
+    collector_alert(std::move(a));
+  };
   auto c = Collector::Create(std::move(opts));
   if (!c.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
@@ -293,6 +306,11 @@ int CollectCommand(int argc, const char* const* argv) {
       spdlog::warn("{}; collecting without /metrics", m.status().message());
     }
   }
+  collector_alert = [disp, &view_model, &metrics_feed](alerting::Alert a) {
+    view_model.OnAlert(a);
+    metrics_feed.OnAlert(a);
+    disp->Submit(std::move(a));
+  };
   // Restart: the logs are the truth. Replaying them rebuilds roles, tensor directories,
   // pairs, waiting steps and detector state, so alignment resumes where it stopped and
   // once-only rules stay fired (docs/runlog.md "Restart"). Agents may already connect:

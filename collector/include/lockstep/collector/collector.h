@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,10 @@ struct CollectorOptions {
   size_t write_buffer_bytes = 256 << 10;  // per run log
   int receive_hwm = 100000;               // ZMQ_RCVHWM, messages
   bool rebuild_from_logs = true;          // replay existing logs into the registry
+  // Called on the ingest thread when writing the run logs starts failing (failing =
+  // true, with the error: disk full...) and when a write works again (false, with a
+  // summary). Ingest goes on either way; must not block (e.g. Dispatcher::Submit).
+  std::function<void(bool failing, const std::string& message)> on_log_health;
 };
 
 struct CollectorCounters {
