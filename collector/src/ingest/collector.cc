@@ -138,10 +138,9 @@ class Collector::Impl {
   RateLimiter limiter;
   // Log-write health (disk full): one error line and on_log_health(true) when writes
   // start failing; one info line and on_log_health(false) once writes have worked for
-  // kRecoverQuiet with no failure. A nearly full disk lets small writes through between
-  // failures: without that quiet period the two lines would alternate. Repeats in
-  // between: one line a minute.
-  static constexpr auto kRecoverQuiet = std::chrono::seconds(5);
+  // opts.log_recover_quiet_ms with no failure. A nearly full disk lets small writes
+  // through between failures: without that quiet period the two lines would alternate.
+  // Repeats in between: one line a minute.
   bool log_failing = false;
   Clock::time_point failing_since{}, last_failing_line{}, last_failure{};
   uint64_t lost_at_failure = 0;
@@ -297,7 +296,9 @@ void Collector::Impl::LogIoError(const Status& s) {
 }
 
 void Collector::Impl::LogWriteOk() {
-  if (!log_failing || round_failures != 0 || Clock::now() - last_failure < kRecoverQuiet) return;
+  if (!log_failing || round_failures != 0 ||
+      Clock::now() - last_failure < std::chrono::milliseconds(opts.log_recover_quiet_ms))
+    return;
   log_failing = false;
   std::string msg = fmt::format(
       "writing the run logs in {} again after {:.1f} s; {} messages were not recorded meanwhile "

@@ -56,6 +56,9 @@ struct CollectorOptions {
   // true, with the error: disk full...) and when a write works again (false, with a
   // summary). Ingest goes on either way; must not block (e.g. Dispatcher::Submit).
   std::function<void(bool failing, const std::string& message)> on_log_health;
+  // Writing counts as working again after this long without a failure (a nearly full
+  // disk lets small writes through between failures).
+  int64_t log_recover_quiet_ms = 5000;
 };
 
 struct CollectorCounters {
