@@ -3,7 +3,7 @@ the customer, lockstep a guest):
 
 - the run is not slowed: median step time without a collector is within a generous
   bound of the median with one (measured in the same test, before and after the
-  outage);
+  outage), and the process spends no more CPU time per step;
 - the agent's memory stays bounded: the training process's RSS levels off once the
   agent's send queue (the socket's high-water mark) is full, instead of growing with
   every step;
@@ -31,16 +31,19 @@ def rss_mib():
     raise AssertionError("no VmRSS in /proc/self/status")
 
 
-def train_for(run, data, seconds, on_step=None):
-    """Trains for `seconds`; returns the step times (s)."""
+def train_for(run, data, seconds, on_step=None, cpu=None):
+    """Trains for `seconds`; returns the step times (s, wall). `cpu` (a list) gets each
+    step's CPU time of the whole process (training thread, agent threads, ZeroMQ's)."""
     times = []
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:
         x, y = data[i % len(data)]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run.train_step(x, y)
         times.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
         i += 1
         if on_step is not None:
             on_step(i)
@@ -57,7 +60,8 @@ def test_sixty_seconds_without_a_collector(tmp_path):
     figures = {}
     try:
         train_for(run, data, 2.0)  # warm-up: allocator, hooks, the agent's buffers
-        with_before = train_for(run, data, WITH_S)
+        cpu_with, cpu_without = [], []
+        with_before = train_for(run, data, WITH_S, cpu=cpu_with)
         poll("the run's steps logged", lambda: metric(col, "lockstep_rank_last_step", default=-1.0,
                                                        run=run_id) >= run.step_no - 5)
         col.stop()  # clean stop: nothing is lost on the collector's side
@@ -70,7 +74,7 @@ def test_sixty_seconds_without_a_collector(tmp_path):
 
         t_out = time.monotonic()
         rss.append((t_out, rss_mib()))
-        without = train_for(run, data, OUTAGE_S, sample)
+        without = train_for(run, data, OUTAGE_S, sample, cpu=cpu_without)
         rss.append((time.monotonic(), rss_mib()))
         counters_out = run.mon.counters()
 
@@ -99,8 +103,16 @@ def test_sixty_seconds_without_a_collector(tmp_path):
                    step_ms_with_after=statistics.median(with_after) * 1e3,
                    step_ms_without=med_without * 1e3,
                    steps_without=len(without))
-    # Generous: ctest runs other tests beside this one on the same cores.
-    assert med_without <= 1.5 * med_with + 0.002, figures
+    figures.update(cpu_ms_per_step_with=statistics.median(cpu_with) * 1e3,
+                   cpu_ms_per_step_without=statistics.median(cpu_without) * 1e3)
+    # Generous: ctest runs other tests beside this one on the same 2 cores, and on this
+    # tiny model (~5 ms a step) the outage has been measured at 1.0-1.6x the connected
+    # step time with the same CPU time per step. What this must catch is the agent
+    # waiting on the absent collector (a blocking send, a timeout per step), which
+    # costs tens to hundreds of milliseconds a step.
+    assert med_without <= 2.0 * med_with + 0.003, figures
+    # The agent does no more work without a collector (it drops instead of sending).
+    assert figures["cpu_ms_per_step_without"] <= 1.5 * figures["cpu_ms_per_step_with"] + 1.0, figures
 
     # --- memory bounded -------------------------------------------------------------
     start = rss[0][1]
