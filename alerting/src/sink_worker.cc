@@ -14,6 +14,12 @@ constexpr auto kWarnInterval = std::chrono::seconds(10);
 
 std::chrono::nanoseconds SteadyNow() { return SteadyClock::now().time_since_epoch(); }
 
+int64_t WallNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink,
@@ -42,6 +48,21 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
                  w->name_, w->spool_size_, dir);
   auto cooldown = sink.cooldown.count() >= 0 ? sink.cooldown : all.dedup_cooldown;
   w->dedup_ = std::make_unique<DedupFilter>(cooldown);
+  if (!all.spool_dir.empty()) {
+    const std::string jpath = (std::filesystem::path(all.spool_dir) / "sent" /
+                               (SpoolSubdirName(SinkKindName(sink.kind), sink.target) + ".journal"))
+                                  .string();
+    auto j = SentJournal::Open(jpath);
+    if (!j.ok()) return j.status();
+    w->journal_ = std::move(j.value());
+    // The cooldown goes on across a restart: each key that passed restarts its clock at
+    // its age (wall time) on this process's clock.
+    const int64_t wall_now = WallNowNs();
+    const auto now = w->clock_();
+    for (const auto& e : w->journal_->passed_at_open())
+      w->dedup_->Seed(e.dedup_key, e.severity, now - std::chrono::nanoseconds(wall_now - e.unix_ns),
+                      e.first_seen_unix_ns);
+  }
   w->rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
   w->critical_rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
   w->next_attempt_ = SteadyClock::now();
@@ -103,6 +124,7 @@ SinkCounters SinkWorker::Snapshot() const {
   s.rate_limited = r(c_.rate_limited);
   s.filtered = r(c_.filtered);
   s.queue_dropped = r(c_.queue_dropped);
+  s.already_sent = r(c_.already_sent);
   std::lock_guard<std::mutex> lk(mu_);
   s.pending = queue_.size() + spool_size_;
   s.last_error = last_error_;
@@ -135,19 +157,35 @@ std::chrono::milliseconds SinkWorker::Backoff(int attempt) {
   return std::chrono::milliseconds(static_cast<int64_t>(d * jitter(rng_)));
 }
 
+void SinkWorker::Journal(const Alert& a, bool passed) {
+  if (!journal_) return;
+  Status s = journal_->Record(a, passed, WallNowNs());
+  if (!s.ok() && !journal_warned_) {
+    journal_warned_ = true;  // once: alerts are still delivered, only restart-dedup suffers
+    Warn(s.message() + "; alerts replayed after a restart may be sent again");
+  }
+}
+
 void SinkWorker::Accept(Alert alert) {
+  if (alert.replayed && journal_ && journal_->Contains(InstanceKey(alert))) {
+    c_.already_sent.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (alert.severity < sink_.min_severity) {
     c_.filtered.fetch_add(1, std::memory_order_relaxed);
+    Journal(alert, false);
     return;
   }
   auto now = clock_();
   if (!dedup_->Admit(&alert, now)) {
     c_.deduped.fetch_add(1, std::memory_order_relaxed);
+    Journal(alert, false);
     return;
   }
   RateLimiter& bucket = alert.severity == Severity::kCritical ? *critical_rate_ : *rate_;
   if (!bucket.Admit(now)) {
     c_.rate_limited.fetch_add(1, std::memory_order_relaxed);
+    Journal(alert, false);
     Warn("rate limit reached (" + std::to_string(sink_.rate_per_min) + "/min, burst " +
          std::to_string(sink_.burst) + "); dropping alerts until it refills");
     return;
@@ -155,6 +193,9 @@ void SinkWorker::Accept(Alert alert) {
   Status write_error;
   uint64_t dropped = spool_->Push(alert, &write_error);
   if (!write_error.ok()) Warn(write_error.message());
+  // On disk the spool delivers it after a restart: handled. In memory it is handled
+  // once delivered (AttemptHead): a crash before that sends it again (at-least-once).
+  if (spool_->on_disk() && write_error.ok()) Journal(alert, true);
   if (dropped > 0) {
     c_.spool_dropped.fetch_add(dropped, std::memory_order_relaxed);
     Warn("spool full; dropped the " + std::to_string(dropped) + " oldest undelivered alert(s)");
@@ -170,6 +211,7 @@ void SinkWorker::AttemptHead() {
   auto now = SteadyClock::now();
   if (r.ok) {
     c_.delivered.fetch_add(1, std::memory_order_relaxed);
+    if (!spool_->on_disk()) Journal(*head, true);
     spool_->PopFront();
     if (down_)
       spdlog::info("alerting: sink {} ({}) is reachable again; delivering {} spooled alert(s)", name_,
@@ -190,6 +232,7 @@ void SinkWorker::AttemptHead() {
   if (stopping) return;  // aborted by Stop(): the alert stays spooled, nothing to report
   if (!r.retryable) {
     c_.failed.fetch_add(1, std::memory_order_relaxed);
+    if (!spool_->on_disk()) Journal(*head, false);
     spdlog::error("alerting: sink {} ({}) rejected alert {} ({}): {}; not retrying, since the same "
                   "request will fail again: check the sink's URL, token and format",
                   name_, redacted_target_, head->id, head->DedupKey(), r.detail);

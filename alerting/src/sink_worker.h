@@ -23,6 +23,7 @@
 
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/alerting/options.h"
+#include "sent_journal.h"
 #include "spool.h"
 #include "throttle.h"
 #include "transport.h"
@@ -55,6 +56,8 @@ class SinkWorker {
   void AttemptHead();
   std::chrono::milliseconds Backoff(int attempt);
   void Warn(const std::string& line);
+  // Journals a decision on `a` (see sent_journal.h); no-op without a journal.
+  void Journal(const Alert& a, bool passed);
 
   SinkOptions sink_;
   std::string name_, redacted_target_;
@@ -62,6 +65,8 @@ class SinkWorker {
   Clock clock_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Spool> spool_;
+  std::unique_ptr<SentJournal> journal_;  // null without a spool dir
+  bool journal_warned_ = false;
   std::unique_ptr<DedupFilter> dedup_;
   // Two token buckets of the same size: critical alerts draw on their own, so a flood
   // of warnings can never use up the rate that a NaN or a first divergence needs.
@@ -87,7 +92,7 @@ class SinkWorker {
 
   struct Counters {
     std::atomic<uint64_t> delivered{0}, failed{0}, retried{0}, spooled{0}, spool_dropped{0},
-        deduped{0}, rate_limited{0}, filtered{0}, queue_dropped{0};
+        deduped{0}, rate_limited{0}, filtered{0}, queue_dropped{0}, already_sent{0};
   } c_;
   std::thread thread_;  // started last
 };

@@ -39,6 +39,21 @@ bool DedupFilter::Admit(Alert* alert, std::chrono::nanoseconds now) {
   return true;
 }
 
+void DedupFilter::Seed(const std::string& key, Severity severity, std::chrono::nanoseconds last_sent,
+                       int64_t first_seen_unix_ns) {
+  if (cooldown_.count() <= 0) return;
+  auto [it, inserted] = keys_.try_emplace(key);
+  Key& k = it->second;
+  ++k.seen;
+  if (inserted || k.first_seen_unix_ns == 0) k.first_seen_unix_ns = first_seen_unix_ns;
+  if (inserted || last_sent - k.last_sent >= cooldown_) {
+    k.max_sent = severity;
+  } else {
+    k.max_sent = std::max(k.max_sent, severity);
+  }
+  k.last_sent = std::max(k.last_sent, last_sent);
+}
+
 bool RateLimiter::Admit(std::chrono::nanoseconds now) {
   if (per_min_ <= 0) return true;
   if (!started_) {

@@ -24,6 +24,9 @@ class DedupFilter {
   explicit DedupFilter(std::chrono::nanoseconds cooldown) : cooldown_(cooldown) {}
   // True: send `*alert` (its repeat_count/first_seen updated). False: suppressed.
   bool Admit(Alert* alert, std::chrono::nanoseconds now);
+  // Restores a key that passed at `last_sent` (before a restart: from the sink's journal).
+  void Seed(const std::string& key, Severity severity, std::chrono::nanoseconds last_sent,
+            int64_t first_seen_unix_ns);
 
  private:
   struct Key {

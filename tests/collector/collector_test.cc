@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <fstream>
 #include <thread>
 #include <zmq.hpp>
 
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
+#include "file_size_limit.h"
 #include "test_dir.h"
 #include "test_messages.h"
 
@@ -177,6 +179,62 @@ TEST(Collector, RestartRebuildsAndCountsTheGapExactly) {
   EXPECT_EQ(r.gaps, 5u);
   EXPECT_EQ(r.last_seq, 19u);
   EXPECT_EQ(ReadLog(runlog::LogPathFor(dir.path(), "run-r")).size(), 15u);
+}
+
+TEST(Collector, AFullDiskIsReportedOnceCountedExactlyAndRecoveryToo) {
+  testing::TempDir dir;
+  std::mutex mu;
+  std::vector<std::pair<bool, std::string>> events;
+  CollectorOptions o;
+  o.listen = {"tcp://127.0.0.1:*"};
+  o.data_dir = dir.path();
+  o.log_recover_quiet_ms = 0;
+  o.on_log_health = [&](bool failing, const std::string& msg) {
+    std::lock_guard<std::mutex> l(mu);
+    events.emplace_back(failing, msg);
+  };
+  auto cr = Collector::Create(o);
+  ASSERT_TRUE(cr.ok());
+  RecordingSink sink;
+  ASSERT_TRUE((*cr)->AddSink(&sink).ok());
+  auto& c = *cr;
+  ASSERT_TRUE(c->Start().ok());
+  const std::string log = runlog::LogPathFor(dir.path(), "run-f");
+  Pusher p(c->endpoints()[0]);
+  p.Send(testing::Hello(At("run-f", 0, 0)));
+  for (uint64_t s = 1; s < 5; ++s) p.Send(testing::Stats(At("run-f", 0, s), s, 4));
+  auto logged = [&] {  // whole records in the log now (a write may be in progress)
+    auto r = LogReader::Open(log);
+    size_t n = 0;
+    LogReader::Record rec;
+    while (r.ok() && (*r)->Next(&rec) == LogReader::Result::kRecord) ++n;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return logged() == 5; }));
+  {
+    testing::FileSizeLimit full(std::filesystem::file_size(log));
+    for (uint64_t s = 5; s < 10; ++s) p.Send(testing::Stats(At("run-f", 0, s), s, 4));
+    ASSERT_TRUE(WaitFor([&] { return c->counters().log_lost_records == 5; }));
+    EXPECT_GE(c->counters().log_errors, 1u);
+    EXPECT_EQ(c->counters().accepted, 10u);  // ingest went on
+  }
+  for (uint64_t s = 10; s < 15; ++s) p.Send(testing::Stats(At("run-f", 0, s), s, 4));
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> l(mu);
+    return events.size() == 2;
+  }));
+  ASSERT_TRUE(c->Shutdown(std::chrono::seconds(5)).ok());
+  EXPECT_TRUE(events[0].first);
+  EXPECT_NE(events[0].second.find("cannot write the run logs in " + dir.path()), std::string::npos)
+      << events[0].second;
+  EXPECT_FALSE(events[1].first);
+  EXPECT_NE(events[1].second.find("5 messages were not recorded"), std::string::npos) << events[1].second;
+  EXPECT_EQ(c->counters().log_lost_records, 5u);
+  auto got = ReadLog(log);
+  ASSERT_EQ(got.size(), 10u);  // 0..4 and 10..14: what was written before is intact
+  std::vector<uint64_t> seqs;
+  for (auto& b : got) seqs.push_back(wire::GetEnvelope(b.data())->seq());
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{0, 1, 2, 3, 4, 10, 11, 12, 13, 14}));
 }
 
 TEST(Collector, ManyMessagesArriveIntactAndInOrder) {

@@ -10,6 +10,7 @@
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 #include "runlog/log_writer.h"
+#include "file_size_limit.h"
 #include "test_dir.h"
 #include "test_messages.h"
 
@@ -91,6 +92,37 @@ TEST(RunLog, WriteReadRoundTrip) {
   ASSERT_TRUE(env.ok()) << env.status().ToString();
   EXPECT_EQ((*env)->seq(), 0u);
   EXPECT_EQ((*env)->body_type(), wire::Body::StepStats);
+}
+
+TEST(RunLog, AFailedWriteLosesOnlyWhatWasNotWrittenCountsItAndKeepsTheFileWhole) {
+  testing::TempDir dir;
+  std::string path = dir / "run-a.lslog";
+  auto msgs = SomeMessages(12);
+  auto w = LogWriter::Open(path, true, 300);  // a small buffer: Append() flushes too
+  ASSERT_TRUE(w.ok());
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE((*w)->Append(msgs[i].data(), msgs[i].size(), 1).ok());
+  ASSERT_TRUE((*w)->Flush().ok());
+  const uint64_t good = (*w)->size();
+  {
+    // The disk is full 8 bytes later: each write is cut short there, then refused.
+    testing::FileSizeLimit full(good + 8);
+    uint64_t failed = 0;
+    for (size_t i = 4; i < 8; ++i)
+      failed += !(*w)->Append(msgs[i].data(), msgs[i].size(), 1).ok();
+    failed += !(*w)->Flush().ok();
+    EXPECT_GE(failed, 1u);
+    EXPECT_EQ(fs::file_size(path), good);  // cut back to the last whole record
+  }
+  const uint64_t lost = (*w)->lost_records();
+  EXPECT_EQ(lost, 4u);  // every record of 4..7, including one whose Append() failed
+  for (size_t i = 8; i < 12; ++i) ASSERT_TRUE((*w)->Append(msgs[i].data(), msgs[i].size(), 1).ok());
+  ASSERT_TRUE((*w)->Sync().ok());
+  LogReader::Result last;
+  auto got = ReadAll(path, &last);
+  EXPECT_EQ(last, LogReader::Result::kEnd);
+  std::vector<Bytes> want(msgs.begin(), msgs.begin() + 4);
+  want.insert(want.end(), msgs.begin() + 8, msgs.end());
+  EXPECT_EQ(got, want);
 }
 
 TEST(RunLog, ReopenAppendsAfterExistingRecords) {

@@ -340,6 +340,23 @@ TEST(Analyzer, StallUsesTheInjectedClockAndGoodbyeEndsQuietly) {
   EXPECT_EQ(h.Count("stall"), 2u) << h.Dump();
 }
 
+TEST(Analyzer, ResumeAfterARestartDoesNotCountTheCollectorsDowntimeAsAStall) {
+  for (bool resume : {true, false}) {
+    Harness h;
+    StreamBuilder a("solo1", "exp", wire::Role::Solo);
+    h.Feed(a.Hello());
+    h.Feed(a.Scalars(0, FakeScalars{}));
+    h.now += 300'000'000'000;  // the collector was down for 5 minutes, then replayed its logs
+    if (resume) h.an->Resume(h.now);
+    h.an->Tick(h.now + 1);
+    EXPECT_EQ(h.Count("stall"), resume ? 0u : 1u) << h.Dump();
+    if (!resume) continue;
+    h.now += 121'000'000'000;  // but a run silent after the restart still stalls
+    h.an->Tick(h.now);
+    EXPECT_EQ(h.Count("stall"), 1u) << h.Dump();
+  }
+}
+
 TEST(Analyzer, LossDriftWarnsThenEscalates) {
   Harness h;
   RunPair(h, 10, nullptr, "", [](uint64_t s) { return (2.0 - 0.001 * s) * (s < 3 ? 1.0 : s < 6 ? 1.002 : 1.05); });

@@ -9,8 +9,10 @@ step s reaches the collector before the candidate's.
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 
 import torch
 from torch import nn
@@ -27,24 +29,45 @@ def lockstep_bin():
     return path if path and os.access(path, os.X_OK) else None
 
 
+def free_port():
+    """A loopback TCP port that was free a moment ago (for a collector that must come
+    back on the same endpoint after a restart)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Collector:
     """`lockstep collect` on an ephemeral loopback port, writing alerts to a JSON-lines
     file. Use as a context manager; stop() sends SIGTERM and waits, which drains the
-    alert dispatcher, so every alert is in the file afterwards."""
+    alert dispatcher, so every alert is in the file afterwards.
 
-    def __init__(self, tmp_dir, extra_args=()):
+    Another Collector on the same tmp_dir (a restart) keeps the data dir and the alerts
+    file and appends to the same stderr file. `listen` fixes the endpoint, `metrics`
+    serves /metrics on a free port (metrics_url), `prefix` runs the command through a
+    wrapper (e.g. `unshare ... sh -c '...; exec "$@"' sh`), `data_dir` overrides where
+    the logs go."""
+
+    def __init__(self, tmp_dir, extra_args=(), listen="tcp://127.0.0.1:*", metrics=False,
+                 prefix=(), data_dir=None):
         exe = lockstep_bin()
         if exe is None:
             raise RuntimeError("LOCKSTEP_BIN does not name the built lockstep binary")
         self.exe = exe
-        self.data_dir = os.path.join(str(tmp_dir), "data")
+        self.data_dir = data_dir or os.path.join(str(tmp_dir), "data")
         self.alerts_path = os.path.join(str(tmp_dir), "alerts.jsonl")
         ready = os.path.join(str(tmp_dir), "ready.json")
+        if os.path.exists(ready):
+            os.remove(ready)  # left by a collector that was killed
         self.stderr_path = os.path.join(str(tmp_dir), "collect.stderr")
-        self._stderr = open(self.stderr_path, "wb")  # a file: a full pipe would block it
+        self._stderr = open(self.stderr_path, "ab")  # a file: a full pipe would block it
+        args = list(extra_args)
+        if metrics:
+            args += ["--metrics-listen", "127.0.0.1:0"]
+        self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [exe, "collect", "--listen", "tcp://127.0.0.1:*", "--ready-file", ready,
-             "--data-dir", self.data_dir, "--alerts-file", self.alerts_path, *extra_args],
+            [*prefix, exe, "collect", "--listen", listen, "--ready-file", ready,
+             "--data-dir", self.data_dir, "--alerts-file", self.alerts_path, *args],
             stdout=subprocess.DEVNULL, stderr=self._stderr)
         deadline = time.monotonic() + 30
         self.endpoint = None
@@ -53,11 +76,29 @@ class Collector:
                 raise RuntimeError("lockstep collect exited: " + self.stderr())
             try:
                 with open(ready, encoding="utf-8") as f:
-                    self.endpoint = json.load(f)["listen"][0]
+                    info = json.load(f)
+                self.endpoint = info["listen"][0]
             except (OSError, ValueError, KeyError, IndexError):
                 if time.monotonic() > deadline:
                     raise RuntimeError("lockstep collect wrote no ready file within 30 s")
                 time.sleep(0.01)
+        self.ready_s = time.monotonic() - self.started
+        self.metrics_url = "http://%s/metrics" % info["metrics"] if info.get("metrics") else None
+
+    def metrics_text(self):
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+            return r.read().decode("utf-8")
+
+    def freeze(self):
+        """SIGSTOP: what the agents send from now on piles up in its socket buffers (and
+        is lost with it if it is then killed, as in a real crash)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def kill(self):
+        """SIGKILL, as a crash (no flush, no shutdown)."""
+        self.proc.kill()
+        self.proc.wait(timeout=20)
+        self._stderr.close()
 
     def stderr(self):
         with open(self.stderr_path, encoding="utf-8", errors="replace") as f:

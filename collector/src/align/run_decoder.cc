@@ -251,6 +251,10 @@ void RunDecoder::Tick(int64_t now_ns) {
   }
 }
 
+void RunDecoder::Touch(int64_t now_ns) {
+  for (auto& [rank, rs] : ranks_) rs.last_recv_ns = std::max(rs.last_recv_ns, now_ns);
+}
+
 void RunDecoder::CloseAll() {
   for (auto& [rank, rs] : ranks_) CloseThrough(rs, INT64_MAX, Cause::kData);
 }

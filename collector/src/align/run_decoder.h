@@ -79,6 +79,9 @@ class RunDecoder {
   void Consume(const wire::Envelope& env, int64_t recv_unix_ns);
   void Tick(int64_t now_unix_ns);
   void CloseAll();
+  // Restarts every rank's silence clock at `now` (a collector restart: the silence
+  // while it was down is not the run's).
+  void Touch(int64_t now_unix_ns);
 
   // Directory entry of (rank, agent tensor id), or nullptr.
   const TensorMeta* Meta(uint32_t rank, uint32_t id) const;

@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "cli/flags.h"
 #include "detect/analyzer.h"
 #include "detect/live_analyzer.h"
+#include "ingest/log_replay.h"
 #include "lockstep/alerting/dispatcher.h"
 #include "ingest/curve_keys.h"
 #include "lockstep/collector/collector.h"
@@ -110,6 +113,28 @@ class StatusLine {
   const Collector& c_;
   Clock::time_point last_;
   collector::CollectorCounters prev_;
+};
+
+int64_t WallNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The sinks of a restart's replay: what the live collector feeds, in the same order,
+// with the analyzer's clock set to each message's receive time.
+class ReplayFanOut : public collector::MessageSink {
+ public:
+  ReplayFanOut(std::vector<collector::MessageSink*> sinks, std::atomic<int64_t>* clock)
+      : sinks_(std::move(sinks)), clock_(clock) {}
+  void OnMessage(const wire::Envelope& env, int64_t recv_ns) override {
+    clock_->store(recv_ns, std::memory_order_relaxed);
+    for (auto* s : sinks_) s->OnMessage(env, recv_ns);
+  }
+
+ private:
+  std::vector<collector::MessageSink*> sinks_;
+  std::atomic<int64_t>* clock_;
 };
 
 }  // namespace
@@ -217,6 +242,19 @@ int CollectCommand(int argc, const char* const* argv) {
   opts.data_dir = data_dir;
   opts.fsync_interval_ms = fsync_ms;
   opts.max_message_bytes = static_cast<size_t>(max_bytes);
+  // Set before the ingest thread starts (its start orders the write before any call).
+  std::function<void(alerting::Alert)> collector_alert;
+  opts.on_log_health = [&collector_alert, data_dir](bool failing, const std::string& message) {
+    if (!failing || !collector_alert) return;  // recovery: the info line is enough
+    alerting::Alert a;
+    a.rule = "collector_disk";
+    a.severity = alerting::Severity::kCritical;
+    a.metric = "log_write_failed";
+    a.first_seen_unix_ns = WallNowNs();
+    a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
+    a.message = message;
+    collector_alert(std::move(a));
+  };
   auto c = Collector::Create(std::move(opts));
   if (!c.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
@@ -229,11 +267,28 @@ int CollectCommand(int argc, const char* const* argv) {
   alerting::Dispatcher* disp = dispatcher->get();
   collector::ViewModel view_model;  // outlives the analyzer, which calls into it
   collector::metrics::MetricsFeed metrics_feed;  // step times and alert counts for /metrics
-  auto analyzer = std::make_unique<collector::Analyzer>(std::move(an_opt), [disp, &view_model, &metrics_feed](alerting::Alert a) {
-    view_model.OnAlert(a);
-    metrics_feed.OnAlert(a);
-    disp->Submit(std::move(a));
-  });
+  // A restart replays the logs through the analysis first (below): alerts derived then
+  // are marked `replayed` (each sink skips those its journal shows it handled before the
+  // restart) and stamped with the replayed message's receive time.
+  std::atomic<bool> replaying{false};
+  std::atomic<int64_t> replay_now{0};
+  uint64_t replayed_alerts = 0;
+  auto analyzer = std::make_unique<collector::Analyzer>(
+      std::move(an_opt),
+      [disp, &view_model, &metrics_feed, &replaying, &replayed_alerts](alerting::Alert a) {
+        if (replaying.load(std::memory_order_relaxed)) {
+          a.replayed = true;
+          // The sinks' queues are bounded: a long history must not overflow them.
+          if (++replayed_alerts % 1024 == 0) disp->Flush(std::chrono::seconds(2));
+        }
+        view_model.OnAlert(a);
+        metrics_feed.OnAlert(a);
+        disp->Submit(std::move(a));
+      },
+      [&replay_now] {
+        int64_t t = replay_now.load(std::memory_order_relaxed);
+        return t != 0 ? t : WallNowNs();
+      });
   analyzer->SetPairStepObserver([&view_model](const collector::PairCtx& ctx, const collector::PairStepView& v) {
     view_model.OnPairStep(ctx, v);
   });
@@ -283,6 +338,38 @@ int CollectCommand(int argc, const char* const* argv) {
     } else {
       // The default port taken (a second collector on this host): collect anyway.
       spdlog::warn("{}; collecting without /metrics", m.status().message());
+    }
+  }
+  collector_alert = [disp, &view_model, &metrics_feed](alerting::Alert a) {
+    view_model.OnAlert(a);
+    metrics_feed.OnAlert(a);
+    disp->Submit(std::move(a));
+  };
+  // Restart: the logs are the truth. Replaying them rebuilds roles, tensor directories,
+  // pairs, waiting steps and detector state, so alignment resumes where it stopped and
+  // once-only rules stay fired (docs/runlog.md "Restart"). Agents may already connect:
+  // their messages wait in the bound socket.
+  if (col.counters().rebuilt_messages > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ReplayFanOut fan({&live, &view_model, &metrics_feed}, &replay_now);
+    replaying = true;
+    auto st = collector::ReplayLogs(col.options().data_dir, &fan, [&live, &replay_now](int64_t t) {
+      replay_now.store(t, std::memory_order_relaxed);
+      live.Mutate([t](collector::Analyzer& a) { a.Tick(t); });
+    });
+    replaying = false;
+    replay_now.store(0, std::memory_order_relaxed);
+    const int64_t now = WallNowNs();
+    live.Mutate([now](collector::Analyzer& a) { a.Resume(now); });
+    if (!st.ok()) {
+      spdlog::error("replaying the run logs: {}; analysis starts from live messages only", st.status().message());
+    } else {
+      spdlog::info(
+          "replayed {} messages of {} run logs through the analysis in {:.2f} s ({} alerts derived again; "
+          "sinks skip those they handled before the restart){}",
+          st->messages, st->runs,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), replayed_alerts,
+          st->skipped ? fmt::format(", {} unreadable records skipped", st->skipped) : "");
     }
   }
   live.Start();

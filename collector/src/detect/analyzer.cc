@@ -255,6 +255,13 @@ void Analyzer::Tick(int64_t now_ns) {
   Drain();
 }
 
+void Analyzer::Resume(int64_t now_ns) {
+  for (auto& [id, r] : runs_) {
+    r->decoder->Touch(now_ns);
+    for (auto& d : r->detectors) d->OnResume(now_ns);
+  }
+}
+
 void Analyzer::Finish() {
   for (auto& [id, r] : runs_) {
     if (r->source && !r->readback) continue;

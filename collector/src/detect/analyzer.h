@@ -121,6 +121,9 @@ class Analyzer : public MessageSink {
   void OnMessage(const wire::Envelope& env, int64_t recv_unix_ns) override;
   // Periodic: closes steps of silent ranks, runs stall checks. `now` from the clock.
   void Tick(int64_t now_unix_ns);
+  // After a restart's replay of the logs, before live input: the silence clocks (idle
+  // step close, stall) restart at `now`, since the collector, not the runs, was silent.
+  void Resume(int64_t now_unix_ns);
   // End of input: closes every open step, compares what can be, reads recorded
   // baselines to their end.
   void Finish();

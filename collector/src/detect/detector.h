@@ -123,6 +123,9 @@ class RunDetector {
   // Heartbeat / any message of the run (stall); Goodbye ends it.
   virtual void OnActivity(int64_t /*now_ns*/, bool /*goodbye*/) {}
   virtual void OnTick(int64_t /*now_ns*/) {}
+  // The collector restarted at `now_ns` after replaying the logs: time it was down
+  // is not the run's silence.
+  virtual void OnResume(int64_t /*now_ns*/) {}
 };
 
 class PairDetector {

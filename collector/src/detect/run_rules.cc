@@ -245,6 +245,12 @@ void StallDetector::OnActivity(int64_t now_ns, bool goodbye) {
   if (goodbye) ended_ = true;
 }
 
+void StallDetector::OnResume(int64_t now_ns) {
+  // The clocks restart; a stall already reported stays reported until the run speaks.
+  if (last_msg_ns_ != 0) last_msg_ns_ = std::max(last_msg_ns_, now_ns);
+  if (last_step_ns_ != 0) last_step_ns_ = std::max(last_step_ns_, now_ns);
+}
+
 void StallDetector::OnTick(int64_t now_ns) {
   if (ended_ || last_msg_ns_ == 0) return;
   const int64_t limit = static_cast<int64_t>(ctx_->cfg->stall_s * 1e9);

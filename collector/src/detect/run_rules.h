@@ -86,6 +86,7 @@ class StallDetector : public RunDetector {
   void OnStep(const StepData& s) override;
   void OnActivity(int64_t now_ns, bool goodbye) override;
   void OnTick(int64_t now_ns) override;
+  void OnResume(int64_t now_ns) override;
 
  private:
   const RunCtx* ctx_;

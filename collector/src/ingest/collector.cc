@@ -111,6 +111,7 @@ class Collector::Impl {
   void FlushAll();
   void SyncAll();
   void LogIoError(const Status& s);
+  void LogWriteOk();
 
   CollectorOptions opts;
   int lock_fd = -1;
@@ -136,6 +137,15 @@ class Collector::Impl {
   std::vector<uint8_t> scratch;       // aligned copy of a misaligned frame
   zmq::message_t msg;
   RateLimiter limiter;
+  // Log-write health (disk full): one error line and on_log_health(true) when writes
+  // start failing; one info line and on_log_health(false) once writes have worked for
+  // opts.log_recover_quiet_ms with no failure. A nearly full disk lets small writes
+  // through between failures: without that quiet period the two lines would alternate.
+  // Repeats in between: one line a minute.
+  bool log_failing = false;
+  Clock::time_point failing_since{}, last_failing_line{}, last_failure{};
+  uint64_t lost_at_failure = 0;
+  uint64_t round_failures = 0;  // failures since the last FlushAll round
 
   struct {
     std::atomic<uint64_t> received{0}, accepted{0}, records{0}, bytes{0}, rejected{0};
@@ -273,10 +283,42 @@ LogWriter* Collector::Impl::WriterFor(std::string_view run) {
 
 void Collector::Impl::LogIoError(const Status& s) {
   Bump(n.log_errors);
-  uint64_t held = 0;
-  if (limiter.Allow(kKeyLogError, &held))
-    spdlog::error("{}{}", s.message(),
-                  held ? fmt::format(" ({} more log errors since the last line)", held) : "");
+  ++round_failures;
+  const auto now = Clock::now();
+  last_failure = now;
+  if (!log_failing) {
+    log_failing = true;
+    failing_since = last_failing_line = now;
+    lost_at_failure = n.log_lost.load(std::memory_order_relaxed);
+    std::string msg = fmt::format(
+        "cannot write the run logs in {}: {}; ingest goes on (messages are still verified, "
+        "counted and analyzed; those not written are counted as log_lost_records) and "
+        "writing resumes when space returns",
+        opts.data_dir, s.message());
+    spdlog::error("{}", msg);
+    if (opts.on_log_health) opts.on_log_health(true, msg);
+    return;
+  }
+  if (now - last_failing_line >= std::chrono::minutes(1)) {
+    last_failing_line = now;
+    spdlog::error("still cannot write the run logs in {} ({:.0f} s): {}; {} messages not recorded so far",
+                  opts.data_dir, std::chrono::duration<double>(now - failing_since).count(), s.message(),
+                  n.log_lost.load(std::memory_order_relaxed) - lost_at_failure);
+  }
+}
+
+void Collector::Impl::LogWriteOk() {
+  if (!log_failing || round_failures != 0 ||
+      Clock::now() - last_failure < std::chrono::milliseconds(opts.log_recover_quiet_ms))
+    return;
+  log_failing = false;
+  std::string msg = fmt::format(
+      "writing the run logs in {} again after {:.1f} s; {} messages were not recorded meanwhile "
+      "(gaps in their logs' sequence numbers)",
+      opts.data_dir, std::chrono::duration<double>(Clock::now() - failing_since).count(),
+      n.log_lost.load(std::memory_order_relaxed) - lost_at_failure);
+  spdlog::info("{}", msg);
+  if (opts.on_log_health) opts.on_log_health(false, msg);
 }
 
 void Collector::Impl::Handle(const zmq::message_t& m) {
@@ -357,13 +399,18 @@ size_t Collector::Impl::DrainBurst(size_t max) {
 }
 
 void Collector::Impl::FlushAll() {
+  if (unflushed.empty()) return;
+  bool wrote = false;
   for (LogWriter* w : unflushed) {
     uint64_t lost_before = w->lost_records();
     Status s = w->Flush();
     if (!s.ok()) LogIoError(s);
+    wrote |= s.ok();
     if (w->lost_records() != lost_before) Bump(n.log_lost, w->lost_records() - lost_before);
   }
   unflushed.clear();
+  if (wrote) LogWriteOk();
+  round_failures = 0;  // failures since the last round (appends, opens, flushes)
 }
 
 void Collector::Impl::SyncAll() {

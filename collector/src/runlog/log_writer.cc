@@ -125,7 +125,13 @@ Status LogWriter::Append(const uint8_t* payload, uint32_t n, int64_t recv_unix_n
     return Status::InvalidArgument("record of " + std::to_string(n) + " bytes for run log '" +
                                    path_ + "' is empty or too large");
   size_t need = runlog::kRecordHeaderBytes + n;
-  if (!buf_.empty() && buf_.size() + need > buffer_bytes_) LOCKSTEP_RETURN_IF_ERROR(Flush());
+  if (!buf_.empty() && buf_.size() + need > buffer_bytes_) {
+    Status s = Flush();
+    if (!s.ok()) {
+      ++lost_records_;  // this record too: it was never buffered
+      return s;
+    }
+  }
   uint8_t h[runlog::kRecordHeaderBytes];
   std::memcpy(h, &n, 4);
   std::memcpy(h + 8, &recv_unix_ns, 8);

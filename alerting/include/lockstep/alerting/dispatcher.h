@@ -42,6 +42,7 @@ struct SinkCounters {
   uint64_t filtered = 0;      // below the sink's min severity
   uint64_t queue_dropped = 0; // Submit found the sink's queue full
   uint64_t pending = 0;       // in the queue or spool now
+  uint64_t already_sent = 0;  // replayed after a restart, handled before it (journal)
   std::string last_error;     // "" if the last attempt succeeded
 };
 

@@ -68,6 +68,8 @@ struct AlertingOptions {
   // Where undelivered alerts of HTTP sinks wait (one subfolder per sink, named from
   // its kind and a hash of its URL so a restart finds them). "" = in memory only.
   std::string spool_dir;
+  // Each sink also keeps there (sent/<kind>-<hash>.journal) the alerts it has handled,
+  // so alerts replayed by a restarted collector are not sent twice; "" = none.
   uint64_t spool_max_bytes = 64ull << 20;  // per sink; oldest dropped and counted
   size_t memory_spool_max = 10000;         // per sink, when spool_dir is ""
   // An alert with the same DedupKey() within this time of the last one sent by a

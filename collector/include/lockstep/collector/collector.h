@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,13 @@ struct CollectorOptions {
   bool rebuild_from_logs = true;          // replay existing logs into the registry
   // ZeroMQ CURVE on the ingest socket (docs/security.md): off while secret_key is empty.
   CurveServerOptions curve;
+  // Called on the ingest thread when writing the run logs starts failing (failing =
+  // true, with the error: disk full...) and when a write works again (false, with a
+  // summary). Ingest goes on either way; must not block (e.g. Dispatcher::Submit).
+  std::function<void(bool failing, const std::string& message)> on_log_health;
+  // Writing counts as working again after this long without a failure (a nearly full
+  // disk lets small writes through between failures).
+  int64_t log_recover_quiet_ms = 5000;
 };
 
 struct CollectorCounters {
