@@ -126,7 +126,9 @@ SinkCounters SinkWorker::Snapshot() const {
   s.queue_dropped = r(c_.queue_dropped);
   s.already_sent = r(c_.already_sent);
   std::lock_guard<std::mutex> lk(mu_);
-  s.pending = queue_.size() + spool_size_;
+  // in_hand_ too: while the worker spools a batch (slow with an on-disk spool), those
+  // alerts are in neither queue_ nor spool_size_, and pending read 0.
+  s.pending = queue_.size() + in_hand_ + spool_size_;
   s.last_error = last_error_;
   return s;
 }
@@ -271,6 +273,7 @@ void SinkWorker::Run() noexcept {
       }
       std::deque<Alert> batch;
       batch.swap(queue_);
+      in_hand_ = batch.size();
       bool stopping = stop_;
       busy_ = true;
       lk.unlock();
@@ -278,6 +281,7 @@ void SinkWorker::Run() noexcept {
       if (!stopping && !spool_->Empty() && SteadyClock::now() >= next_attempt_) AttemptHead();
       lk.lock();
       spool_size_ = spool_->Size();
+      in_hand_ = 0;
       busy_ = false;
       if (queue_.empty() && spool_size_ == 0) idle_cv_.notify_all();
       if (stopping && queue_.empty()) break;
@@ -292,6 +296,7 @@ void SinkWorker::Run() noexcept {
   }
   std::lock_guard<std::mutex> lk(mu_);
   busy_ = false;
+  in_hand_ = 0;
   idle_cv_.notify_all();
 }
 

@@ -86,6 +86,7 @@ class SinkWorker {
   std::condition_variable idle_cv_;  // WaitIdle waits
   std::deque<Alert> queue_;          // guarded by mu_
   size_t spool_size_ = 0;            // guarded by mu_; mirrors spool_->Size()
+  size_t in_hand_ = 0;               // guarded by mu_: taken from queue_, not yet in spool_size_
   bool busy_ = false;                // guarded by mu_: alerts held outside queue_
   bool stop_ = false;                // guarded by mu_
   std::string last_error_;           // guarded by mu_

@@ -47,6 +47,7 @@ struct Counted {
 };
 
 void CountingRelease(void* data, void* hint) {
+  TakeBackFromZmq(hint);  // as every zmq_free_fn given to ZmqTransport::SendOwned must
   auto* c = static_cast<Counted*>(hint);
   c->releases.fetch_add(1);
   c->pool->Release(static_cast<uint8_t*>(data));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../time_scale.h"
 #include "agent_test_util.h"
 
 namespace lockstep::testing {
@@ -114,8 +115,10 @@ TEST(ZmqLoopback, LargeBatchesGoOutZeroCopyAndArriveIntact) {
     for (int t = 0; t < 1000; ++t) ASSERT_TRUE(agent->RecordStats(step, 0, 0, t, MakeStats(step * 1000 + t)));
     ASSERT_TRUE(agent->EndStep(step));
   }
-  ASSERT_TRUE(agent->Close(std::chrono::milliseconds(5000)));
-  auto msgs = pull.ReceiveUntilGoodbye(std::chrono::milliseconds(10000));
+  // Scaled: under TSan, ZeroMQ's copies of ~1 MiB go through its interceptors, and
+  // what the linger (3/4 of Close's budget) cannot deliver is dropped.
+  ASSERT_TRUE(agent->Close(Scaled(std::chrono::milliseconds(5000))));
+  auto msgs = pull.ReceiveUntilGoodbye(Scaled(std::chrono::milliseconds(10000)));
   uint64_t records = 0;
   size_t large = 0;
   for (const auto& bytes : msgs) {
@@ -150,8 +153,10 @@ TEST(ZmqLoopback, CloseWithoutACollectorReturnsWithinItsTimeout) {
   auto agent = std::move(created).value();
   for (int i = 0; i < 100; ++i) agent->RecordStats(0, 0, 0, 0, MakeStats(i));
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(agent->Close(std::chrono::milliseconds(300)));
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  // Scaled too: the sender lingers 3/4 of the budget, and the last quarter (75 ms
+  // unscaled) must cover a loaded, sanitized thread's wake-up and zmq_ctx_term.
+  EXPECT_TRUE(agent->Close(Scaled(std::chrono::milliseconds(300))));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, Scaled(std::chrono::milliseconds(1000)));
   EXPECT_EQ(agent->Counters().records_sent, 100u) << "queued in the socket, as designed";
 }
 

@@ -19,13 +19,26 @@ thread_local bool t_counting = false;
 std::atomic<uint64_t> g_allocs{0};
 }  // namespace
 
+// The whole set that a delete can meet, not only operator new(size_t): libzmq allocates
+// with new (std::nothrow) and frees with delete. Left to the runtime, ASan's nothrow
+// new then met this file's free()-based delete: an alloc-dealloc mismatch report.
 void* operator new(size_t n) {
   if (t_counting) g_allocs.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](size_t n) { return ::operator new(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  if (t_counting) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n ? n : 1);
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return ::operator new(n, t); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace lockstep::collector {
 namespace {

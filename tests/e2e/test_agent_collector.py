@@ -14,6 +14,9 @@ import pytest
 
 LOCKSTEP = os.environ.get("LOCKSTEP_BIN", "lockstep")
 LOADGEN = os.environ.get("LOCKSTEP_LOADGEN", "lockstep-loadgen")
+# The sanitizer stages run slower binaries (docs/sanitizers.md); waits that give a
+# process time to do something are stretched by this factor.
+TIME_SCALE = max(1, int(os.environ.get("LOCKSTEP_TIME_SCALE", "1") or 1))
 
 
 def free_port():
@@ -135,7 +138,8 @@ def test_collector_killed_and_restarted_counts_the_gap_exactly(tmp_path):
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     col = Collector(tmp_path, listen=endpoint)
-    proc = loadgen(endpoint, "e2e-kill", "--tensors", 20, "--steps", 600, "--steps-per-s", 200,
+    # Scaled: the run must outlast the kill and a (slower, sanitized) collector's restart.
+    proc = loadgen(endpoint, "e2e-kill", "--tensors", 20, "--steps", 600 * TIME_SCALE, "--steps-per-s", 200,
                    "--close-timeout-ms", 10000)
     log_path = col.log("e2e-kill")
     deadline = time.monotonic() + 20
@@ -145,7 +149,9 @@ def test_collector_killed_and_restarted_counts_the_gap_exactly(tmp_path):
     # Freeze the collector so messages pile up in its socket buffers, then kill it:
     # whatever the kernel held for it is lost in transit, as in a real crash.
     col.proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.3)
+    # Long enough for the loadgen to fill the frozen collector's socket buffers; a
+    # TSan-built loadgen sends slowly enough that 0.3 s could pass with nothing in them.
+    time.sleep(0.3 * TIME_SCALE)
     col.kill()
     before = records(log_path)
     col = Collector(tmp_path, listen=endpoint)

@@ -24,6 +24,8 @@
 #include <new>
 #include <vector>
 
+#include "transport/handoff_annotations.h"
+
 namespace lockstep {
 
 class BufferPool {
@@ -69,6 +71,7 @@ class BufferPool {
 
   // A zmq_free_fn: `hint` is the block (payload pointer) the message's data lies in.
   static void ReleaseCallback(void* /*data*/, void* hint) noexcept {
+    TakeBackFromZmq(hint);
     auto* payload = static_cast<uint8_t*>(hint);
     HeaderOf(payload)->pool->Release(payload);
   }

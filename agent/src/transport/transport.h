@@ -30,7 +30,9 @@ class Transport {
   // Like Send(), but hands over `data` itself instead of a copy: `release(data, hint)`
   // is called exactly once when the transport is done with it — maybe on another thread
   // (ZeroMQ's I/O thread), maybe before this returns (a refused message, a copying
-  // transport). The default copies through Send() and releases at once.
+  // transport). The default copies through Send() and releases at once. `release`
+  // starts with TakeBackFromZmq(hint) (transport/handoff_annotations.h), so TSan sees
+  // the hand-over back from ZeroMQ's I/O thread.
   using ReleaseFn = void (*)(void* data, void* hint);
   virtual SendResult SendOwned(uint8_t* data, size_t size, ReleaseFn release, void* hint) noexcept {
     SendResult r = Send(data, size);

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/handoff_annotations.h"
+
 namespace lockstep {
 namespace {
 
@@ -111,6 +113,7 @@ Transport::SendResult ZmqTransport::SendOwned(uint8_t* data, size_t size, Releas
     release(data, hint);
     return SendResult::kError;
   }
+  HandOffToZmq(hint);  // `release(data, hint)` may run on ZeroMQ's I/O thread from here on
   if (zmq_msg_send(&msg, socket_, ZMQ_DONTWAIT) >= 0) return SendResult::kSent;
   int err = zmq_errno();
   zmq_msg_close(&msg);  // still ours after a refused send: this calls `release`
