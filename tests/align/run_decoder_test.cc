@@ -53,6 +53,20 @@ struct Fixture {
   }
 };
 
+// Found by fuzzing: one tiny directory entry with id 4,000,000 used to size the rank's
+// directory at 4M entries (64 MiB). Ids are dense, so a sparse one is skipped and its
+// rows count as unknown; the directory still grows chunk by chunk.
+TEST(RunDecoder, ASparseTensorIdCannotInflateTheDirectory) {
+  Fixture f;
+  f.Feed(f.sb.Directory({{"far"}}, 4'000'000));
+  EXPECT_EQ(f.dec.Meta(0, 4'000'000), nullptr);
+  f.Feed(f.sb.Directory({{"d"}, {"e"}}, 3));  // the next chunk, in order
+  ASSERT_NE(f.dec.Meta(0, 4), nullptr);
+  std::vector<FakeStat> v = {FakeStat::Vec(4'000'000, {1.0})};
+  f.Feed(f.sb.Stats(0, v));
+  EXPECT_EQ(f.dec.counters().unknown_ids, 1u);
+}
+
 TEST(RunDecoder, ScalarsAfterTheStatisticsCloseTheStepAtOnce) {
   Fixture f;
   f.Stats(0, {0});     // shipped by batch linger during the step

@@ -88,11 +88,12 @@ class StreamBuilder {
     auto h = wire::CreateHelloDirect(*fbb, experiment_.c_str(), role_, "cpu");
     return Finish(fbb, wire::Body::Hello, h.Union());
   }
-  std::vector<uint8_t> Directory(const std::vector<FakeTensor>& ts) {
+  // Ids first_id, first_id + 1, ... in the order given.
+  std::vector<uint8_t> Directory(const std::vector<FakeTensor>& ts, uint32_t first_id = 0) {
     auto fbb = Begin();
     std::vector<flatbuffers::Offset<wire::TensorInfo>> v;
     for (size_t i = 0; i < ts.size(); ++i) {
-      v.push_back(wire::CreateTensorInfoDirect(*fbb, static_cast<uint32_t>(i), ts[i].name.c_str(), ts[i].kind,
+      v.push_back(wire::CreateTensorInfoDirect(*fbb, first_id + static_cast<uint32_t>(i), ts[i].name.c_str(), ts[i].kind,
                                                 ts[i].dtype, nullptr, ts[i].order));
     }
     auto d = wire::CreateTensorDirectoryDirect(*fbb, &v);

@@ -12,6 +12,9 @@ namespace {
 // Agent-local tensor ids are dense small integers; a larger one is a broken agent,
 // and must not make us allocate a huge directory.
 constexpr uint32_t kMaxTensorId = 1u << 22;
+// How far past twice the declared count an id may reach (directory chunks arrive in
+// order, but a reconnect may resend them after later ones).
+constexpr size_t kDirectorySlack = 4096;
 constexpr uint32_t kMaxLag = 2;
 
 }  // namespace
@@ -129,8 +132,15 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       if (td->tensors() == nullptr) return;
       for (const wire::TensorInfo* ti : *td->tensors()) {
         if (ti == nullptr || ti->id() >= kMaxTensorId) continue;
-        if (ti->id() >= rs.dir.size()) rs.dir.resize(ti->id() + 1);
+        // The agent numbers its tensors 0, 1, 2...: the directory may be at most about
+        // twice as long as the tensors declared, so one sparse id in a 100-byte message
+        // cannot cost 64 MiB here. Rows of a skipped id count as unknown_ids.
+        if (ti->id() >= rs.dir.size()) {
+          if (ti->id() >= 2 * static_cast<size_t>(rs.declared) + kDirectorySlack) continue;
+          rs.dir.resize(ti->id() + 1);
+        }
         TensorMeta& m = rs.dir[ti->id()];
+        if (!m.known) ++rs.declared;
         std::string raw = ti->name() ? ti->name()->str() : std::string("#") + std::to_string(ti->id());
         m.name_id = names_->Intern(canon_->Canonical(raw));
         m.kind = static_cast<Kind>(ti->kind());

@@ -94,6 +94,7 @@ class RunDecoder {
   enum class Cause : uint8_t { kData, kAtScalars, kAfterScalars, kSettle };  // why a step closed
   struct RankState {
     std::vector<TensorMeta> dir;                     // indexed by agent id
+    uint32_t declared = 0;                           // entries of dir that are known
     std::map<uint64_t, std::shared_ptr<StepData>> open;
     int64_t last_closed = -1;
     int64_t last_recv_ns = 0;
