@@ -8,17 +8,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kMaxProducerThreads = 64;  // tokens per agent; later threads are refused
 constexpr auto kDestructorCloseTimeout = std::chrono::milliseconds(2000);
 
 std::atomic<uint64_t> g_next_agent_id{1};
 
-// A tiny per-thread cache of (agent id -> token). Ids are never reused, so an entry of a
-// destroyed agent is never matched again; the token itself is owned by its agent.
+// A tiny per-thread cache of (agent id -> slot). Ids are never reused, so an entry of a
+// destroyed agent is never matched again; the slot itself is owned by its agent.
 struct TokenCache {
   static constexpr int kSlots = 4;
   uint64_t ids[kSlots] = {0, 0, 0, 0};
-  moodycamel::ProducerToken* tokens[kSlots] = {nullptr, nullptr, nullptr, nullptr};
+  ProducerSlot* tokens[kSlots] = {nullptr, nullptr, nullptr, nullptr};
   int next = 0;
 };
 thread_local TokenCache t_tokens;
@@ -43,20 +42,17 @@ AgentImpl::~AgentImpl() {
   if (thread_.joinable()) thread_.join();
 }
 
-moodycamel::ProducerToken* AgentImpl::Token() noexcept {
+ProducerSlot* AgentImpl::Slot() noexcept {
   TokenCache& c = t_tokens;
   for (int i = 0; i < TokenCache::kSlots; ++i) {
     if (c.ids[i] == id_) return c.tokens[i];
   }
   // Warm-up: first call of this thread on this agent.
-  moodycamel::ProducerToken* token = nullptr;
+  ProducerSlot* token = nullptr;
   try {
     std::lock_guard<std::mutex> lock(tokens_mu_);
-    if (tokens_.size() >= kMaxProducerThreads) return nullptr;
-    auto t = std::make_unique<moodycamel::ProducerToken>(shared_.queue);
-    if (!t->valid()) return nullptr;
-    token = t.get();
-    tokens_.push_back(std::move(t));
+    token = shared_.slots.Add(shared_.queue);
+    if (token == nullptr || !token->token.valid()) return nullptr;
   } catch (...) {
     return nullptr;
   }
@@ -92,10 +88,9 @@ uint32_t AgentImpl::RegisterTensor(const std::string& name, TensorKind kind, DTy
 
 bool AgentImpl::RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id,
                             uint32_t order, const TensorStats& stats) noexcept {
-  auto& c = shared_.producer;
-  moodycamel::ProducerToken* token;
-  if (closed_.load(std::memory_order_relaxed) || (token = Token()) == nullptr) {
-    c.records_refused.fetch_add(1, std::memory_order_relaxed);
+  ProducerSlot* slot;
+  if (closed_.load(std::memory_order_relaxed) || (slot = Slot()) == nullptr) {
+    shared_.producer.records_refused.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   QueueItem item;
@@ -105,24 +100,26 @@ bool AgentImpl::RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_
   item.order = order;
   item.step = step;
   QueueItem::CopyStats(stats, &item.stats);
-  if (!shared_.queue.try_enqueue(*token, std::move(item))) {
-    c.records_refused.fetch_add(1, std::memory_order_relaxed);
+  if (!shared_.queue.try_enqueue(slot->token, std::move(item))) {
+    BumpOwned(slot->counts.records_refused);
     return false;
   }
-  c.records_enqueued.fetch_add(1, std::memory_order_relaxed);
+  BumpOwned(slot->counts.records_enqueued);
   shared_.WakeSender();
   return true;
 }
 
 bool AgentImpl::EnqueueOther(QueueItem& item) noexcept {
-  auto& c = shared_.producer;
-  moodycamel::ProducerToken* token;
-  if (closed_.load(std::memory_order_relaxed) || (token = Token()) == nullptr ||
-      !shared_.queue.try_enqueue(*token, std::move(item))) {
-    c.other_refused.fetch_add(1, std::memory_order_relaxed);
+  ProducerSlot* slot;
+  if (closed_.load(std::memory_order_relaxed) || (slot = Slot()) == nullptr) {
+    shared_.producer.other_refused.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  c.other_enqueued.fetch_add(1, std::memory_order_relaxed);
+  if (!shared_.queue.try_enqueue(slot->token, std::move(item))) {
+    BumpOwned(slot->counts.other_refused);
+    return false;
+  }
+  BumpOwned(slot->counts.other_enqueued);
   shared_.WakeSender();
   return true;
 }
@@ -159,8 +156,8 @@ bool AgentImpl::WaitDone(uint64_t target, Clock::time_point deadline) noexcept {
 bool AgentImpl::Flush(std::chrono::milliseconds timeout) noexcept {
   auto deadline = Clock::now() + timeout;
   const auto& c = shared_.producer;
-  uint64_t target = c.records_enqueued.load(std::memory_order_relaxed) +
-                    c.other_enqueued.load(std::memory_order_relaxed);
+  uint64_t target = shared_.slots.Sum(c, &ProducerCounters::records_enqueued) +
+                    shared_.slots.Sum(c, &ProducerCounters::other_enqueued);
   uint64_t prev = shared_.flush_target.load(std::memory_order_relaxed);
   while (prev < target &&
          !shared_.flush_target.compare_exchange_weak(prev, target, std::memory_order_acq_rel)) {
@@ -196,16 +193,16 @@ AgentCounters AgentImpl::Counters() const noexcept {
   const auto& p = shared_.producer;
   const auto& s = shared_.sender;
   AgentCounters out;
-  out.records_enqueued = p.records_enqueued.load(std::memory_order_relaxed);
+  out.records_enqueued = shared_.slots.Sum(p, &ProducerCounters::records_enqueued);
   out.records_sent = s.records_sent.load(std::memory_order_relaxed);
-  out.records_dropped = p.records_refused.load(std::memory_order_relaxed) +
+  out.records_dropped = shared_.slots.Sum(p, &ProducerCounters::records_refused) +
                         s.records_dropped.load(std::memory_order_relaxed);
   out.messages_sent = s.messages_sent.load(std::memory_order_relaxed);
   out.messages_dropped = s.messages_dropped.load(std::memory_order_relaxed);
   out.errors = p.errors.load(std::memory_order_relaxed) + s.errors.load(std::memory_order_relaxed);
   out.queue_depth = shared_.queue.size_approx();
   out.reconnects = s.reconnects.load(std::memory_order_relaxed);
-  out.other_dropped = p.other_refused.load(std::memory_order_relaxed);
+  out.other_dropped = shared_.slots.Sum(p, &ProducerCounters::other_refused);
   return out;
 }
 

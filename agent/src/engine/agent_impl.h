@@ -38,8 +38,9 @@ class AgentImpl final : public Agent {
   const AgentOptions& options() const noexcept override { return options_; }
 
  private:
-  // The calling thread's token for this agent; nullptr if none could be made (counted).
-  moodycamel::ProducerToken* Token() noexcept;
+  // The calling thread's slot (token and counters) for this agent; nullptr if none
+  // could be made.
+  ProducerSlot* Slot() noexcept;
   bool EnqueueOther(QueueItem& item) noexcept;
   bool WaitDone(uint64_t target, std::chrono::steady_clock::time_point deadline) noexcept;
 
@@ -48,8 +49,7 @@ class AgentImpl final : public Agent {
   SharedState shared_;
   std::atomic<bool> closed_{false};
 
-  std::mutex tokens_mu_;  // guards tokens_ (taken once per producer thread)
-  std::vector<std::unique_ptr<moodycamel::ProducerToken>> tokens_;
+  std::mutex tokens_mu_;  // serializes shared_.slots.Add (taken once per producer thread)
 
   std::unique_ptr<Sender> sender_;
   std::thread thread_;  // last: started after everything it touches exists

@@ -243,9 +243,9 @@ void Sender::SendHeartbeat() {
   const auto& p = shared_->producer;
   const auto& s = shared_->sender;
   HeartbeatValues h;
-  h.records_enqueued = p.records_enqueued.load(std::memory_order_relaxed);
+  h.records_enqueued = shared_->slots.Sum(p, &ProducerCounters::records_enqueued);
   h.records_sent = s.records_sent.load(std::memory_order_relaxed);
-  h.records_dropped = p.records_refused.load(std::memory_order_relaxed) +
+  h.records_dropped = shared_->slots.Sum(p, &ProducerCounters::records_refused) +
                       s.records_dropped.load(std::memory_order_relaxed);
   h.messages_dropped = s.messages_dropped.load(std::memory_order_relaxed);
   h.queue_depth = static_cast<uint32_t>(shared_->queue.size_approx());

@@ -22,12 +22,59 @@
 
 namespace lockstep::engine {
 
+// The producer side's counts. Every producer thread keeps its own (ProducerSlot) and
+// readers sum them with the shared ones below, which count only the rare cases
+// without a slot (closed agent, no token) and are bumped with fetch_add.
 struct alignas(64) ProducerCounters {
   std::atomic<uint64_t> records_enqueued{0};  // stats records accepted by the queue
   std::atomic<uint64_t> records_refused{0};   // stats records refused (queue full or closed)
   std::atomic<uint64_t> other_enqueued{0};    // scalars / end-step / directory notices accepted
   std::atomic<uint64_t> other_refused{0};     // ... refused
   std::atomic<uint64_t> errors{0};            // caught exceptions, token failures
+};
+
+// One producer thread's queue token and counters. Its only writer is that thread, so a
+// count is a relaxed load + store: no locked instruction. On x86 a locked add (what
+// fetch_add is) waits for every store before it — the ~330 bytes of the item just
+// written into cold queue memory — and that wait was two thirds of RecordStats.
+struct alignas(64) ProducerSlot {
+  explicit ProducerSlot(Queue& q) : token(q) {}
+  moodycamel::ProducerToken token;
+  ProducerCounters counts;  // `errors` unused here
+};
+
+inline void BumpOwned(std::atomic<uint64_t>& a) noexcept {
+  a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// The producer slots of an agent: appended under the owner's mutex, read lock-free.
+class ProducerSlots {
+ public:
+  static constexpr size_t kMax = 64;  // producer threads per agent; later ones are refused
+  ~ProducerSlots() {
+    for (size_t i = 0; i < count_.load(std::memory_order_acquire); ++i) delete slots_[i].load();
+  }
+  // nullptr when full. Callers serialize Add() (AgentImpl::tokens_mu_).
+  ProducerSlot* Add(Queue& q) {
+    size_t n = count_.load(std::memory_order_relaxed);
+    if (n >= kMax) return nullptr;
+    auto* slot = new ProducerSlot(q);
+    slots_[n].store(slot, std::memory_order_release);
+    count_.store(n + 1, std::memory_order_release);
+    return slot;
+  }
+  // `shared` plus the same counter of every slot.
+  uint64_t Sum(const ProducerCounters& shared, std::atomic<uint64_t> ProducerCounters::*field) const noexcept {
+    uint64_t total = (shared.*field).load(std::memory_order_relaxed);
+    size_t n = count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i)
+      total += (slots_[i].load(std::memory_order_acquire)->counts.*field).load(std::memory_order_relaxed);
+    return total;
+  }
+
+ private:
+  std::atomic<ProducerSlot*> slots_[kMax] = {};
+  std::atomic<size_t> count_{0};
 };
 
 struct alignas(64) SenderCounters {
@@ -44,6 +91,7 @@ struct SharedState {
   explicit SharedState(size_t capacity) : queue(capacity) {}
 
   Queue queue;
+  ProducerSlots slots;  // after the queue: the tokens go before it
   TensorRegistry registry;
   ProducerCounters producer;
   SenderCounters sender;
