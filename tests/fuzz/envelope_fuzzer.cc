@@ -44,7 +44,8 @@ void OneFrame(const uint8_t* data, size_t size) {
   if (c.reject != Reject::kNone) {
     // Only a verifiable envelope may be handed back, and only for the reasons that
     // let Handle() attribute it to a run.
-    if (c.env != nullptr && c.reject != Reject::kSchemaMajor && c.reject != Reject::kNoBody)
+    if (c.env != nullptr && c.reject != Reject::kSchemaMajor && c.reject != Reject::kNoBody &&
+        c.reject != Reject::kTooLong)
       Fail(std::string("env set on a '") + collector::RejectName(c.reject) + "' rejection");
     if (c.env != nullptr && c.env->run_id() != nullptr) {
       std::string_view run(c.env->run_id()->c_str(), c.env->run_id()->size());

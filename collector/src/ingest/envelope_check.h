@@ -36,9 +36,11 @@ const char* RejectName(Reject r);
 
 struct EnvelopeCheck {
   Reject reject = Reject::kNone;
-  const wire::Envelope* env = nullptr;  // set when reject == kNone
-  // Read when the bytes were at least a verifiable table: lets a rejection be
-  // attributed to its run (kSchemaMajor, kRunId, kNoBody) and logged clearly.
+  // Set when reject == kNone, and for the verified envelopes refused as kSchemaMajor,
+  // kNoBody or kTooLong, so that the refusal can be attributed to its run.
+  const wire::Envelope* env = nullptr;
+  // Read when the bytes were at least a verifiable table: lets a rejection be logged
+  // clearly.
   uint16_t schema_major = 0;
   uint16_t schema_minor = 0;
 };
