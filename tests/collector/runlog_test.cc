@@ -206,18 +206,22 @@ TEST(RunLog, FlippedBitIsCutFromThereOn) {
   }
 }
 
-TEST(RunLog, AbsurdLengthIsCorruption) {
-  testing::TempDir dir;
-  std::string path = dir / "a.lslog";
+// A log of two records whose second length field is overwritten with `length`;
+// returns the second record's offset.
+uint64_t WriteTwoWithSecondLength(const std::string& path, uint32_t length) {
   auto msgs = SomeMessages(2);
   WriteLog(path, msgs);
   uint64_t start1 = runlog::kFileHeaderBytes + runlog::kRecordHeaderBytes + msgs[0].size();
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(start1));
-    uint32_t huge = 0xFFFFFFF0u;
-    f.write(reinterpret_cast<const char*>(&huge), 4);
-  }
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(start1));
+  f.write(reinterpret_cast<const char*>(&length), 4);
+  return start1;
+}
+
+TEST(RunLog, AbsurdLengthIsCorruption) {
+  testing::TempDir dir;
+  std::string path = dir / "a.lslog";
+  uint64_t start1 = WriteTwoWithSecondLength(path, 0xFFFFFFF0u);
   auto r = LogReader::Open(path);
   ASSERT_TRUE(r.ok());
   LogReader::Record rec;
@@ -235,16 +239,9 @@ TEST(RunLog, AbsurdLengthIsCorruption) {
 TEST(RunLog, HugeLengthInASmallFileIsTornWithoutAllocatingIt) {
   testing::TempDir dir;
   std::string path = dir / "a.lslog";
-  auto msgs = SomeMessages(2);
-  WriteLog(path, msgs);
-  uint64_t start1 = runlog::kFileHeaderBytes + runlog::kRecordHeaderBytes + msgs[0].size();
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(start1));
-    uint32_t huge = 200u << 20;
-    ASSERT_LT(huge, runlog::kMaxRecordBytes);
-    f.write(reinterpret_cast<const char*>(&huge), 4);
-  }
+  uint32_t huge = 200u << 20;
+  ASSERT_LT(huge, runlog::kMaxRecordBytes);
+  uint64_t start1 = WriteTwoWithSecondLength(path, huge);
   auto r = LogReader::Open(path);
   ASSERT_TRUE(r.ok());
   g_largest_new.store(0);
