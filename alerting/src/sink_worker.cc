@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "lockstep/common/thread_name.h"
+
 namespace lockstep::alerting {
 namespace {
 
@@ -66,7 +68,10 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
   w->rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
   w->critical_rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
   w->next_attempt_ = SteadyClock::now();
-  w->thread_ = std::thread([p = w.get()] { p->Run(); });
+  w->thread_ = std::thread([p = w.get()] {
+    SetCurrentThreadName("ls-alert-sink");
+    p->Run();
+  });
   return w;
 }
 

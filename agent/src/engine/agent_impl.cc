@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lockstep/common/thread_name.h"
+
 namespace lockstep::engine {
 namespace {
 
@@ -32,7 +34,10 @@ AgentImpl::AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> tra
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
   sender_ = std::make_unique<Sender>(options_, &shared_, std::move(transport), start_unix_ns);
-  thread_ = std::thread([this] { sender_->Run(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("lockstep-agent");
+    sender_->Run();
+  });
 }
 
 AgentImpl::~AgentImpl() {

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/thread_name.h"
+
 namespace lockstep::collector {
 
 LiveAnalyzer::LiveAnalyzer(std::unique_ptr<Analyzer> analyzer, int64_t tick_ms)
@@ -14,7 +16,10 @@ LiveAnalyzer::~LiveAnalyzer() { Shutdown(); }
 
 void LiveAnalyzer::Start() {
   if (thread_.joinable()) return;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("ls-analyzer");
+    Loop();
+  });
 }
 
 void LiveAnalyzer::Shutdown() {

@@ -19,6 +19,7 @@
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_writer.h"
+#include "lockstep/common/thread_name.h"
 
 namespace lockstep::collector {
 namespace {
@@ -494,7 +495,10 @@ Status Collector::Start() {
   if (impl_->guard) impl_->guard->Start();
   // The socket was bound on this thread; std::thread's start is the full memory
   // barrier ZeroMQ asks for when a socket changes threads.
-  impl_->thread = std::thread([this] { impl_->Run(); });
+  impl_->thread = std::thread([this] {
+    SetCurrentThreadName("ls-ingest");
+    impl_->Run();
+  });
   return Status::OK();
 }
 

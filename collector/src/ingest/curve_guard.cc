@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include "ingest/curve_keys.h"
+#include "lockstep/common/thread_name.h"
 
 namespace lockstep::collector {
 namespace {
@@ -93,7 +94,10 @@ void CurveGuard::Start() {
   running_ = true;
   // The sockets were made on the controlling thread; the thread start is the full
   // barrier ZeroMQ asks for when a socket changes threads.
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("ls-zap");
+    Run();
+  });
 }
 
 void CurveGuard::Stop() {

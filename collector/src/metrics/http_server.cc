@@ -10,6 +10,8 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/thread_name.h"
+
 namespace lockstep::collector::metrics {
 namespace {
 
@@ -92,7 +94,10 @@ class MetricsServer::Impl {
   void Run() {
     Accept();
     if (handlers_.tick) ArmTimer();
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      SetCurrentThreadName("ls-metrics");
+      Loop();
+    });
   }
 
   void Shutdown() {

@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "lockstep/common/thread_name.h"
+
 namespace lockstep::collector {
 
 struct ViewPublisher::Sockets {
@@ -42,7 +44,10 @@ ViewPublisher::~ViewPublisher() { Shutdown(); }
 
 void ViewPublisher::Start() {
   if (thread_.joinable() || stop_.load()) return;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("ls-view");
+    Loop();
+  });
 }
 
 void ViewPublisher::Shutdown() {
