@@ -29,6 +29,8 @@ thread_local TokenCache t_tokens;
 AgentImpl::AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> transport)
     : options_(options),
       id_(g_next_agent_id.fetch_add(1, std::memory_order_relaxed)),
+      wake_every_(static_cast<uint32_t>(std::max<size_t>(
+          1, std::min(options.max_records_per_message, options.queue_capacity / 8)))),
       shared_(options.queue_capacity) {
   int64_t start_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
@@ -110,7 +112,14 @@ bool AgentImpl::RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_
     return false;
   }
   BumpOwned(slot->counts.records_enqueued);
-  shared_.WakeSender();
+  // Records wake the sender only in bunches: it ships a step's records together at
+  // EndStep (which wakes it) anyway, and a wake per record put the sender (and, through
+  // its socket, ZeroMQ's I/O thread) on the training thread's core once per tensor,
+  // preempting the training step (measured: ~4 ms of a 37 ms CPU step off-CPU).
+  if (++slot->unsignaled >= wake_every_) {
+    slot->unsignaled = 0;
+    shared_.WakeSender();
+  }
   return true;
 }
 

@@ -46,6 +46,9 @@ class AgentImpl final : public Agent {
 
   const AgentOptions options_;
   const uint64_t id_;  // process-unique, never reused: keys the thread-local token cache
+  // A producer wakes the sender after this many records (a message's worth, and at most
+  // an eighth of the queue so a burst never fills it before the sender is up).
+  const uint32_t wake_every_;
   SharedState shared_;
   std::atomic<bool> closed_{false};
 

@@ -41,6 +41,7 @@ struct alignas(64) ProducerSlot {
   explicit ProducerSlot(Queue& q) : token(q) {}
   moodycamel::ProducerToken token;
   ProducerCounters counts;  // `errors` unused here
+  uint32_t unsignaled = 0;  // records enqueued since this thread last woke the sender
 };
 
 inline void BumpOwned(std::atomic<uint64_t>& a) noexcept {
