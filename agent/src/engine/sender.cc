@@ -37,8 +37,7 @@ Sender::Sender(const AgentOptions& options, SharedState* shared,
       transport_(std::move(transport)),
       start_unix_ns_(start_unix_ns),
       encoder_(options.run, options.rank, pool_.get(), InitialBuilderBytes(options)),
-      consumer_(shared->queue),
-      bulk_(kBulk) {
+      consumer_(shared->queue) {
   batch_stats_.reserve(options.max_records_per_message);
   batch_sketch_.reserve(options.max_records_per_message * kMaxSketchK);
   batch_hist_.reserve(options.max_records_per_message * kHistBins);
@@ -65,9 +64,8 @@ void Sender::Loop() {
   next_connect_poll_ = now;
   EnsurePreamble();
   for (;;) {
-    size_t n = shared_->queue.try_dequeue_bulk(consumer_, bulk_.begin(), kBulk);
     now = Clock::now();
-    for (size_t i = 0; i < n; ++i) Process(bulk_[i], now);
+    size_t n = shared_->queue.try_dequeue_bulk(consumer_, ProcessEach(this, now), kBulk);
     dequeued_ += n;
 
     if (now >= next_connect_poll_) {
@@ -126,6 +124,14 @@ void Sender::Finish() noexcept {
   shared_->items_done = dequeued_;
   shared_->exited = true;
   shared_->cv.notify_all();
+}
+
+void Sender::ProcessNoThrow(const QueueItem& item, Clock::time_point now) noexcept {
+  try {
+    Process(item, now);
+  } catch (...) {
+    shared_->sender.errors.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void Sender::Process(const QueueItem& item, Clock::time_point now) {

@@ -41,8 +41,30 @@ class Sender {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // The output "iterator" handed to try_dequeue_bulk: each item moodycamel moves out
+  // of its slot goes straight to Process(), so a record is read once, from the slot,
+  // instead of being copied into a staging vector and read again from there.
+  class ProcessEach {
+   public:
+    ProcessEach(Sender* sender, Clock::time_point now) : sender_(sender), now_(now) {}
+    ProcessEach& operator*() noexcept { return *this; }
+    ProcessEach& operator++() noexcept { return *this; }
+    ProcessEach& operator++(int) noexcept { return *this; }
+    ProcessEach& operator=(QueueItem&& item) noexcept {
+      sender_->ProcessNoThrow(item, now_);
+      return *this;
+    }
+
+   private:
+    Sender* sender_;
+    Clock::time_point now_;
+  };
+
   void Loop();
   void Finish() noexcept;
+  // Process() for the dequeue path, which must not throw (moodycamel would lose the
+  // rest of the bulk): an exception is counted and the item is lost.
+  void ProcessNoThrow(const QueueItem& item, Clock::time_point now) noexcept;
   void Process(const QueueItem& item, Clock::time_point now);
   void AddRecord(const QueueItem& item, Clock::time_point now);
   void ShipBatch();
@@ -61,7 +83,6 @@ class Sender {
   const int64_t start_unix_ns_;
   WireEncoder encoder_;
   moodycamel::ConsumerToken consumer_;
-  std::vector<QueueItem> bulk_;
 
   // The batch being built (one step, one sketch/hist width).
   std::vector<wire::TensorStat> batch_stats_;
