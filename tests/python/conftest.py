@@ -106,6 +106,8 @@ class FakeAgent:
         self.scalars = []      # dict(step, loss, lr, grad_norm, loss_scale, ...)
         self.ended = []
         self.fail = False
+        self.repeats = 0
+        self._last = None      # the last record_host_tensor's statistics
 
     def _check(self):
         if self.fail:
@@ -129,7 +131,16 @@ class FakeAgent:
         self._check()
         stats = _core.host_stats(ptr, numel, dtype, self.k, self.bins)
         self._add(step, micro, tid, order, stats)
+        self._last = stats
         return stats["l2"]
+
+    def record_repeat(self, step, micro, tid, order):
+        self._check()
+        if self._last is None:
+            return -2.0
+        self._add(step, micro, tid, order, dict(self._last))
+        self.repeats += 1
+        return self._last["l2"]
 
     def record_packed(self, step, micros, ids, orders, rows):
         self._check()

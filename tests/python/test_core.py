@@ -2,6 +2,7 @@
 record_packed/unpack_row accept exactly the documented row layout, and the hot calls
 report failures as values instead of raising."""
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -101,6 +102,31 @@ def test_hot_calls_return_values_instead_of_raising():
         assert c["records_enqueued"] == 3
     finally:
         assert agent.close(1.0) in (True, False)
+
+
+def test_record_repeat_reuses_only_this_threads_last_statistics_of_this_agent():
+    a = _core.Agent.create(endpoint="tcp://127.0.0.1:9", run="repeat-a")
+    b = _core.Agent.create(endpoint="tcp://127.0.0.1:9", run="repeat-b")
+    try:
+        x = torch.randn(5)
+        ta = [a.register_tensor(n, _core.KINDS["act"], F32, [5], i) for i, n in enumerate("pq")]
+        tb = b.register_tensor("p", _core.KINDS["act"], F32, [5], 0)
+        assert a.record_repeat(0, 0, ta[1], 1) == -2.0  # nothing computed yet
+        l2 = a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, F32)
+        assert a.record_repeat(0, 0, ta[1], 1) == l2
+        assert b.record_repeat(0, 0, tb, 0) == -2.0  # a's statistics are not b's
+        assert a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, 77) == -1.0
+        assert a.record_repeat(0, 0, ta[1], 1) == -2.0  # a refused tensor leaves none
+        got = []
+        a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, F32)
+        th = threading.Thread(target=lambda: got.append(a.record_repeat(0, 0, ta[1], 1)))
+        th.start()
+        th.join()
+        assert got == [-2.0]  # another thread's last statistics are not this one's
+        assert a.counters()["records_enqueued"] == 3
+    finally:
+        a.close(1.0)
+        b.close(1.0)
 
 
 def test_agent_create_names_the_bad_option():

@@ -382,3 +382,70 @@ def test_grad_norm_of_accumulated_gradients_from_the_optimizer_pre_step_hook():
     assert fake.scalars[0]["grad_norm"] == pytest.approx(expected, rel=1e-6)
     train_step(model, torch.randn(2, 4), mon, opt)  # no accumulation: per-tensor norms
     assert fake.scalars[1]["micro_steps"] == 1 and fake.scalars[1]["grad_norm"] > 0
+
+
+class AddsInPlace(nn.Module):
+    """Returns its child's output after changing it in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+
+    def forward(self, x):
+        y = self.lin(x)
+        y.add_(1.0)
+        return y
+
+
+class Transposes(nn.Module):
+    """Returns a view of its child's output: same memory, another element order."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+
+    def forward(self, x):
+        return self.lin(x).t()
+
+
+def test_same_tensor_under_two_names_is_computed_once_and_recorded_twice():
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    for _ in range(2):
+        train_step(model, torch.randn(3, 4), mon)
+    recs = {(r["step"], r["name"], r["kind"]): r["stats"] for r in fake.records}
+    for step in (0, 1):
+        # "<root>"'s output is "2"'s output, and one gradient reaches both hooks
+        for kind in ("act", "act_grad"):
+            assert recs[(step, "<root>", kind)] == recs[(step, "2", kind)]
+    assert fake.repeats == 4
+    assert mon.counters()["tensors_repeated"] == 4
+
+
+def test_a_tensor_changed_in_place_between_two_hooks_is_computed_again():
+    mon, fake = fake_monitor()
+    model = AddsInPlace()
+    mon.watch(model, kinds=("act",))
+    seen = {}
+
+    def keep(_m, _i, o):
+        seen["lin"] = o.detach().clone()
+
+    model.lin.register_forward_hook(keep)
+    train_step(model, torch.randn(3, 4), mon)
+    recs = {r["name"]: r["stats"] for r in fake.records if r["kind"] == "act"}
+    assert fake.repeats == 0
+    assert recs["lin"]["mean"] == pytest.approx(seen["lin"].double().mean().item(), rel=1e-5)
+    assert recs["<root>"]["mean"] == pytest.approx(recs["lin"]["mean"] + 1.0, rel=1e-5)
+
+
+def test_a_view_in_another_element_order_is_computed_again():
+    mon, fake = fake_monitor()
+    model = Transposes()
+    mon.watch(model, kinds=("act",))
+    train_step(model, torch.randn(3, 4), mon)
+    recs = {r["name"]: r["stats"] for r in fake.records if r["kind"] == "act"}
+    assert fake.repeats == 0
+    assert recs["<root>"]["l2"] == pytest.approx(recs["lin"]["l2"], rel=1e-6)
+    assert recs["<root>"]["sketch"] != recs["lin"]["sketch"]  # indexed in the view's order

@@ -275,7 +275,8 @@ class Monitor:
 
     def counters(self):
         """Agent counters (records enqueued/sent/dropped, ...) plus the Python side's:
-        python_errors, tensors_recorded, tensors_skipped, tensors_failed, steps."""
+        python_errors, tensors_recorded, tensors_repeated, tensors_skipped,
+        tensors_failed, steps."""
         out = {}
         if self._agent is not None:
             try:
@@ -287,6 +288,7 @@ class Monitor:
         out["last_python_error"] = self._guard.last
         if rec is not None:
             out["tensors_recorded"] = rec.records
+            out["tensors_repeated"] = rec.repeats
             out["tensors_skipped"] = rec.skipped
             out["tensors_failed"] = rec.failed
             out["device_steps_dropped"] = self._pipeline.dropped_steps

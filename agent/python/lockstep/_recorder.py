@@ -5,13 +5,24 @@ CPU tensors go through the C++ one-pass kernel over the tensor's own memory
 (``Agent.record_host_tensor``, GIL released; a non-contiguous tensor is made
 contiguous first). Other devices go through the DevicePipeline (one copy per step).
 Called from hooks under the GIL; the counters are plain ints for that reason.
+
+The same tensor often reaches several hooks in a row: a container module's output is
+its last child's output (``encoder.layers.1`` and its ``norm2``), a dropout with p=0
+returns its input, and one gradient reaches the hooks of all of those. Its statistics
+are computed once and recorded again for the other names (``record_repeat``), when the
+tensor is the very same memory and unchanged (same version counter) as the one just
+recorded on this thread. Only output and output-gradient tensors: holding a reference
+to a parameter gradient after its hook would cost a copy (see ``record``).
 """
+import threading
+
 import torch
 
 from lockstep import _core
 
 KIND = dict(_core.KINDS)
-_ACT_GRAD, _PARAM_GRAD = KIND["act_grad"], KIND["param_grad"]
+_ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
+_get_ident = threading.get_ident
 
 
 def _torch_dtype_codes():
@@ -52,6 +63,11 @@ class Recorder:
         self._host_dtypes = probe_host_dtypes(sketch_k, hist_bins)
         self._force_device = force_device_path
         self._ids = {}
+        # (tensor, its version, thread) of the last host record of an output or output
+        # gradient: what record_repeat would repeat. Holding the tensor keeps its memory
+        # from being reused by another tensor while we compare addresses.
+        self._last = None
+        self.repeats = 0        # records that reused the statistics just computed
         self.step = 0
         self.micro = 0
         self.order = 0
@@ -62,6 +78,7 @@ class Recorder:
         self.failed = 0         # agent refused (queue full, closed) or the kernel failed
 
     def new_step(self, step):
+        self._last = None
         self.step = step
         self.micro = 0
         self.order = 0
@@ -69,8 +86,21 @@ class Recorder:
         self.grad_count = 0
 
     def new_micro(self):
+        self._last = None
         self.micro += 1
         self.order = 0
+
+    def _is_last(self, t):
+        """Whether `t` is the same memory, same layout and unchanged since the last
+        host record on this thread (views share their base's version counter)."""
+        last, version, ident = self._last
+        try:
+            if ident != _get_ident() or t._version != version:
+                return False
+        except RuntimeError:
+            return False
+        return t is last or (t.data_ptr() == last.data_ptr() and t.dtype == last.dtype
+                             and t.shape == last.shape and t.stride() == last.stride())
 
     def _register(self, name, kind, t, order):
         """The tensor's agent id, or -1 for a tensor without statistics (sparse or
@@ -103,13 +133,25 @@ class Recorder:
             if code is None:
                 self.skipped += 1
                 return
-            if not t.is_contiguous():
-                t = t.contiguous()
+            repeatable = kind == _ACT or kind == _ACT_GRAD
+            if repeatable and self._last is not None and self._is_last(t):
+                l2 = self._agent.record_repeat(self.step, self.micro, tid, order)
+                if l2 != -2.0:
+                    self.records += 1
+                    self.repeats += 1
+                    return
+            self._last = None
+            src = t if t.is_contiguous() else t.contiguous()
             self.records += 1
             l2 = self._agent.record_host_tensor(self.step, self.micro, tid, order,
-                                                t.data_ptr(), t.numel(), code)
+                                                src.data_ptr(), src.numel(), code)
             if l2 < 0.0:  # the kernel refused the tensor
                 self.failed += 1
+            elif repeatable:
+                try:
+                    self._last = (t, t._version, _get_ident())
+                except RuntimeError:  # inference tensors have no version counter
+                    pass
             elif kind == _PARAM_GRAD:
                 self.grad_sq += l2 * l2  # NaN l2 (no finite value) makes the norm NaN
                 self.grad_count += 1

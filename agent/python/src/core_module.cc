@@ -221,6 +221,14 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
+      // The statistics of this thread's last record_host_tensor again, for another
+      // tensor id (the caller knows the memory is the same and unchanged); -2 if none.
+      .def("record_repeat",
+           [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order) {
+             py::gil_scoped_release release;
+             return a.RecordRepeat(step, micro, id, order);
+           },
+           py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"))
       // One call per step: row i of `rows` ([n, 13 + sketch_k + hist_bins] float64,
       // the layout of lockstep._torch_stats) is tensor ids[i] at micro step micros[i]
       // with order orders[i]. Returns how many records were accepted.

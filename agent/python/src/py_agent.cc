@@ -1,5 +1,6 @@
 #include "py_agent.h"
 
+#include <atomic>
 #include <cmath>
 #include <utility>
 
@@ -14,6 +15,16 @@ bool ToCount(double v, uint64_t* out) noexcept {
   return true;
 }
 
+// The calling thread's last statistics (RecordRepeat). Per thread, so concurrent
+// callers (autograd threads) need no lock and nothing is allocated. `owner` is the
+// PyAgent's generation number, not its address, which a later agent could reuse.
+struct LastStats {
+  uint64_t owner = 0;
+  TensorStats stats;
+};
+thread_local LastStats t_last;
+std::atomic<uint64_t> g_next_generation{1};
+
 }  // namespace
 
 StatusOr<std::unique_ptr<PyAgent>> PyAgent::Create(const AgentOptions& options) {
@@ -26,7 +37,9 @@ StatusOr<std::unique_ptr<PyAgent>> PyAgent::Create(const AgentOptions& options) 
 }
 
 PyAgent::PyAgent(std::unique_ptr<Agent> agent, StatsConfig config)
-    : agent_(std::move(agent)), stats_config_(config) {}
+    : agent_(std::move(agent)),
+      stats_config_(config),
+      generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)) {}
 
 PyAgent::~PyAgent() = default;
 
@@ -36,18 +49,26 @@ uint32_t PyAgent::RegisterTensor(const std::string& name, TensorKind kind, DType
   return agent_->RegisterTensor(name, kind, dtype, shape, order);
 }
 
+
 double PyAgent::RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
                                const void* data, uint64_t numel, DType dtype) noexcept {
-  // TensorStats is ~1.2 KB: on the stack, so concurrent callers (autograd threads)
-  // need no lock and nothing is allocated.
-  TensorStats stats;
-  Status s = ComputeHostStats(data, dtype, numel, stats_config_, &stats);
+  LastStats& last = t_last;
+  last.owner = 0;
+  Status s = ComputeHostStats(data, dtype, numel, stats_config_, &last.stats);
   if (!s.ok()) {
     host_stats_errors_.fetch_add(1, std::memory_order_relaxed);
     return -1.0;
   }
-  agent_->RecordStats(step, micro, id, order, stats);
-  return stats.l2;
+  last.owner = generation_;
+  agent_->RecordStats(step, micro, id, order, last.stats);
+  return last.stats.l2;
+}
+
+double PyAgent::RecordRepeat(uint64_t step, uint32_t micro, uint32_t id, uint32_t order) noexcept {
+  const LastStats& last = t_last;
+  if (last.owner != generation_) return -2.0;
+  agent_->RecordStats(step, micro, id, order, last.stats);
+  return last.stats.l2;
 }
 
 bool UnpackRow(const double* row, size_t cols, int sketch_k, int hist_bins,

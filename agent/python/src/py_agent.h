@@ -45,6 +45,12 @@ class PyAgent {
   // counted by the agent (records_dropped), not reported here.
   double RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
                         const void* data, uint64_t numel, DType dtype) noexcept;
+  // Records again, for tensor `id`, the statistics of this thread's last successful
+  // RecordHostTensor() on this agent: for a tensor the caller knows is the very same
+  // memory, unchanged (a container module's output is its last child's output; one
+  // gradient reaches the hooks of all of them). Returns its l2 norm, or -2 when this
+  // thread has no such statistics (the caller then computes them).
+  double RecordRepeat(uint64_t step, uint32_t micro, uint32_t id, uint32_t order) noexcept;
   // Records `n` rows of a [n, cols] row-major float64 matrix in the packed layout.
   // Returns how many were accepted.
   size_t RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
@@ -70,6 +76,7 @@ class PyAgent {
 
   std::unique_ptr<Agent> agent_;
   StatsConfig stats_config_;
+  const uint64_t generation_;  // process-unique: keys this agent's per-thread last stats
   std::atomic<uint64_t> host_stats_errors_{0};
   std::atomic<uint64_t> packed_errors_{0};
 };
