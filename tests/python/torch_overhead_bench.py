@@ -1,18 +1,30 @@
 """Overhead of the lockstep agent on a small CPU transformer training step.
 
-Three identical models train in the same process, interleaved step by step (so drift
-in machine load hits all three alike): `plain` (no hooks), `lockstep` (Monitor.watch:
-every module output, every output gradient, every parameter gradient, every step,
-sending to a real `lockstep collect` when LOCKSTEP_BIN is set), and `naive` (the
-msprobe-style statistics mode: in each hook, per-tensor torch ops, each read with
-.item()). Per-step times are wall times of forward + backward + optimizer step +
-Monitor.step(); each figure uses the median over the measured steps.
+One model and one optimizer train in this process; each round runs one step in each of
+four configurations, in rotating order, with the hooks of that configuration attached
+before the step and removed after it (outside the timed region):
+  `plain`    no hooks;
+  `floor`    the same hook points as lockstep (a forward hook per module that registers a
+             tensor hook on each output, a hook per parameter) with empty bodies: what any
+             hook-based tool pays at this model size before doing any work;
+  `lockstep` Monitor.watch: every module output, every output gradient, every parameter
+             gradient, every step, sending to a real `lockstep collect` when LOCKSTEP_BIN
+             is set;
+  `naive`    the msprobe-style statistics mode: in each hook, per-tensor torch ops, each
+             read with .item().
+One model for all four (not one model each): separately allocated copies of the same
+model differed from each other by up to ~8% in step time, more than the effect measured.
+Per-step times are wall times of forward + backward + optimizer step + Monitor.step();
+each figure is the median over rounds of the per-round figure, so load drifting on a
+shared machine hits all four alike.
 
 BENCH torch_overhead_ratio     median of lockstep step time / plain step time (target <= 1.05)
 BENCH torch_overhead_vs_naive  median(lockstep - plain) / median(naive - plain) (target <= 0.33)
-BENCH torch_overhead_ratio_cpu the same two figures in CPU time of the training thread
+BENCH torch_hooks_floor_ratio  median of floor step time / plain step time: the part of
+                               torch_overhead_ratio that is torch's hook machinery
+BENCH torch_overhead_ratio_cpu the same ratios in CPU time of the training thread
 BENCH torch_overhead_vs_naive_cpu  (time.thread_time: torch runs single-threaded on it;
-                               robust when other processes load the machine; excludes
+BENCH torch_hooks_floor_ratio_cpu  robust when other processes load the machine; excludes
                                the agent's sender thread, which works on another core)
 BENCH torch_step_ms            median plain step time, for context
 BENCH torch_tensors_per_step   tensors lockstep records per step
@@ -26,6 +38,7 @@ BENCH torch_stats_inloop_gbps  those bytes / torch_overhead_cxx_ms: the kernel's
 """
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -54,7 +67,9 @@ def naive_stats(t):
 
 
 def attach_naive(model):
+    """Hooks `model` the naive way; returns the handles."""
     sink = []
+    handles = []
 
     def on_grad(g):
         sink.append(naive_stats(g))
@@ -68,10 +83,30 @@ def attach_naive(model):
                     o.register_hook(on_grad)
 
     for _, m in model.named_modules():
-        m.register_forward_hook(fwd)
+        handles.append(m.register_forward_hook(fwd))
     for p in model.parameters():
-        p.register_hook(on_grad)
-    return sink
+        handles.append(p.register_hook(on_grad))
+    return handles
+
+
+def attach_floor(model):
+    """The hook points lockstep uses, doing nothing; returns the handles."""
+    handles = []
+
+    def on_grad(_g):
+        return None
+
+    def fwd(_m, _i, out):
+        outs = out if isinstance(out, tuple) else (out,)
+        for o in outs:
+            if isinstance(o, torch.Tensor) and o.requires_grad:
+                o.register_hook(on_grad)
+
+    for _, m in model.named_modules():
+        handles.append(m.register_forward_hook(fwd))
+    for p in model.parameters():
+        handles.append(p.register_hook(on_grad))
+    return handles
 
 
 class TimedAgent:
@@ -118,26 +153,30 @@ def start_collector(tmp):
 def main():
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
-    models = {k: TinyTransformer(**SHAPE) for k in ("plain", "lockstep", "naive")}
-    for m in models.values():
-        m.load_state_dict(models["plain"].state_dict())
-    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in models.items()}
+    model = TinyTransformer(**SHAPE)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     tmp = tempfile.mkdtemp(prefix="lockstep-bench-")
     proc, endpoint = start_collector(tmp)
     mon = lockstep.Monitor(run="torch-overhead-bench", endpoint=endpoint)
-    mon.watch(models["lockstep"])
     timed = TimedAgent(mon._rec._agent)
     mon._rec._agent = timed
-    attach_naive(models["naive"])
+
+    def attach_lockstep(m):
+        mon.watch(m)
+        w = mon._watches.pop()  # the bench removes it again after the step
+        return [w]
+
+    attach = {"plain": lambda m: [], "floor": attach_floor, "lockstep": attach_lockstep,
+              "naive": attach_naive}
+    kinds = list(attach)
     x = torch.randn(BATCH, SEQ, SHAPE["d_in"])
     y = torch.randn(BATCH, SEQ)
-    times = {k: [] for k in models}
-    cpu_times = {k: [] for k in models}
+    times = {k: [] for k in kinds}
+    cpu_times = {k: [] for k in kinds}
     cxx_times = []
     step_bytes = 0
 
     def one_step(kind):
-        model, opt = models[kind], opts[kind]
         t0, c0 = time.perf_counter(), time.thread_time()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
@@ -147,37 +186,49 @@ def main():
             mon.step(loss=loss)
         return time.perf_counter() - t0, time.thread_time() - c0
 
-    order = ["plain", "lockstep", "naive"]
+    # A fresh random order each round: with a rotation, each kind would always follow
+    # the same other kind (plain right after naive's thousands of small ops, say).
+    rng = random.Random(0)
+    lockstep_steps = 0
     for i in range(WARMUP + STEPS):
-        order = order[1:] + order[:1]  # rotate so no kind always runs first
+        order = list(kinds)
+        rng.shuffle(order)
         for kind in order:
+            handles = attach[kind](model)
             before, before_bytes = timed.seconds, timed.bytes
             dt, dc = one_step(kind)
+            for h in handles:
+                h.remove()
+            lockstep_steps += kind == "lockstep"
             if i >= WARMUP:
                 times[kind].append(dt)
                 cpu_times[kind].append(dc)
                 if kind == "lockstep":
                     cxx_times.append(timed.seconds - before)
                     step_bytes = timed.bytes - before_bytes
-    per_step = mon.counters()["tensors_recorded"] / (WARMUP + STEPS)
     counters = mon.counters()
+    per_step = counters["tensors_recorded"] / lockstep_steps
     mon.close(timeout=5.0)
     if proc is not None:
         proc.terminate()
         proc.wait(timeout=10)
-    med = {k: statistics.median(v) for k, v in times.items()}
     cxx = statistics.median(cxx_times)
-    # Per round (one step of each model, back to back) so that load drifting on a shared
-    # machine cancels out; the figures are medians over the rounds.
-    rounds = list(zip(times["plain"], times["lockstep"], times["naive"]))
-    ratio = statistics.median(lk / pl for pl, lk, _ in rounds)
-    ours = statistics.median(lk - pl for pl, lk, _ in rounds)
-    naive = statistics.median(nv - pl for pl, _, nv in rounds)
-    vs_naive = ours / max(1e-12, naive)
-    cpu_rounds = list(zip(cpu_times["plain"], cpu_times["lockstep"], cpu_times["naive"]))
-    cpu_ratio = statistics.median(lk / pl for pl, lk, _ in cpu_rounds)
-    cpu_vs_naive = statistics.median(lk - pl for pl, lk, _ in cpu_rounds) / max(
-        1e-12, statistics.median(nv - pl for pl, _, nv in cpu_rounds))
+
+    def figures(t):
+        """Per round (one step of each kind, back to back) so that load drifting on a
+        shared machine cancels out; medians over the rounds."""
+        rounds = list(zip(*(t[k] for k in kinds)))
+        col = {k: i for i, k in enumerate(kinds)}
+        pl, fl, lk, nv = (col[k] for k in ("plain", "floor", "lockstep", "naive"))
+        ratio = statistics.median(r[lk] / r[pl] for r in rounds)
+        floor = statistics.median(r[fl] / r[pl] for r in rounds)
+        added = statistics.median(r[lk] - r[pl] for r in rounds)
+        naive = statistics.median(r[nv] - r[pl] for r in rounds)
+        return ratio, floor, added, added / max(1e-12, naive)
+
+    ratio, floor, ours, vs_naive = figures(times)
+    cpu_ratio, cpu_floor, _, cpu_vs_naive = figures(cpu_times)
+    med = {k: statistics.median(v) for k, v in times.items()}
     print("collector: %s; steps: %d; threads: %d; wall medians ms: %s; thread-CPU medians ms:"
           " %s; agent: sent %d dropped %d"
           % ("real" if proc else "none (no LOCKSTEP_BIN)", STEPS, THREADS,
@@ -190,8 +241,10 @@ def main():
     print("BENCH torch_overhead_cxx_ms %.3f ms" % (cxx * 1e3))
     print("BENCH torch_stats_mb_per_step %.2f MB" % (step_bytes / 1e6))
     print("BENCH torch_stats_inloop_gbps %.2f GB/s" % (step_bytes / max(cxx, 1e-12) / 1e9))
+    print("BENCH torch_hooks_floor_ratio_cpu %.4f ratio" % cpu_floor)
     print("BENCH torch_overhead_ratio_cpu %.4f ratio" % cpu_ratio)
     print("BENCH torch_overhead_vs_naive_cpu %.4f ratio" % cpu_vs_naive)
+    print("BENCH torch_hooks_floor_ratio %.4f ratio" % floor)
     print("BENCH torch_overhead_ratio %.4f ratio" % ratio)
     print("BENCH torch_overhead_vs_naive %.4f ratio" % vs_naive)
 
