@@ -7,11 +7,16 @@
 // registry. The agent is the real one (Agent::Create, ZeroMQ transport) with default
 // options except a larger send HWM, so the figure is the pipe's, not a drop rate.
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,9 +35,12 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // Sends `count` messages of `size` bytes (the last one `last_size`) PUSH -> PULL over
 // loopback TCP and returns the seconds from the first send to the last receive.
 double RawZmq(uint64_t count, size_t size, size_t last_size) {
-  void* ctx = zmq_ctx_new();
-  void* pull = zmq_socket(ctx, ZMQ_PULL);
-  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  // Two contexts, so two I/O threads, as between an agent and a collector (separate
+  // processes); one shared context would do both ends on one core, cache-hot.
+  void* pull_ctx = zmq_ctx_new();
+  void* push_ctx = zmq_ctx_new();
+  void* pull = zmq_socket(pull_ctx, ZMQ_PULL);
+  void* push = zmq_socket(push_ctx, ZMQ_PUSH);
   int hwm = 100000;
   zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
   zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -58,8 +66,54 @@ double RawZmq(uint64_t count, size_t size, size_t last_size) {
   zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
   zmq_close(push);
   zmq_close(pull);
-  zmq_ctx_term(ctx);
+  zmq_ctx_term(push_ctx);
+  zmq_ctx_term(pull_ctx);
   return secs;
+}
+
+// Per thread name (each ZeroMQ context has its own "ZMQbg/IO/0"), summed: CPU seconds
+// (user + system) and minor page faults so far. Context for the figures: which stage of
+// the pipe the time goes to.
+struct ThreadUse {
+  double cpu_s = 0;
+  uint64_t faults = 0;
+};
+std::map<std::string, ThreadUse> ThreadUsage() {
+  std::map<std::string, ThreadUse> out;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    ThreadUse& u = out[line.substr(open + 1, close - open - 1)];
+    for (int i = 3; i <= 15 && rest >> field; ++i) {  // proc(5): 10 minflt, 14 utime, 15 stime
+      if (i == 10) u.faults += std::stoull(field);
+      if (i == 14 || i == 15) u.cpu_s += std::stod(field) / tick;
+    }
+  }
+  return out;
+}
+
+// CPU seconds of the whole process, threads that have exited included.
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+std::string Describe(const std::map<std::string, ThreadUse>& use) {
+  std::string s;
+  for (const auto& [name, u] : use) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s%s=%.2fs/%llu", s.empty() ? "" : " ", name.c_str(), u.cpu_s,
+                  static_cast<unsigned long long>(u.faults));
+    s += buf;
+  }
+  return s;
 }
 
 }  // namespace
@@ -109,6 +163,7 @@ int main() {
   // half full instead of letting it drop, so every record is delivered; it waits for room,
   // not for an empty queue (a Flush would drain the pipe and time its bubbles).
   const uint64_t total = static_cast<uint64_t>(kTensors) * kSteps;
+  const double pipe_cpu0 = ProcessCpuSeconds();
   auto t0 = Clock::now();
   uint64_t retries = 0;
   for (int step = 0; step < kSteps; ++step) {
@@ -130,6 +185,8 @@ int main() {
     std::this_thread::yield();
   }
   double ours = Seconds(Clock::now() - t0);
+  const std::string pipe_cpu = Describe(ThreadUsage());
+  const double pipe_cpu_total = ProcessCpuSeconds() - pipe_cpu0;
   agent->Close(std::chrono::seconds(10));
   auto cc = (*col)->counters();
   (void)(*col)->Shutdown(std::chrono::seconds(10));
@@ -149,13 +206,17 @@ int main() {
   uint64_t bytes = info.bytes;
   size_t size = static_cast<size_t>(bytes / messages);
   size_t last = static_cast<size_t>(bytes - size * (messages - 1));
+  const double raw_cpu0 = ProcessCpuSeconds();
   double raw = RawZmq(messages, size, last);
+  const double raw_cpu = ProcessCpuSeconds() - raw_cpu0;
 
   std::printf("records=%llu messages=%llu bytes=%llu agent_dropped=%llu retries=%llu "
               "collector_rejected=%llu agent_s=%.3f ours_s=%.3f raw_s=%.3f\n",
               (unsigned long long)info.stat_records, (unsigned long long)messages,
               (unsigned long long)bytes, (unsigned long long)ac.records_dropped,
               (unsigned long long)retries, (unsigned long long)cc.rejected, agent_s, ours, raw);
+  std::printf("pipeline threads (CPU seconds/minor faults): %s\n", pipe_cpu.c_str());
+  std::printf("CPU seconds in all: pipeline %.2f, raw ZeroMQ %.2f\n", pipe_cpu_total, raw_cpu);
   std::printf("BENCH pipeline_records_per_s %.0f records/s\n", static_cast<double>(total) / ours);
   std::printf("BENCH pipeline_vs_raw_zmq_ratio %.3f ratio\n", raw / ours);
   return 0;
