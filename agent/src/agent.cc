@@ -3,6 +3,7 @@
 
 #include "engine/agent_impl.h"
 #include "engine/queue_item.h"
+#include "lockstep/schema/lockstep_generated.h"
 #include "transport/zmq_transport.h"
 
 namespace lockstep {
@@ -29,6 +30,18 @@ Status Validate(const AgentOptions& o) {
   }
   if (o.max_records_per_message < 1 || o.max_records_per_message > 8192) {
     return Status::InvalidArgument("max_records_per_message must be between 1 and 8192");
+  }
+  if (o.send_buffer_bytes != 0) {
+    const size_t per_record = sizeof(wire::TensorStat) + static_cast<size_t>(o.sketch_k) * sizeof(float) +
+                              static_cast<size_t>(o.hist_bins) * sizeof(uint32_t);
+    const size_t need = 2 * (o.max_records_per_message * per_record + 4096);
+    if (o.send_buffer_bytes < need) {
+      return Status::InvalidArgument(
+          "the send buffer (send_buffer_bytes " + std::to_string(o.send_buffer_bytes) +
+          ") is smaller than two of the largest messages; give at least " +
+          std::to_string((need + (1 << 20) - 1) >> 20) +
+          " MiB (Python: send_buffer_mb / LOCKSTEP_SEND_BUFFER_MB), or 0 for no byte bound");
+    }
   }
   if (o.heartbeat_interval.count() <= 0) {
     return Status::InvalidArgument("heartbeat_interval must be positive");

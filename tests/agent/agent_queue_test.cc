@@ -195,6 +195,14 @@ TEST(AgentQueue, BadOptionsGiveOneClearSentence) {
   o = TestOptions();
   o.rank = 2;  // world_size 2
   EXPECT_FALSE(Agent::CreateWithTransport(o, std::make_unique<FakeTransport>(std::make_shared<FakeState>())).ok());
+  o = TestOptions();
+  o.send_buffer_bytes = 100000;  // below two full messages
+  auto small = Agent::CreateWithTransport(o, std::make_unique<FakeTransport>(std::make_shared<FakeState>()));
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("send_buffer_bytes"), std::string::npos);
+  EXPECT_NE(small.status().message().find("MiB"), std::string::npos);
+  o.send_buffer_bytes = 0;  // no byte bound
+  EXPECT_TRUE(Agent::CreateWithTransport(o, std::make_unique<FakeTransport>(std::make_shared<FakeState>())).ok());
 
   o = TestOptions();
   o.endpoint = "not-an-endpoint";

@@ -242,6 +242,39 @@ TEST(AgentSender, HelloAndFullDirectoryAreResentOnReconnect) {
   EXPECT_EQ(m.agent->Counters().reconnects, 1u);
 }
 
+TEST(AgentSender, MessagesTheTransportStillHoldsStayUnderTheSendBuffer) {
+  // No collector: every zero-copy message stays queued with its block. Past the send
+  // buffer, whole batches are dropped and counted instead of growing memory; once the
+  // queued messages go out, batches ship again.
+  AgentOptions o = TestOptions();
+  o.max_records_per_message = 1024;                   // ~300 KiB per full batch
+  o.send_buffer_bytes = size_t{2} << 20;              // room for ~6 of them
+  o.queue_capacity = 4096;                            // a whole step fits
+  auto state = std::make_shared<FakeState>();
+  state->hold_owned = true;
+  Made m = MakeAgent(o, state);
+  ASSERT_NE(m.agent, nullptr);
+  const TensorStats s = MakeStats(1.0);
+  auto one_step = [&](uint64_t step) {
+    for (int i = 0; i < 1024; ++i) ASSERT_TRUE(m.agent->RecordStats(step, 0, 0, i, s));
+    ASSERT_TRUE(m.agent->EndStep(step));
+    ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  };
+  for (uint64_t step = 0; step < 12; ++step) one_step(step);
+  const size_t shipped = StatsSizes(state->Snapshot()).size();
+  AgentCounters c = m.agent->Counters();
+  EXPECT_GE(shipped, 4u);
+  EXPECT_LE(shipped, 7u) << "more held than 2 MiB of ~300 KiB messages";
+  EXPECT_EQ(c.messages_dropped, 12 - shipped);
+  EXPECT_EQ(c.records_dropped, (12 - shipped) * 1024);
+  EXPECT_EQ(c.records_sent, shipped * 1024);
+
+  state->ReleaseHeld();  // the collector is back and takes them
+  one_step(12);
+  EXPECT_EQ(StatsSizes(state->Snapshot()).size(), shipped + 1);
+  EXPECT_EQ(m.agent->Counters().messages_dropped, c.messages_dropped);
+}
+
 TEST(AgentSender, CloseSendsAFinalHeartbeatThenGoodbye) {
   Made m = MakeAgent(TestOptions());
   ASSERT_NE(m.agent, nullptr);

@@ -41,6 +41,26 @@ TEST(BufferPool, CacheIsBoundedAndExtraBlocksAreFreed) {
   EXPECT_EQ(pool.cached(), 2u);
 }
 
+TEST(BufferPool, WaitForRoomCountsBlocksOutUntilTheyComeBack) {
+  BufferPool pool(4, 3000);
+  EXPECT_TRUE(pool.WaitForRoom(5000, std::chrono::steady_clock::now()))
+      << "with nothing out, one message larger than the budget may go";
+  uint8_t* a = pool.Acquire(1000);
+  uint8_t* b = pool.Acquire(1000);
+  EXPECT_EQ(pool.outstanding_bytes(), 2000u);
+  EXPECT_TRUE(pool.WaitForRoom(1000, std::chrono::steady_clock::now()));
+  EXPECT_FALSE(pool.WaitForRoom(1500, std::chrono::steady_clock::now() + std::chrono::milliseconds(20)));
+  std::thread giver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pool.Release(a);  // as ZeroMQ's I/O thread does once the bytes are out
+  });
+  EXPECT_TRUE(pool.WaitForRoom(1500, std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  giver.join();
+  EXPECT_EQ(pool.outstanding_bytes(), 1000u);
+  pool.Release(b);
+  EXPECT_EQ(pool.outstanding_bytes(), 0u);
+}
+
 struct Counted {
   BufferPool* pool;
   std::atomic<int> releases{0};

@@ -43,6 +43,24 @@ struct FakeState {
   bool in_send = false;       // the sender is waiting at the gate
   int pending_connects = 0;   // returned (and cleared) by TakeConnectEvents
   bool closed = false;
+  // true: a zero-copy message (SendOwned) is accepted but its block is kept, as ZeroMQ
+  // keeps a queued message while no collector is listening, until ReleaseHeld().
+  bool hold_owned = false;
+  struct Held {
+    void* data;
+    void (*release)(void*, void*);
+    void* hint;
+  };
+  std::vector<Held> held;
+
+  void ReleaseHeld() {
+    std::vector<Held> h;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      h.swap(held);
+    }
+    for (const Held& x : h) x.release(x.data, x.hint);
+  }
 
   void OpenGate() {
     std::lock_guard<std::mutex> l(mu);
@@ -88,6 +106,21 @@ class FakeTransport final : public Transport {
     s_->cv.notify_all();
     return ok ? SendResult::kSent : SendResult::kWouldBlock;
   }
+  SendResult SendOwned(uint8_t* data, size_t size, ReleaseFn release, void* hint) noexcept override {
+    {
+      std::lock_guard<std::mutex> l(s_->mu);
+      if (s_->hold_owned && !s_->closed) {
+        FakeMessage m;
+        m.bytes.assign(data, data + size);
+        m.accepted = true;
+        s_->messages.push_back(std::move(m));
+        s_->held.push_back({data, release, hint});
+        s_->cv.notify_all();
+        return SendResult::kSent;
+      }
+    }
+    return Transport::SendOwned(data, size, release, hint);
+  }
   int TakeConnectEvents() noexcept override {
     std::lock_guard<std::mutex> l(s_->mu);
     int n = s_->pending_connects;
@@ -95,9 +128,12 @@ class FakeTransport final : public Transport {
     return n;
   }
   void Close(std::chrono::milliseconds) noexcept override {
-    std::lock_guard<std::mutex> l(s_->mu);
-    s_->closed = true;
-    s_->cv.notify_all();
+    {
+      std::lock_guard<std::mutex> l(s_->mu);
+      s_->closed = true;
+      s_->cv.notify_all();
+    }
+    s_->ReleaseHeld();  // a closed socket frees what it still queues
   }
 
  private:

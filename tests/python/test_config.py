@@ -26,6 +26,7 @@ def test_environment_supplies_every_unset_argument(clean_env):
     clean_env.setenv("LOCKSTEP_ENDPOINT", "tcp://127.0.0.1:9")
     clean_env.setenv("LOCKSTEP_SKETCH_K", "8")
     clean_env.setenv("LOCKSTEP_PLATFORM", "npu")
+    clean_env.setenv("LOCKSTEP_SEND_BUFFER_MB", "64")
     clean_env.setenv("RANK", "3")
     clean_env.setenv("WORLD_SIZE", "8")
     mon = lockstep.Monitor(experiment="arg-wins")
@@ -34,6 +35,7 @@ def test_environment_supplies_every_unset_argument(clean_env):
         assert (c["run"], c["role"], c["endpoint"], c["sketch_k"]) == (
             "env-run", "candidate", "tcp://127.0.0.1:9", 8)
         assert c["experiment"] == "arg-wins"
+        assert c["send_buffer_mb"] == 64
         assert (c["platform"], c["rank"], c["world_size"]) == ("npu", 3, 8)
         assert c["framework"] == "torch " + torch.__version__
     finally:
@@ -70,6 +72,8 @@ def test_lockstep_disable_gives_a_no_op_monitor(clean_env):
     (dict(role="teacher"), "role 'teacher'"),
     (dict(run="../etc/passwd"), "run id"),
     (dict(sketch_k=1000), "sketch_k=1000"),
+    (dict(send_buffer_mb=-1), "send_buffer_mb=-1 is negative"),
+    (dict(send_buffer_mb=1, sketch_k=256), "at least 3 MiB"),
 ])
 def test_configuration_mistakes_warn_once_and_disable(clean_env, kwargs, match):
     kwargs.setdefault("run", "ok")

@@ -34,6 +34,7 @@ OPTIONS = {
     "start_step": (int, 0),
     "queue_capacity": (int, 16384),
     "send_hwm": (int, 1000),
+    "send_buffer_mb": (int, 32),
     "close_timeout": (float, 5.0),
     "heartbeat_interval": (float, 1.0),
     "curve_server_key": (str, ""),
@@ -76,6 +77,11 @@ def resolve(args):
     if not 0 <= cfg["sketch_k"] <= 256:
         raise ValueError("lockstep: sketch_k=%d is outside 0..256; pick a value in that range"
                          % cfg["sketch_k"])
+    for name, unit in (("queue_capacity", "records"), ("send_hwm", "messages"),
+                       ("send_buffer_mb", "MB")):
+        if cfg[name] < 0:
+            raise ValueError("lockstep: %s=%d is negative; give a number of %s (see "
+                             "docs/python.md)" % (name, cfg[name], unit))
     if cfg["hist_bins"] not in (0, 16):
         raise ValueError("lockstep: hist_bins=%d is not supported; use 16 or 0 (off)"
                          % cfg["hist_bins"])

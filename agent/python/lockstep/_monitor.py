@@ -99,7 +99,7 @@ class Monitor:
     run (a generated id), role ("solo"; or "baseline"/"candidate"), experiment (""),
     endpoint ("tcp://127.0.0.1:6200"), platform / device_name (detected: cpu, cuda,
     npu), rank / world_size (torch.distributed, else RANK / WORLD_SIZE, else 0 / 1),
-    sketch_k (32), hist_bins (16), start_step (0), queue_capacity, send_hwm,
+    sketch_k (32), hist_bins (16), start_step (0), queue_capacity, send_hwm, send_buffer_mb,
     close_timeout (5 s), heartbeat_interval (1 s), curve_server_key (the collector's
     CURVE public key or its .pub file: turns on encryption and authentication) and
     curve_key (this agent's .key file from ``lockstep keygen``; default a fresh pair),
@@ -114,8 +114,8 @@ class Monitor:
 
     def __init__(self, run=None, role=None, experiment=None, endpoint=None, platform=None,
                  rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
-                 device_name=None, queue_capacity=None, send_hwm=None, close_timeout=None,
-                 heartbeat_interval=None, curve_server_key=None, curve_key=None, strict=False,
+                 device_name=None, queue_capacity=None, send_hwm=None, send_buffer_mb=None,
+                 close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None, strict=False,
                  _force_device_path=False):
         self._guard = Guard()
         self._agent = None
@@ -127,7 +127,7 @@ class Monitor:
                     platform=platform, rank=rank, world_size=world_size, sketch_k=sketch_k,
                     hist_bins=hist_bins, start_step=start_step, device_name=device_name,
                     queue_capacity=queue_capacity, send_hwm=send_hwm,
-                    close_timeout=close_timeout, heartbeat_interval=heartbeat_interval,
+                    send_buffer_mb=send_buffer_mb, close_timeout=close_timeout, heartbeat_interval=heartbeat_interval,
                     curve_server_key=curve_server_key, curve_key=curve_key)
         try:
             cfg = _config.resolve(args)
@@ -136,7 +136,8 @@ class Monitor:
                 role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
                 framework=cfg["framework"], rank=cfg["rank"], world_size=cfg["world_size"],
                 start_step=cfg["start_step"], queue_capacity=cfg["queue_capacity"],
-                send_hwm=cfg["send_hwm"], sketch_k=cfg["sketch_k"],
+                send_hwm=cfg["send_hwm"], send_buffer_mb=cfg["send_buffer_mb"],
+                sketch_k=cfg["sketch_k"],
                 hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
                 curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
                 curve_secret_key=cfg["curve"][2])

@@ -159,7 +159,7 @@ PYBIND11_MODULE(_core, m) {
              const std::string& role, const std::string& platform,
              const std::string& device_name, const std::string& framework, uint32_t rank,
              uint32_t world_size, uint64_t start_step, size_t queue_capacity, int send_hwm,
-             int sketch_k, int hist_bins, uint32_t every, const std::string& include_regex,
+             size_t send_buffer_mb, int sketch_k, int hist_bins, uint32_t every, const std::string& include_regex,
              const std::string& exclude_regex, double heartbeat_interval_s,
              size_t max_records_per_message, const std::string& curve_server_key,
              const std::string& curve_public_key, const std::string& curve_secret_key) {
@@ -176,6 +176,7 @@ PYBIND11_MODULE(_core, m) {
             o.start_step = start_step;
             o.queue_capacity = queue_capacity;
             o.send_hwm = send_hwm;
+            o.send_buffer_bytes = send_buffer_mb << 20;
             o.sketch_k = sketch_k;
             o.hist_bins = hist_bins;
             o.every = every;
@@ -197,7 +198,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("role") = "solo", py::arg("platform") = "cpu", py::arg("device_name") = "",
           py::arg("framework") = "", py::arg("rank") = 0, py::arg("world_size") = 1,
           py::arg("start_step") = 0, py::arg("queue_capacity") = 16384,
-          py::arg("send_hwm") = 1000, py::arg("sketch_k") = kDefaultSketchK,
+          py::arg("send_hwm") = 1000, py::arg("send_buffer_mb") = 32,
+          py::arg("sketch_k") = kDefaultSketchK,
           py::arg("hist_bins") = kHistBins, py::arg("every") = 1,
           py::arg("include_regex") = "", py::arg("exclude_regex") = "",
           py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024,

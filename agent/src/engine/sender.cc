@@ -14,9 +14,13 @@ constexpr int kMaxRestarts = 1000;  // exceptions the loop survives before givin
 // (heartbeats, scalars, small batches) are copied by ZeroMQ and the builder keeps its
 // block, so a socket full of small messages never pins a pool block each.
 constexpr size_t kZeroCopyMinBytes = 32 * 1024;
-// Blocks kept for reuse: enough for the messages in flight between the sender and
-// ZeroMQ's I/O thread at full speed; deeper bursts allocate and free the excess.
-constexpr size_t kPoolBlocks = 16;
+// Blocks kept for reuse: at least this many, and as many as the send buffer holds,
+// so a burst up to the budget re-faults no fresh memory the next time.
+constexpr size_t kMinPoolBlocks = 16;
+constexpr size_t kMaxPoolBlocks = 4096;
+// How long a batch waits for room in the send buffer before it is dropped. Short:
+// while no collector listens nothing frees room, and the queue fills meanwhile.
+constexpr auto kRoomWait = std::chrono::milliseconds(20);
 
 // The builder's first block: a full batch at the configured sketch/histogram width
 // plus room for the envelope, so a batch is built without regrowing.
@@ -27,13 +31,19 @@ size_t InitialBuilderBytes(const AgentOptions& o) {
   return std::max<size_t>(64 * 1024, o.max_records_per_message * per_record + 4096);
 }
 
+size_t PoolBlocks(const AgentOptions& o) {
+  if (o.send_buffer_bytes == 0) return kMinPoolBlocks;
+  return std::clamp(o.send_buffer_bytes / InitialBuilderBytes(o), kMinPoolBlocks, kMaxPoolBlocks);
+}
+
 }  // namespace
 
 Sender::Sender(const AgentOptions& options, SharedState* shared,
                std::unique_ptr<Transport> transport, int64_t start_unix_ns)
     : options_(options),
       shared_(shared),
-      pool_(std::make_unique<BufferPool>(kPoolBlocks)),
+      pool_(std::make_unique<BufferPool>(
+          PoolBlocks(options), options.send_buffer_bytes == 0 ? SIZE_MAX : options.send_buffer_bytes)),
       transport_(std::move(transport)),
       start_unix_ns_(start_unix_ns),
       encoder_(options.run, options.rank, pool_.get(), InitialBuilderBytes(options)),
@@ -184,9 +194,21 @@ void Sender::AddRecord(const QueueItem& item, Clock::time_point now) {
 void Sender::ShipBatch() {
   if (batch_stats_.empty()) return;
   EnsurePreamble();
-  SendMessage(encoder_.Stats(batch_step_, batch_stats_.data(), batch_stats_.size(), batch_k_,
-                             batch_sketch_.data(), batch_bins_, batch_hist_.data(), seq_),
-              batch_stats_.size());
+  const size_t n = batch_stats_.size();
+  const size_t bytes = n * sizeof(wire::TensorStat) + batch_sketch_.size() * sizeof(float) +
+                       batch_hist_.size() * sizeof(uint32_t);
+  if (bytes >= kZeroCopyMinBytes && !pool_->WaitForRoom(bytes, Clock::now() + kRoomWait)) {
+    // The messages ZeroMQ holds (no collector, or a slow one) fill the send buffer:
+    // drop this batch, counted like a message refused at the HWM, rather than let the
+    // training process's memory grow.
+    auto& c = shared_->sender;
+    c.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    c.records_dropped.fetch_add(n, std::memory_order_relaxed);
+  } else {
+    SendMessage(encoder_.Stats(batch_step_, batch_stats_.data(), n, batch_k_, batch_sketch_.data(),
+                               batch_bins_, batch_hist_.data(), seq_),
+                n);
+  }
   batch_stats_.clear();
   batch_sketch_.clear();
   batch_hist_.clear();

@@ -11,6 +11,9 @@
 // and ReleaseCallback() by any thread (ZeroMQ's I/O thread, or the sender when a send
 // is refused). The pool must outlive every block it handed out: the sender destroys it
 // after its transport (whose Close() frees all messages still queued).
+// Memory: the sender asks WaitForRoom() before building a large message, so the blocks
+// out at any time (messages ZeroMQ has not written yet, e.g. while no collector is
+// listening) stay under a byte budget instead of HWM x message size.
 // Allocation: Acquire() allocates only when no cached block is large enough (warm-up,
 // bursts deeper than the cache); Release() never allocates (free_ is reserved).
 #ifndef LOCKSTEP_AGENT_TRANSPORT_BUFFER_POOL_H_
@@ -18,6 +21,8 @@
 
 #include <flatbuffers/allocator.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -31,7 +36,12 @@ namespace lockstep {
 class BufferPool {
  public:
   // Keeps at most `max_cached` returned blocks; more are freed on return.
-  explicit BufferPool(size_t max_cached) : max_cached_(max_cached) { free_.reserve(max_cached); }
+  // `max_outstanding_bytes` is what WaitForRoom() keeps the blocks handed out (and not
+  // yet returned) under; Acquire() itself never refuses.
+  explicit BufferPool(size_t max_cached, size_t max_outstanding_bytes = SIZE_MAX)
+      : max_cached_(max_cached), max_outstanding_(max_outstanding_bytes) {
+    free_.reserve(max_cached);
+  }
   ~BufferPool() {
     for (Header* h : free_) Free(h);
   }
@@ -47,26 +57,44 @@ class BufferPool {
           Header* h = free_[i];
           free_[i] = free_.back();
           free_.pop_back();
+          outstanding_ += h->capacity;
           return Payload(h);
         }
       }
     }
     void* raw = ::operator new(kHeaderBytes + size, std::align_val_t(kAlign));
     Header* h = new (raw) Header{this, size};
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_ += size;
     return Payload(h);
   }
 
   // Takes back a block from Acquire(). noexcept: called from ZeroMQ's I/O thread.
   void Release(uint8_t* payload) noexcept {
     Header* h = HeaderOf(payload);
+    bool cached = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      outstanding_ -= h->capacity;
       if (free_.size() < max_cached_) {
         free_.push_back(h);  // within the reserved capacity: no allocation
-        return;
+        cached = true;
       }
+      if (waiting_) room_.notify_one();
     }
-    Free(h);
+    if (!cached) Free(h);
+  }
+
+  // Waits until `bytes` more fit under max_outstanding_bytes beside the blocks handed
+  // out and not yet returned (true), or until `deadline` (false).
+  bool WaitForRoom(size_t bytes, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto fits = [&] { return outstanding_ + bytes <= max_outstanding_ || outstanding_ == 0; };
+    if (fits()) return true;
+    ++waiting_;
+    bool ok = room_.wait_until(lock, deadline, fits);
+    --waiting_;
+    return ok;
   }
 
   // A zmq_free_fn: `hint` is the block (payload pointer) the message's data lies in.
@@ -79,6 +107,11 @@ class BufferPool {
   size_t cached() {
     std::lock_guard<std::mutex> lock(mu_);
     return free_.size();
+  }
+  // Bytes of the blocks handed out and not yet returned.
+  size_t outstanding_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outstanding_;
   }
 
  private:
@@ -97,8 +130,12 @@ class BufferPool {
   static void Free(Header* h) noexcept { ::operator delete(h, std::align_val_t(kAlign)); }
 
   const size_t max_cached_;
+  const size_t max_outstanding_;
   std::mutex mu_;
+  std::condition_variable room_;
   std::vector<Header*> free_;  // guarded by mu_
+  size_t outstanding_ = 0;     // guarded by mu_
+  int waiting_ = 0;            // guarded by mu_
 };
 
 // FlatBufferBuilder allocator over a BufferPool, so the builder's block can be handed
