@@ -17,6 +17,11 @@ model differed from each other by up to ~8% in step time, more than the effect m
 Per-step times are wall times of forward + backward + optimizer step + Monitor.step();
 each figure is the median over rounds of the per-round figure, so load drifting on a
 shared machine hits all four alike.
+The bench re-executes itself with glibc's malloc trim and mmap thresholds raised
+(GLIBC_TUNABLES, unless already set): otherwise glibc hands freed activation memory back
+to the kernel between steps and a random third of the steps re-fault 1000-2000 pages,
+which on these VMs took a 28 ms step to 45-60 ms in every configuration alike and buried
+the few-percent effect being measured.
 
 BENCH torch_overhead_ratio     median of lockstep step time / plain step time (target <= 1.05)
 BENCH torch_overhead_vs_naive  median(lockstep - plain) / median(naive - plain) (target <= 0.33)
@@ -150,7 +155,13 @@ def start_collector(tmp):
     return None, "tcp://127.0.0.1:9"
 
 
+_TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=1073741824"
+
+
 def main():
+    if "GLIBC_TUNABLES" not in os.environ:
+        os.execve(sys.executable, [sys.executable] + sys.argv,
+                  dict(os.environ, GLIBC_TUNABLES=_TUNABLES))
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
     model = TinyTransformer(**SHAPE)
@@ -229,9 +240,10 @@ def main():
     ratio, floor, ours, vs_naive = figures(times)
     cpu_ratio, cpu_floor, _, cpu_vs_naive = figures(cpu_times)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print("collector: %s; steps: %d; threads: %d; wall medians ms: %s; thread-CPU medians ms:"
-          " %s; agent: sent %d dropped %d"
+    print("collector: %s; steps: %d; threads: %d; GLIBC_TUNABLES=%s; wall medians ms: %s; "
+          "thread-CPU medians ms: %s; agent: sent %d dropped %d"
           % ("real" if proc else "none (no LOCKSTEP_BIN)", STEPS, THREADS,
+             os.environ.get("GLIBC_TUNABLES"),
              {k: round(v * 1e3, 3) for k, v in med.items()},
              {k: round(statistics.median(v) * 1e3, 3) for k, v in cpu_times.items()},
              counters.get("records_sent", 0), counters.get("records_dropped", 0)))
