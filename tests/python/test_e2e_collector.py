@@ -1,10 +1,14 @@
 """A real training loop (a small TransformerEncoder on synthetic data) watched by
 lockstep and sending to a real `lockstep collect`: the collector's log (read with
 `lockstep inspect`) holds the expected names, kinds, order, steps, scalars and
-statistics, checked against a float64 reference computed here."""
+statistics, checked against a float64 reference computed here. On CPU (the C++ kernel,
+and the device pipeline forced onto CPU tensors) everywhere; on CUDA (fp32, and AMP
+with a GradScaler) where a GPU is present."""
 import json
 import math
+import os
 import subprocess
+import warnings
 
 import pytest
 import torch
@@ -32,14 +36,60 @@ def close(a, b, rel=2e-5, abs_tol=1e-6):
     return math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol)
 
 
-@pytest.mark.parametrize("device_path", [False, True], ids=["host-kernel", "device-path"])
-def test_training_loop_lands_in_the_collector_log(collector, device_path):
+HAS_CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+# The platform in the Hello is the process's (detected), not the model's device.
+PLATFORM = "cuda" if HAS_CUDA else "cpu"
+WIRE_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+class SyncWatch:
+    """torch.cuda's sync debug mode ("warn") around a block; `lockstep_syncs` lists the
+    host syncs whose warning points into the lockstep package (the training loop's own,
+    e.g. GradScaler's .item(), are not lockstep's)."""
+
+    def __enter__(self):
+        self.old = torch.cuda.get_sync_debug_mode()
+        self.rec = warnings.catch_warnings(record=True)
+        self.caught = self.rec.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.set_sync_debug_mode(self.old)
+        self.rec.__exit__(*exc)
+        return False
+
+    @property
+    def lockstep_syncs(self):
+        pkg = os.path.dirname(os.path.abspath(lockstep.__file__)) + os.sep
+        return ["%s:%s: %s" % (w.filename, w.lineno, w.message) for w in self.caught
+                if "synchroniz" in str(w.message)
+                and os.path.abspath(w.filename).startswith(pkg)]
+
+
+def grad_scaler(**kwargs):
+    """torch.amp.GradScaler("cuda") where it exists (torch >= 2.3; torch.cuda.amp's is
+    deprecated there), else torch.cuda.amp.GradScaler."""
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cuda", **kwargs)
+    return torch.cuda.amp.GradScaler(**kwargs)
+
+
+@pytest.mark.parametrize("device_path,device", [
+    (False, "cpu"), (True, "cpu"),
+    pytest.param(False, "cuda", marks=needs_cuda)], ids=["host-kernel", "device-path", "cuda"])
+def test_training_loop_lands_in_the_collector_log(collector, device_path, device):
     """device-path: the same loop with CPU tensors forced through the device pipeline
-    (device_stats, one copy per step, record_packed), as CUDA/NPU tensors go."""
-    if device_path:
+    (device_stats, one copy per step, record_packed), as CUDA/NPU tensors go. cuda: the
+    model and data on the GPU (the device pipeline for real), with no host sync inside
+    lockstep (torch.cuda's sync debug mode)."""
+    if device_path or device == "cuda":
         pytest.importorskip("lockstep._torch_stats")
     torch.manual_seed(0)
-    model = TinyTransformer()
+    model = TinyTransformer().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     # The reference: every module output and parameter gradient, captured by the test's
@@ -66,15 +116,29 @@ def test_training_loop_lands_in_the_collector_log(collector, device_path):
     assert mon.enabled
     mon.watch(model, optimizer=opt)
     losses = []
+    syncs = []
     for step, (x, y) in enumerate(synthetic_batches(STEPS)):
+        x, y = x.to(device), y.to(device)
         current["step"] = step
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        ref_grads[step] = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        opt.step()
-        opt.zero_grad()
-        mon.step(loss=loss, lr=opt.param_groups[0]["lr"])
+        if device == "cuda" and hasattr(torch.cuda, "set_sync_debug_mode"):
+            with SyncWatch() as sw:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                ref_grads[step] = {n: p.grad.detach().clone()
+                                   for n, p in model.named_parameters()}
+                opt.step()
+                opt.zero_grad()
+                mon.step(loss=loss, lr=opt.param_groups[0]["lr"])
+            syncs += sw.lockstep_syncs
+        else:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            ref_grads[step] = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss=loss, lr=opt.param_groups[0]["lr"])
         losses.append(loss.item())
+    assert syncs == [], syncs
     assert mon.close(timeout=10.0)
     counters = mon.counters()
     assert counters["python_errors"] == 0, counters["last_python_error"]
@@ -84,7 +148,8 @@ def test_training_loop_lands_in_the_collector_log(collector, device_path):
     types = [r["type"] for r in log]
     assert types[0] == "Hello" and types[-1] == "Goodbye"
     hello = log[0]["body"]
-    assert (hello["role"], hello["experiment"], hello["platform"]) == ("baseline", "py-e2e", "cpu")
+    assert (hello["role"], hello["experiment"], hello["platform"]) == ("baseline", "py-e2e",
+                                                                        PLATFORM)
 
     stats = [dict(s, step=r["body"]["step"]) for r in log if r["type"] == "StepStats"
              for s in r["body"]["stats"]]
@@ -139,3 +204,92 @@ def test_training_loop_lands_in_the_collector_log(collector, device_path):
                          capture_output=True, text=True, timeout=30, check=True)
     summary = json.loads(out.stdout.splitlines()[0])
     assert summary["gaps"] == 0 and summary["role"] == "baseline"
+
+
+AMP_STEPS = 30
+
+
+@needs_cuda
+def test_cuda_amp_training_loop_with_grad_scaler(collector):
+    """A few dozen AMP steps on the GPU (autocast fp16, GradScaler): the log holds every
+    step with fp16 and fp32 outputs under their own dtypes, statistics equal to a float64
+    reference of the same CUDA tensors, the scaler's scale as loss_scale, and lockstep
+    makes no host sync."""
+    pytest.importorskip("lockstep._torch_stats")
+    torch.manual_seed(0)
+    model = TinyTransformer(d_model=64, d_ff=128).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = grad_scaler(init_scale=2.0 ** 12)
+    checked = {"embed", "encoder.layers.0.linear1", "encoder.layers.1.norm2", "head"}
+    ref_acts = {}
+    ref_grads = {}
+    current = {"step": 0}
+
+    def capture(name):
+        def hook(_m, _i, out):
+            if name in checked and torch.is_grad_enabled():
+                ref_acts[(current["step"], name)] = out.detach().clone()
+        return hook
+
+    for name, module in model.named_modules():
+        module.register_forward_hook(capture(name))
+    mon = lockstep.Monitor(run="e2e-amp", role="candidate", experiment="py-e2e",
+                           endpoint=collector.endpoint)
+    mon.watch(model, optimizer=opt)
+    losses, scales, syncs = [], [], []
+    for step, (x, y) in enumerate(synthetic_batches(AMP_STEPS)):
+        x, y = x.cuda(), y.cuda()
+        current["step"] = step
+        with SyncWatch() as sw:
+            with torch.autocast(device_type="cuda", dtype=torch.float16):
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            scaler.scale(loss).backward()
+            # what the hooks saw: gradients scaled by the loss scale, before unscale_
+            ref_grads[step] = {n: p.grad.detach().double().norm().item()
+                               for n, p in model.named_parameters()}
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            mon.step(loss=loss, lr=opt.param_groups[0]["lr"], loss_scale=scaler)
+        syncs += sw.lockstep_syncs
+        losses.append(loss.item())
+        scales.append(scaler.get_scale())
+    assert syncs == [], syncs
+    assert mon.close(timeout=10.0)
+    counters = mon.counters()
+    assert counters["python_errors"] == 0, counters["last_python_error"]
+    assert counters["records_dropped"] == 0 and counters["device_steps_dropped"] == 0
+
+    log = collector.inspect("e2e-amp")
+    assert log[0]["type"] == "Hello" and log[-1]["type"] == "Goodbye"
+    assert log[0]["body"]["platform"] == "cuda"
+    stats = [dict(s, step=r["body"]["step"]) for r in log if r["type"] == "StepStats"
+             for s in r["body"]["stats"]]
+    assert sorted({s["step"] for s in stats}) == list(range(AMP_STEPS))
+    scalars = {r["body"]["step"]: r["body"] for r in log if r["type"] == "StepScalars"}
+    assert sorted(scalars) == list(range(AMP_STEPS))
+    for step in range(AMP_STEPS):
+        recs = sorted((s for s in stats if s["step"] == step), key=lambda s: s["order"])
+        assert [s["order"] for s in recs] == list(range(len(recs)))
+        kinds = {}
+        for s in recs:
+            kinds[s["kind"]] = kinds.get(s["kind"], 0) + 1
+        assert kinds == {"act": 22, "act_grad": 22, "param_grad": 28, "loss": 1}, kinds
+        acts = {s["name"]: s for s in recs if s["kind"] == "act"}
+        for name in checked:
+            t = ref_acts[(step, name)]
+            s, ref = acts[name], reference_stats(t)
+            assert s["dtype"] == WIRE_DTYPE[t.dtype], (name, s["dtype"], t.dtype)
+            for key in ("min", "max", "mean", "std", "l2", "absmax"):
+                assert close(s[key], ref[key]), (step, name, key, s[key], ref[key])
+            assert s["zero_count"] == ref["zero_count"]
+            assert s["nan_count"] == int(torch.isnan(t).sum())
+        assert acts["embed"]["dtype"] == "f16" and acts["encoder.layers.1.norm2"]["dtype"] == "f32"
+        grads = {s["name"]: s for s in recs if s["kind"] == "param_grad"}
+        for name, l2 in ref_grads[step].items():
+            if math.isfinite(l2):
+                assert close(grads[name]["l2"], l2, rel=1e-5, abs_tol=1e-8), (step, name)
+        sc = scalars[step]
+        assert close(sc["loss"], losses[step], rel=1e-6)
+        assert sc["loss_scale"] == scales[step]
+        assert sc["step_time_s"] > 0 and sc["micro_steps"] == 1

@@ -2,6 +2,7 @@
 names, kinds, steps, micro steps and execution order (with a recording fake agent
 and the real C++ statistics kernel)."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -218,12 +219,33 @@ def test_scalars_lr_loss_scale_and_explicit_grad_norm():
     assert (s["lr"], s["loss_scale"], s["grad_norm"], s["samples"]) == (0.5, 1024.0, 3.0, 2)
 
 
+HAS_CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+
+
+def grad_scaler(**kwargs):
+    """torch.amp.GradScaler("cuda") where it exists (torch.cuda.amp.GradScaler warns
+    that it is deprecated there), else torch.cuda.amp.GradScaler (torch 1.13)."""
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cuda", **kwargs)
+    return torch.cuda.amp.GradScaler(**kwargs)
+
+
 def test_loss_scale_from_a_grad_scaler():
     mon, fake = fake_monitor()
-    scaler = torch.cuda.amp.GradScaler(init_scale=256.0, enabled=torch.cuda.is_available())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available": the scaler is disabled
+        scaler = grad_scaler(init_scale=256.0, enabled=HAS_CUDA)
     mon.step(loss=1.0, loss_scale=scaler)
-    expected = 256.0 if torch.cuda.is_available() else 1.0  # a disabled scaler scales by 1
+    expected = 256.0 if HAS_CUDA else 1.0  # a disabled scaler scales by 1
     assert fake.scalars[0]["loss_scale"] == expected
+    if HAS_CUDA:  # once scale() has run, the scale is a CUDA tensor, read with the step's copy
+        scaler.scale(torch.ones((), device="cuda"))
+        scaler._scale.fill_(512.0)
+        mon.step(loss=1.0, loss_scale=scaler)
+        mon.flush(timeout=5.0)
+        assert fake.scalars[1]["loss_scale"] == 512.0
 
 
 def test_step_numbers_start_at_zero_or_start_step():
@@ -327,12 +349,40 @@ def test_device_path_batches_gradients_at_the_end_of_backward(monkeypatch):
     model = mlp()
     mon.watch(model)
     model(torch.randn(2, 4)).sum().backward()
-    # 4 outputs one by one in forward, 4 parameter gradients one by one in backward, the
-    # 4 output gradients in one batch when backward ended (before step(): none waits)
-    assert calls == [1] * 8 + [4]
+    # 4 outputs (copied in forward), 4 parameter gradients and 4 output gradients: one
+    # batch when backward ended (before step(): none waits)
+    assert calls == [12]
     assert mon._pipeline._deferred == []
     mon.step(loss=1.0)
     assert len(fake.records) == 4 + 8 and fake.ended == [0]  # a float loss: no loss record
+    # the size bound launches a batch early
+    from lockstep import _device
+    monkeypatch.setattr(_device, "_DEFER_MAX_TENSORS", 5)
+    calls.clear()
+    model(torch.randn(2, 4)).sum().backward()
+    mon.step(loss=torch.tensor(2.0))
+    assert calls == [5, 5, 2, 1] and sum(calls) == 13  # the loss at step()
+
+
+def test_device_path_records_an_output_before_an_inplace_op_changes_it():
+    """An inplace activation after a watched module changes its output tensor after the
+    hook: the device path records the values the module returned (it copies them)."""
+    pytest.importorskip("lockstep._torch_stats")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(inplace=True), nn.Linear(16, 2))
+    x = torch.randn(8, 4)
+    with torch.no_grad():
+        want = model[0](x).double()
+    assert (want < 0).any()
+    for force in (False, True):
+        mon, fake = fake_monitor(_force_device_path=force)
+        mon.watch(model, kinds=("act",))
+        model(x).sum().backward()
+        mon.step(loss=1.0)
+        assert mon.close(timeout=2.0)
+        rec = [r for r in fake.records if r["name"] == "0"][0]["stats"]
+        assert rec["min"] == pytest.approx(want.min().item(), rel=1e-6), force
+        assert rec["l2"] == pytest.approx(want.norm().item(), rel=1e-6), force
 
 
 def test_micro_steps_are_found_when_only_parameter_gradients_are_watched():
@@ -449,3 +499,115 @@ def test_a_view_in_another_element_order_is_computed_again():
     assert fake.repeats == 0
     assert recs["<root>"]["l2"] == pytest.approx(recs["lin"]["l2"], rel=1e-6)
     assert recs["<root>"]["sketch"] != recs["lin"]["sketch"]  # indexed in the view's order
+
+
+def _records_key(fake):
+    return [(r["step"], r["micro"], r["name"], r["kind"], r["order"])
+            for r in sorted(fake.records, key=lambda r: (r["step"], r["micro"], r["order"]))]
+
+
+@needs_cuda
+def test_cuda_device_path_matches_the_host_kernel_on_cpu():
+    """The same training on CUDA (the device pipeline: device_stats, one copy per step,
+    one step late) and on CPU (the C++ kernel) records the same tensors under the same
+    names, kinds, steps, micro steps and order, with the same statistics (up to the
+    CPU/GPU difference of the model's own arithmetic), and the same grad norm."""
+    pytest.importorskip("lockstep._torch_stats")
+    torch.manual_seed(1)
+    model = mlp()
+    x = torch.randn(6, 4)
+    results = []
+    for device in ("cpu", "cuda"):
+        mon, fake = fake_monitor()
+        m = mlp().to(device)
+        m.load_state_dict(model.state_dict())
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        mon.watch(m, optimizer=opt, params=True)
+        xd = x.to(device)
+        for _ in range(3):
+            for _micro in range(2):
+                m(xd).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                loss = m(xd).pow(2).mean()
+            mon.step(loss=loss)
+        train_step(m, xd, mon, opt)
+        assert mon.close(timeout=5.0)
+        c = mon.counters()
+        assert c["python_errors"] == 0, c["last_python_error"]
+        results.append(fake)
+    host, dev = results
+    assert _records_key(host) == _records_key(dev)
+    key = lambda r: (r["step"], r["micro"], r["order"])  # noqa: E731
+    for a, b in zip(sorted(host.records, key=key), sorted(dev.records, key=key)):
+        for k in ("numel", "nan_count", "inf_count", "zero_count"):
+            assert a["stats"][k] == b["stats"][k], (a["name"], k)
+        for k in ("min", "max", "mean", "std", "l2", "absmax"):
+            assert b["stats"][k] == pytest.approx(a["stats"][k], rel=1e-4, abs=1e-6), \
+                (a["name"], a["kind"], k)
+        assert b["stats"]["sketch"] == pytest.approx(a["stats"]["sketch"], rel=1e-3, abs=1e-5)
+        assert sum(b["stats"]["hist"]) == sum(a["stats"]["hist"])
+    for a, b in zip(host.scalars, dev.scalars):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+        assert b["micro_steps"] == a["micro_steps"]
+    assert dev.ended == host.ended == [0, 1, 2, 3]
+
+
+@needs_cuda
+@pytest.mark.skipif(not hasattr(torch.cuda, "set_sync_debug_mode"), reason="torch too old")
+def test_cuda_watch_never_synchronizes_the_host():
+    """Hooks, step(), the device pipeline and a GradScaler loss scale on CUDA with
+    torch.cuda's sync debug mode set to "error": any host sync inside lockstep would
+    raise there (and be counted as a python error)."""
+    pytest.importorskip("lockstep._torch_stats")
+    mon, fake = fake_monitor()
+    m = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.GELU(),
+                      nn.Linear(256, 8)).cuda()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    mon.watch(m, optimizer=opt, params=True)
+    x = torch.randn(32, 64, device="cuda")
+    scale = torch.full((), 1024.0, device="cuda")
+    torch.cuda.synchronize()
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(8):
+            for _micro in range(2):  # accumulation: the optimizer pre-step hook's norm too
+                m(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                loss = m(x).pow(2).mean()
+            mon.step(loss=loss, lr=torch.full((), 0.5, device="cuda"), loss_scale=scale)
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+    assert mon.close(timeout=5.0)
+    c = mon.counters()
+    assert c["python_errors"] == 0, c["last_python_error"]
+    assert c["device_steps_dropped"] == 0
+    assert fake.ended == list(range(8))
+    assert all(s["loss_scale"] == 1024.0 and s["lr"] == 0.5 for s in fake.scalars)
+    assert all(s["grad_norm"] > 0 for s in fake.scalars)
+    assert len(fake.records) == 8 * (2 * (6 + 6 + 6) + 6 + 1)
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch < 2.0 has no torch.compile")
+def test_a_compiled_model_is_watched_through_graph_breaks():
+    """torch.compile'd model (Dynamo; the eager backend needs no compiler): lockstep's
+    forward hooks run eagerly (a graph break each) instead of failing inside Dynamo, and
+    record under the wrapper's `_orig_mod.` names (which the collector strips)."""
+    mon, fake = fake_monitor()
+    model = torch.compile(mlp(), backend="eager")
+    mon.watch(model)
+    for _ in range(2):
+        train_step(model, torch.randn(2, 4), mon)
+    c = mon.counters()
+    assert c["python_errors"] == 0, c["last_python_error"]
+    for step in (0, 1):
+        acts = fake.names("act", step)
+        assert acts[:3] == ["_orig_mod.0", "_orig_mod.1", "_orig_mod.2"], acts
+        assert sorted(fake.names("param_grad", step)) == [
+            "_orig_mod.0.bias", "_orig_mod.0.weight", "_orig_mod.2.bias", "_orig_mod.2.weight"]
+        assert set(fake.names("act_grad", step)) >= {"_orig_mod.0", "_orig_mod.2"}

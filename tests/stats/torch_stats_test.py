@@ -111,6 +111,18 @@ def specials_tensor(n, dtype, seed):
 
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+HAS_CUDA = torch.cuda.is_available()
+# Every statistics test runs on the CPU and, where a GPU is present, on CUDA: the same
+# code, the same float64 reference (computed from the CPU copy of the tensor).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA,
+                                                                reason="no CUDA device"))]
+
+
+def rows_on(tensors, device, k=32, bins=16):
+    """device_stats of the tensors moved to `device`, back on the host."""
+    rows = ts.device_stats([t.to(device) for t in tensors], k, bins)
+    assert rows.device.type == torch.device(device).type
+    return rows.cpu()
 
 
 def test_sketch_hash_matches_plain_integers_and_cpp_known_answers():
@@ -133,28 +145,53 @@ def test_known_answer_sketch_of_small_tensor():
     assert r[0, K0:K0 + 4].tolist() == [10.0, -17.0, 16.0, 8.0]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_matches_float64_reference_with_specials(dtype):
+def test_matches_float64_reference_with_specials(dtype, device):
     tensors = [specials_tensor(n, dtype, n) for n in (1, 7, 100, 3000)]
     tensors.append(torch.empty(0, dtype=dtype))
-    rows = ts.device_stats(tensors, 32, 16)
+    rows = rows_on(tensors, device)  # one batch: the segmented path
     assert rows.dtype == torch.float64 and rows.shape == (len(tensors), ts.row_width(32, 16))
     for i, t in enumerate(tensors):
         check_row(rows[i].numpy(), t, 32, 16)
+        # each tensor alone: the single-tensor path
+        check_row(rows_on([t], device)[0].numpy(), t, 32, 16)
 
 
-def test_mixed_dtypes_keep_row_order_and_other_widths():
+@pytest.mark.parametrize("device", DEVICES)
+def test_mixed_dtypes_keep_row_order_and_other_widths(device):
     tensors = [specials_tensor(50, DTYPES[i % 4], i) for i in range(8)]
     for k, bins in ((0, 0), (5, 16), (100, 0)):
-        rows = ts.device_stats(tensors, k, bins)
+        rows = rows_on(tensors, device, k, bins)
         for i, t in enumerate(tensors):
             check_row(rows[i].numpy(), t, k, bins)
 
 
-def test_non_contiguous_tensor_uses_logical_row_major_order():
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_tensors_alone_and_in_passes_match_the_reference(device, monkeypatch):
+    """Tensors above CHUNK_ELEMENTS (shrunk here) are reduced on their own in passes,
+    with small pieces (PIECE shrunk); the others in batches up to the chunk size."""
+    monkeypatch.setattr(ts, "CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(ts, "PIECE", 16)
+    tensors = [specials_tensor(n, dt, n) for n, dt in
+               ((3001, torch.float32), (65, torch.bfloat16), (20, torch.float32),
+                (2500, torch.float16), (1000, torch.float64), (993, torch.float32))]
+    tensors.append(torch.full((1500,), math.nan))  # no finite value in any pass
+    for k, bins in ((32, 16), (5, 16), (7, 0), (0, 16)):
+        rows = rows_on(tensors, device, k, bins)
+        for i, t in enumerate(tensors):
+            check_row(rows[i].numpy(), t, k, bins)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_tensor_uses_logical_row_major_order(device):
     x = torch.randn(40, 24)
-    rows = ts.device_stats([x.t(), x.t().contiguous()], 32, 16)
-    assert torch.equal(rows[0], rows[1])
+    rows = rows_on([x.t(), x.t().contiguous()], device)
+    # equal up to the summation order of the device's atomics
+    assert torch.allclose(rows[0], rows[1], rtol=1e-12, atol=1e-12)
+    big = torch.randn(300, 400)  # alone: the single-tensor path
+    assert torch.allclose(rows_on([big.t()], device), rows_on([big.t().contiguous()], device),
+                          rtol=1e-12, atol=1e-12)
 
 
 def test_all_nan_gives_nan_statistics_and_limit_dtype_codes():
@@ -169,6 +206,8 @@ def test_chunking_gives_the_same_rows(monkeypatch):
     tensors = [torch.randn(1000) for _ in range(5)]
     whole = ts.device_stats(tensors)
     monkeypatch.setattr(ts, "CHUNK_ELEMENTS", 1500)
+    assert torch.allclose(ts.device_stats(tensors), whole, rtol=1e-12, atol=0, equal_nan=True)
+    monkeypatch.setattr(ts, "CHUNK_ELEMENTS", 300)  # every tensor alone, in passes of 300
     assert torch.allclose(ts.device_stats(tensors), whole, rtol=1e-12, atol=0, equal_nan=True)
 
 
@@ -201,10 +240,68 @@ def test_torch_equals_cpp_host_kernel(dtype):
         assert list(row[K0 + 32:]) == [float(h) for h in d["hist"]]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 def test_cuda_rows_stay_on_device_and_match_cpu():
-    tensors = [specials_tensor(n, dt, n) for n, dt in ((1000, torch.float32), (513, torch.bfloat16))]
+    tensors = [specials_tensor(n, dt, n) for n, dt in ((1000, torch.float32), (513, torch.bfloat16),
+                                                       (100_000, torch.float16))]
     cpu = ts.device_stats(tensors)
     gpu = ts.device_stats([t.cuda() for t in tensors])
     assert gpu.is_cuda
     assert torch.allclose(gpu.cpu(), cpu, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def _sync_debug(mode):
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(mode)
+    return old
+
+
+@pytest.mark.skipif(not HAS_CUDA or not hasattr(torch.cuda, "set_sync_debug_mode"),
+                    reason="no CUDA device (or no sync debug mode in this torch)")
+def test_cuda_device_stats_never_synchronizes():
+    """Every path (one tensor, a batch, mixed dtypes reordered, passes of a large tensor,
+    first calls that build the hash caches) runs without a host sync: the sync debug
+    mode turns any sync into an error."""
+    tensors = [specials_tensor(n, dt, n).cuda() for n, dt in
+               ((3000, torch.float32), (70_000, torch.bfloat16), (100, torch.float16),
+                (5, torch.float32), (0, torch.float32))]
+    ts.INDEX_CACHE.items.clear()
+    ts.INDEX_CACHE.bytes = 0
+    ts._small_cache.clear()
+    torch.cuda.synchronize()
+    old = _sync_debug("error")
+    try:
+        for k in (32, 17):
+            ts.device_stats(tensors, k, 16)
+            ts.device_stats(tensors[:1], k, 16)
+            ts.device_stats(tensors[1:2], k, 0)
+        big = torch.randn(ts.CHUNK_ELEMENTS + 4099, device="cuda")
+        ts.device_stats([big])
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_cuda_large_tensor_in_two_passes_matches_cpu():
+    x = specials_tensor(ts.CHUNK_ELEMENTS + 4099, torch.float32, 3)
+    gpu = ts.device_stats([x.cuda()])[0].cpu()
+    cpu = ts.device_stats([x])[0]
+    assert torch.allclose(gpu, cpu, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_cuda_strict_deterministic_mode_gives_the_same_rows():
+    """torch.use_deterministic_algorithms(True) (no warn_only): lockstep's kernels have
+    deterministic CUDA implementations, so nothing raises and the rows are the same."""
+    tensors = [specials_tensor(n, dt, n).cuda() for n, dt in
+               ((3000, torch.float32), (70_000, torch.bfloat16), (100, torch.float16))]
+    want = ts.device_stats(tensors).cpu()
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        got = ts.device_stats(tensors).cpu()
+        got_single = ts.device_stats(tensors[1:2]).cpu()
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert torch.allclose(got_single, want[1:2], rtol=1e-12, atol=1e-12, equal_nan=True)

@@ -1,17 +1,20 @@
 """The device path: statistics of non-CPU tensors without a host sync per tensor.
 
-A module output's statistics row is launched on its device when its hook fires
-(``_torch_stats.device_stats``: asynchronous kernels, no ``.item()``), so a later
-in-place update (an ``inplace=True`` activation) cannot change what is recorded and the
-tensor is not kept alive; so is a parameter gradient's (holding it would make
-AccumulateGrad copy it into ``.grad`` instead of adopting it). Output gradients are
-batched — one ``device_stats`` call for up to 64 of them — and launched at the end of
-the backward pass (``queue_callback``) or earlier at the size bound: the autograd
-engine never accumulates in place into a gradient someone else still references. At the end of a step the rows and any device scalars (loss, loss
-scale, grad norm) are concatenated and copied to host ONCE, ``non_blocking`` into a
-pinned buffer, followed by an event. The step is handed to the C++ agent when that
-event has completed — normally at the end of the next step, never by blocking the
-training thread — and at ``drain()`` (close) within a deadline.
+Tensors are batched: a module output is copied (one kernel, so that a later in-place
+update, e.g. an ``inplace=True`` activation, cannot change what is recorded), gradients
+and the step's loss/parameters/optimizer state are held as they are, and up to 256 of
+them (256 MB) go through one ``_torch_stats.device_stats`` call (asynchronous kernels,
+no ``.item()``): at the end of the backward pass (``queue_callback``), at the size
+bound, or at the end of the step. A kernel launch costs ~10-20 us of host time and the
+statistics of one tensor ~50 of them, so per-tensor calls would dominate the step of a
+GPU model. Holding gradients is safe: the autograd engine never accumulates in place
+into a gradient someone else references (AccumulateGrad copies a held parameter
+gradient into ``.grad`` instead of adopting it: one copy, in C++). At the end of a step
+the rows and any device scalars (loss, loss scale, grad norm) are concatenated and
+copied to host ONCE, ``non_blocking`` into a pinned buffer, followed by an event. The
+step is handed to the C++ agent when that event has completed — normally at the end of
+the next step, never by blocking the training thread — and at ``drain()`` (close)
+within a deadline.
 
 Called from the Monitor on the training thread and from autograd hooks (under the
 GIL); not for use from several Python threads at once.
@@ -28,9 +31,9 @@ from lockstep import _core
 _L2_COLUMN = list(_core.PACKED_FIXED_FIELDS).index("l2")
 
 _MAX_PENDING = 4  # steps waiting for their copy; beyond it the oldest is waited for
-# Deferred gradients are batched up to this many tensors / bytes: fewer kernel launches,
-# bounded extra memory (the held gradients).
-_DEFER_MAX_TENSORS = 64
+# Deferred tensors are batched up to this many tensors / bytes: fewer kernel launches,
+# bounded extra memory (the held gradients and output copies).
+_DEFER_MAX_TENSORS = 256
 _DEFER_MAX_BYTES = 256 << 20
 
 
@@ -84,9 +87,10 @@ class DevicePipeline:
             return self._device_stats(tensors, self._k, self._bins)
 
     def add(self, tensor, tensor_id, order, micro, is_param_grad, defer=False):
-        """Launches the tensor's statistics now, or with defer=True (output gradients)
-        batches it with the other deferred tensors until flush_deferred(): at the end of
-        the backward pass, at the size bound, or at end_step."""
+        """Launches the tensor's statistics now, or with defer=True batches it with the
+        other deferred tensors until flush_deferred(): at the end of the backward pass,
+        at the size bound, or at end_step. The caller passes a tensor nobody changes in
+        place until then (a copy of a module output)."""
         if defer:
             self._deferred.append((tensor, tensor_id, order, micro, is_param_grad))
             self._deferred_bytes += tensor.numel() * tensor.element_size()

@@ -22,6 +22,7 @@ from lockstep import _core
 
 KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
+_BACKWARD_KINDS = (_ACT_GRAD, _PARAM_GRAD)
 _get_ident = threading.get_ident
 
 
@@ -160,12 +161,17 @@ class Recorder:
                 self.skipped += 1
                 return
             self.records += 1
-            # Output gradients are batched until the end of backward. Parameter gradients
-            # are not: holding one when our hook returns would make AccumulateGrad copy
-            # it into .grad instead of adopting it (an extra parameter-sized copy).
-            defer = kind == _ACT_GRAD
-            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=defer)
-            if defer and not self._end_of_backward_queued:
+            # Every tensor is batched (one set of statistics kernels for up to 256 tensors:
+            # a kernel launch costs ~10-20 us of host time, per-tensor statistics ~50 of
+            # them). A module output is copied first (one kernel): an in-place op after
+            # the hook (an inplace activation) must not change what is recorded. Gradients
+            # are held as they are: autograd never changes in place a gradient someone
+            # else references (AccumulateGrad copies a held parameter gradient into .grad
+            # instead of adopting it: one copy, in C++).
+            if kind == _ACT:
+                t = t.detach().clone()
+            self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=True)
+            if kind in _BACKWARD_KINDS and not self._end_of_backward_queued:
                 self._queue_end_of_backward()
 
     def _queue_end_of_backward(self):

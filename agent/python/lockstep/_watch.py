@@ -13,14 +13,41 @@ A forward pass is recorded only while grad mode is on and the watched model is i
 training mode: ``torch.no_grad()`` / ``inference_mode`` / ``model.eval()`` passes are
 not training steps. A forward that follows a backward in the same step starts a new
 micro step (gradient accumulation). Hooks run on the training thread or autograd's
-threads, always under the GIL.
+threads, always under the GIL. Under ``torch.compile`` the forward hooks run eagerly
+(``torch.compiler.disable``: a graph break at each watched module), since Dynamo cannot
+trace lockstep's Python.
 """
 import functools
+import importlib
 
 import torch
 
 from lockstep._names import NameFilter, module_name, output_tensors
 from lockstep._recorder import KIND
+
+_DISABLE = []  # [torch.compiler.disable or None], looked up once
+
+
+def _eager(fn):
+    """`fn` run eagerly when a torch.compile'd model calls it (torch >= 2.0: Dynamo
+    would otherwise trace the hook, and fail on it). Feature check: torch 1.13 has no
+    torch.compiler / torch._dynamo and needs nothing."""
+    if not _DISABLE:
+        disable = getattr(getattr(torch, "compiler", None), "disable", None)
+        if disable is None:
+            try:
+                disable = importlib.import_module("torch._dynamo").disable
+            except Exception:  # pylint: disable=broad-except  (torch < 2.0)
+                disable = None
+        _DISABLE.append(disable)
+    disable = _DISABLE[0]
+    if disable is None:
+        return fn
+    try:
+        return disable(fn)
+    except Exception:  # pylint: disable=broad-except
+        return fn
+
 
 DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss")
 ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss")
@@ -108,7 +135,7 @@ class Watch:
                 mon._guard.fail("the forward hook of " + name, e)
             return None
 
-        self.handles.append(module.register_forward_hook(forward_hook))
+        self.handles.append(module.register_forward_hook(_eager(forward_hook)))
 
     def record_step_end(self, mon):
         """Parameters and optimizer state at Monitor.step() (after the update)."""
