@@ -244,35 +244,57 @@ TEST(AgentSender, HelloAndFullDirectoryAreResentOnReconnect) {
 
 TEST(AgentSender, MessagesTheTransportStillHoldsStayUnderTheSendBuffer) {
   // No collector: every zero-copy message stays queued with its block. Past the send
-  // buffer, whole batches are dropped and counted instead of growing memory; once the
-  // queued messages go out, batches ship again.
+  // buffer the sender waits instead of growing memory, records pile up in the queue,
+  // and past the queue's capacity the producer's records are refused and counted. Once
+  // the held messages go out, everything accepted is sent.
   AgentOptions o = TestOptions();
-  o.max_records_per_message = 1024;                   // ~300 KiB per full batch
-  o.send_buffer_bytes = size_t{2} << 20;              // room for ~6 of them
-  o.queue_capacity = 4096;                            // a whole step fits
+  o.max_records_per_message = 1024;       // ~300 KiB per full batch
+  o.send_buffer_bytes = size_t{2} << 20;  // room for ~6 of them
+  o.queue_capacity = 4096;
   auto state = std::make_shared<FakeState>();
   state->hold_owned = true;
   Made m = MakeAgent(o, state);
   ASSERT_NE(m.agent, nullptr);
   const TensorStats s = MakeStats(1.0);
-  auto one_step = [&](uint64_t step) {
-    for (int i = 0; i < 1024; ++i) ASSERT_TRUE(m.agent->RecordStats(step, 0, 0, i, s));
-    ASSERT_TRUE(m.agent->EndStep(step));
-    ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
-  };
-  for (uint64_t step = 0; step < 12; ++step) one_step(step);
-  const size_t shipped = StatsSizes(state->Snapshot()).size();
-  AgentCounters c = m.agent->Counters();
-  EXPECT_GE(shipped, 4u);
-  EXPECT_LE(shipped, 7u) << "more held than 2 MiB of ~300 KiB messages";
-  EXPECT_EQ(c.messages_dropped, 12 - shipped);
-  EXPECT_EQ(c.records_dropped, (12 - shipped) * 1024);
-  EXPECT_EQ(c.records_sent, shipped * 1024);
+  uint64_t accepted = 0;
+  for (uint64_t step = 0; step < 16; ++step) {
+    for (int i = 0; i < 1024; ++i) accepted += m.agent->RecordStats(step, 0, 0, i, s);
+    m.agent->EndStep(step);
+  }
+  ASSERT_TRUE(state->WaitFor([](const auto& ms) { return StatsSizes(ms).size() >= 4; }));
+  EXPECT_LT(accepted, 16u * 1024) << "the queue should have filled while the sender waited";
+  EXPECT_LE(state->max_held_bytes, o.send_buffer_bytes);
+  EXPECT_EQ(m.agent->Counters().messages_dropped, 0u);
 
   state->ReleaseHeld();  // the collector is back and takes them
-  one_step(12);
-  EXPECT_EQ(StatsSizes(state->Snapshot()).size(), shipped + 1);
-  EXPECT_EQ(m.agent->Counters().messages_dropped, c.messages_dropped);
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  AgentCounters c = m.agent->Counters();
+  EXPECT_EQ(c.records_sent, accepted);
+  EXPECT_EQ(c.records_dropped, 16u * 1024 - accepted);
+  EXPECT_EQ(c.messages_dropped, 0u);
+  EXPECT_LE(state->max_held_bytes, o.send_buffer_bytes);
+}
+
+TEST(AgentSender, CloseGivesUpWaitingForTheSendBufferBeforeItsDeadline) {
+  AgentOptions o = TestOptions();
+  o.max_records_per_message = 1024;
+  o.send_buffer_bytes = size_t{1} << 20;  // ~3 batches
+  o.queue_capacity = 8192;                 // all 8 batches fit in the queue
+  auto state = std::make_shared<FakeState>();
+  state->hold_owned = true;  // never released: the collector never comes
+  Made m = MakeAgent(o, state);
+  ASSERT_NE(m.agent, nullptr);
+  const TensorStats s = MakeStats(1.0);
+  for (uint64_t step = 0; step < 8; ++step) {
+    for (int i = 0; i < 1024; ++i) m.agent->RecordStats(step, 0, 0, i, s);
+    m.agent->EndStep(step);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(m.agent->Close(milliseconds(2000)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
+  AgentCounters c = m.agent->Counters();
+  EXPECT_GT(c.messages_dropped, 0u);
+  EXPECT_LT(c.records_sent, c.records_enqueued);
 }
 
 TEST(AgentSender, CloseSendsAFinalHeartbeatThenGoodbye) {

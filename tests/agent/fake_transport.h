@@ -48,16 +48,26 @@ struct FakeState {
   bool hold_owned = false;
   struct Held {
     void* data;
+    size_t size;
     void (*release)(void*, void*);
     void* hint;
   };
   std::vector<Held> held;
+  size_t max_held_bytes = 0;  // the most bytes held at once
+
+  size_t HeldBytes() {
+    std::lock_guard<std::mutex> l(mu);
+    size_t n = 0;
+    for (const Held& h : held) n += h.size;
+    return n;
+  }
 
   void ReleaseHeld() {
     std::vector<Held> h;
     {
       std::lock_guard<std::mutex> l(mu);
       h.swap(held);
+      hold_owned = false;  // from now on the peer takes everything at once
     }
     for (const Held& x : h) x.release(x.data, x.hint);
   }
@@ -114,7 +124,10 @@ class FakeTransport final : public Transport {
         m.bytes.assign(data, data + size);
         m.accepted = true;
         s_->messages.push_back(std::move(m));
-        s_->held.push_back({data, release, hint});
+        s_->held.push_back({data, size, release, hint});
+        size_t bytes = 0;
+        for (const auto& h : s_->held) bytes += h.size;
+        if (bytes > s_->max_held_bytes) s_->max_held_bytes = bytes;
         s_->cv.notify_all();
         return SendResult::kSent;
       }

@@ -18,9 +18,10 @@ constexpr size_t kZeroCopyMinBytes = 32 * 1024;
 // so a burst up to the budget re-faults no fresh memory the next time.
 constexpr size_t kMinPoolBlocks = 16;
 constexpr size_t kMaxPoolBlocks = 4096;
-// How long a batch waits for room in the send buffer before it is dropped. Short:
-// while no collector listens nothing frees room, and the queue fills meanwhile.
+// A batch waits for room in the send buffer in slices this long, sending heartbeats
+// and watching for Close() in between.
 constexpr auto kRoomWait = std::chrono::milliseconds(20);
+constexpr auto kCloseReserve = std::chrono::milliseconds(50);
 
 // The builder's first block: a full batch at the configured sketch/histogram width
 // plus room for the envelope, so a batch is built without regrowing.
@@ -197,21 +198,45 @@ void Sender::ShipBatch() {
   const size_t n = batch_stats_.size();
   const size_t bytes = n * sizeof(wire::TensorStat) + batch_sketch_.size() * sizeof(float) +
                        batch_hist_.size() * sizeof(uint32_t);
-  if (bytes >= kZeroCopyMinBytes && !pool_->WaitForRoom(bytes, Clock::now() + kRoomWait)) {
-    // The messages ZeroMQ holds (no collector, or a slow one) fill the send buffer:
-    // drop this batch, counted like a message refused at the HWM, rather than let the
-    // training process's memory grow.
-    auto& c = shared_->sender;
-    c.messages_dropped.fetch_add(1, std::memory_order_relaxed);
-    c.records_dropped.fetch_add(n, std::memory_order_relaxed);
-  } else {
+  if (bytes < kZeroCopyMinBytes || WaitForSendBuffer(bytes)) {
     SendMessage(encoder_.Stats(batch_step_, batch_stats_.data(), n, batch_k_, batch_sketch_.data(),
                                batch_bins_, batch_hist_.data(), seq_),
                 n);
+  } else {
+    // Closing, and the collector never took what ZeroMQ holds: this batch is lost,
+    // counted like a message refused at the HWM.
+    auto& c = shared_->sender;
+    c.messages_dropped.fetch_add(1, std::memory_order_relaxed);
+    c.records_dropped.fetch_add(n, std::memory_order_relaxed);
   }
   batch_stats_.clear();
   batch_sketch_.clear();
   batch_hist_.clear();
+}
+
+bool Sender::WaitForSendBuffer(size_t bytes) {
+  // The messages ZeroMQ still holds (no collector, a slow one) fill the send buffer.
+  // Wait for them to go out rather than grow the training process's memory; records
+  // pile up in the queue meanwhile, and past its capacity the producers drop (and
+  // count) them. Heartbeats go on; Close() bounds the wait by its deadline, keeping the
+  // last of its time for the final heartbeat, Goodbye and linger.
+  for (;;) {
+    auto now = Clock::now();
+    auto until = now + kRoomWait;
+    if (shared_->stop.load(std::memory_order_acquire)) {
+      const auto deadline = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::nanoseconds(shared_->close_deadline_ns.load(std::memory_order_acquire))));
+      const auto give_up = deadline - kCloseReserve;
+      if (now >= give_up) return pool_->WaitForRoom(bytes, now);  // one last look
+      until = std::min(until, give_up);
+    }
+    if (pool_->WaitForRoom(bytes, until)) return true;
+    now = Clock::now();
+    if (now >= next_heartbeat_) {
+      SendHeartbeat();
+      next_heartbeat_ = now + options_.heartbeat_interval;
+    }
+  }
 }
 
 bool Sender::SendMessage(Bytes bytes, uint64_t records) {

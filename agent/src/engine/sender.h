@@ -68,6 +68,9 @@ class Sender {
   void Process(const QueueItem& item, Clock::time_point now);
   void AddRecord(const QueueItem& item, Clock::time_point now);
   void ShipBatch();
+  // Waits until a message of `bytes` fits in the send buffer (true), or until Close()'s
+  // deadline is near (false).
+  bool WaitForSendBuffer(size_t bytes);
   bool SendMessage(Bytes bytes, uint64_t records);
   void EnsurePreamble();
   void PollConnections();

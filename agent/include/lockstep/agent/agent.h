@@ -39,8 +39,9 @@ struct AgentOptions {
   size_t queue_capacity = 16384;  // records; preallocated (1..65536, ~1.3 KiB each)
   int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
   // Memory for statistics messages ZeroMQ has not written yet (no collector, a slow
-  // one): past it a step's batch is dropped and counted. 0 = bounded by send_hwm only.
-  // At least twice the largest message (max_records_per_message records).
+  // one): past it the sender waits, records wait in the queue, and past the queue's
+  // capacity they are dropped and counted. 0 = bounded by send_hwm only. At least
+  // twice the largest message (max_records_per_message records).
   size_t send_buffer_bytes = size_t{32} << 20;
   OverflowPolicy overflow = OverflowPolicy::kDropNewest;
   int sketch_k = kDefaultSketchK;  // 0..kMaxSketchK
