@@ -34,11 +34,13 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // Sends `count` messages of `size` bytes (the last one `last_size`) PUSH -> PULL over
 // loopback TCP and returns the seconds from the first send to the last receive.
-double RawZmq(uint64_t count, size_t size, size_t last_size) {
-  // Two contexts, so two I/O threads, as between an agent and a collector (separate
-  // processes); one shared context would do both ends on one core, cache-hot.
+// The baseline has two contexts, so two I/O threads, as between an agent and a
+// collector (separate processes). `shared_context` puts both ends in one context: one
+// I/O thread then does both ends on one core, cache-hot, which no agent/collector pair
+// can (reported beside the figure, for comparison with earlier runs).
+double RawZmq(uint64_t count, size_t size, size_t last_size, bool shared_context = false) {
   void* pull_ctx = zmq_ctx_new();
-  void* push_ctx = zmq_ctx_new();
+  void* push_ctx = shared_context ? pull_ctx : zmq_ctx_new();
   void* pull = zmq_socket(pull_ctx, ZMQ_PULL);
   void* push = zmq_socket(push_ctx, ZMQ_PUSH);
   int hwm = 100000;
@@ -66,7 +68,7 @@ double RawZmq(uint64_t count, size_t size, size_t last_size) {
   zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
   zmq_close(push);
   zmq_close(pull);
-  zmq_ctx_term(push_ctx);
+  if (push_ctx != pull_ctx) zmq_ctx_term(push_ctx);
   zmq_ctx_term(pull_ctx);
   return secs;
 }
@@ -209,6 +211,7 @@ int main() {
   const double raw_cpu0 = ProcessCpuSeconds();
   double raw = RawZmq(messages, size, last);
   const double raw_cpu = ProcessCpuSeconds() - raw_cpu0;
+  const double raw_shared = RawZmq(messages, size, last, /*shared_context=*/true);
 
   std::printf("records=%llu messages=%llu bytes=%llu agent_dropped=%llu retries=%llu "
               "collector_rejected=%llu agent_s=%.3f ours_s=%.3f raw_s=%.3f\n",
@@ -217,6 +220,8 @@ int main() {
               (unsigned long long)retries, (unsigned long long)cc.rejected, agent_s, ours, raw);
   std::printf("pipeline threads (CPU seconds/minor faults): %s\n", pipe_cpu.c_str());
   std::printf("CPU seconds in all: pipeline %.2f, raw ZeroMQ %.2f\n", pipe_cpu_total, raw_cpu);
+  std::printf("raw ZeroMQ with both ends in one context: %.3f s (ratio against it %.3f)\n",
+              raw_shared, raw_shared / ours);
   std::printf("BENCH pipeline_records_per_s %.0f records/s\n", static_cast<double>(total) / ours);
   std::printf("BENCH pipeline_vs_raw_zmq_ratio %.3f ratio\n", raw / ours);
   return 0;
