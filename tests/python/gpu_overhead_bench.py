@@ -27,10 +27,8 @@ BENCH gpu_sync_calls_added_per_step  cudaStreamSynchronize / cudaDeviceSynchroni
 BENCH gpu_launches_per_tensor     CUDA kernel launches per recorded tensor (profiler,
                                   watched minus plain, divided by tensors per step)
 """
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
+from bench_util import attach_hooks, naive_stats, start_collector  # noqa: E402
 from model_zoo import TinyTransformer  # noqa: E402
 
 WARMUP = int(os.environ.get("LOCKSTEP_BENCH_WARMUP", "8"))
@@ -52,49 +51,8 @@ LAUNCH_EVENTS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
                  "cuLaunchKernelEx")
 
 
-def naive_stats(t):
-    """What a tool without a device pipeline does: one op and one host read per figure."""
-    t = t.detach().float()
-    return (t.min().item(), t.max().item(), t.mean().item(), t.std().item(), t.norm().item(),
-            t.abs().max().item(), torch.isnan(t).sum().item(), torch.isinf(t).sum().item(),
-            (t == 0).sum().item())
-
-
 def attach_naive(model):
-    def on_grad(g):
-        naive_stats(g)
-
-    def fwd(_m, _i, out):
-        outs = out if isinstance(out, tuple) else (out,)
-        for o in outs:
-            if isinstance(o, torch.Tensor) and o.is_floating_point() and torch.is_grad_enabled():
-                naive_stats(o)
-                if o.requires_grad:
-                    o.register_hook(on_grad)
-
-    for _, m in model.named_modules():
-        m.register_forward_hook(fwd)
-    for p in model.parameters():
-        p.register_hook(on_grad)
-
-
-def start_collector(tmp):
-    exe = os.environ.get("LOCKSTEP_BIN", "")
-    if not exe or not os.access(exe, os.X_OK):
-        return None, "tcp://127.0.0.1:9"
-    ready = os.path.join(tmp, "ready.json")
-    proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
-                             os.path.join(tmp, "data"), "--ready-file", ready],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with open(ready) as f:
-                return proc, json.load(f)["listen"][0]
-        except (OSError, ValueError, KeyError, IndexError):
-            time.sleep(0.02)
-    proc.kill()
-    return None, "tcp://127.0.0.1:9"
+    attach_hooks(model, naive_stats)
 
 
 def grad_scaler():

@@ -41,11 +41,9 @@ BENCH torch_stats_mb_per_step  MB of tensor memory the kernel reads per step
 BENCH torch_stats_inloop_gbps  those bytes / torch_overhead_cxx_ms: the kernel's
                                in-training throughput (tensors warm in cache)
 """
-import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +52,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
+from bench_util import attach_hooks, naive_stats, start_collector  # noqa: E402
 from model_zoo import TinyTransformer  # noqa: E402
 
 WARMUP = 10
@@ -63,55 +62,15 @@ SHAPE = dict(d_in=64, d_model=128, nhead=4, d_ff=512, layers=2)
 BATCH, SEQ = 16, 64
 
 
-def naive_stats(t):
-    """What a tool without a kernel does: one op and one host read per statistic."""
-    t = t.detach().float()
-    return (t.min().item(), t.max().item(), t.mean().item(), t.std().item(), t.norm().item(),
-            t.abs().max().item(), torch.isnan(t).sum().item(), torch.isinf(t).sum().item(),
-            (t == 0).sum().item())
-
-
 def attach_naive(model):
     """Hooks `model` the naive way; returns the handles."""
     sink = []
-    handles = []
-
-    def on_grad(g):
-        sink.append(naive_stats(g))
-
-    def fwd(_m, _i, out):
-        outs = out if isinstance(out, tuple) else (out,)
-        for o in outs:
-            if isinstance(o, torch.Tensor) and o.is_floating_point():
-                sink.append(naive_stats(o))
-                if o.requires_grad:
-                    o.register_hook(on_grad)
-
-    for _, m in model.named_modules():
-        handles.append(m.register_forward_hook(fwd))
-    for p in model.parameters():
-        handles.append(p.register_hook(on_grad))
-    return handles
+    return attach_hooks(model, lambda t: sink.append(naive_stats(t)))
 
 
 def attach_floor(model):
     """The hook points lockstep uses, doing nothing; returns the handles."""
-    handles = []
-
-    def on_grad(_g):
-        return None
-
-    def fwd(_m, _i, out):
-        outs = out if isinstance(out, tuple) else (out,)
-        for o in outs:
-            if isinstance(o, torch.Tensor) and o.requires_grad:
-                o.register_hook(on_grad)
-
-    for _, m in model.named_modules():
-        handles.append(m.register_forward_hook(fwd))
-    for p in model.parameters():
-        handles.append(p.register_hook(on_grad))
-    return handles
+    return attach_hooks(model)
 
 
 class TimedAgent:
@@ -134,25 +93,6 @@ class TimedAgent:
 
     def __getattr__(self, name):
         return getattr(self._agent, name)
-
-
-def start_collector(tmp):
-    exe = os.environ.get("LOCKSTEP_BIN", "")
-    if not exe or not os.access(exe, os.X_OK):
-        return None, "tcp://127.0.0.1:9"
-    ready = os.path.join(tmp, "ready.json")
-    proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
-                             os.path.join(tmp, "data"), "--ready-file", ready],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with open(ready) as f:
-                return proc, json.load(f)["listen"][0]
-        except (OSError, ValueError, KeyError, IndexError):
-            time.sleep(0.02)
-    proc.kill()
-    return None, "tcp://127.0.0.1:9"
 
 
 _TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=1073741824"
