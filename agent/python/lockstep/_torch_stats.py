@@ -127,26 +127,53 @@ def sketch_index(numel, k, device):
     return (o + rot[blk]) % k, neg
 
 
-# Elements hashed per kernel call when the index of a large tensor is built: bounds the
+# Elements hashed per kernel call when the hash of a large tensor is built: bounds the
 # int64 temporaries to a few hundred MB.
 _BUILD_ELEMENTS = 1 << 24
 
 
-def _element_index(numel, k, device):
-    """(bucket uint8 [numel], sign int8 [numel]) of every element (K <= 256): 2 bytes per
-    element in the cache, built in pieces of _BUILD_ELEMENTS (a multiple of K)."""
+def _unit(k):
+    """Row length U of the working layout: a multiple of 16 (the float32 partial sums)
+    and of K (whole sketch blocks), at least PIECE."""
+    base = 16 * k // math.gcd(k, 16) if k else 16
+    return base * max(1, -(-PIECE // base))
+
+
+def _padded(numel, k):
+    u = _unit(k)
+    return -(-numel // u) * u
+
+
+def _hash_range(start, length, k, device):
+    """(sign int8 [length], rotation int64 [length / K]) of the elements
+    [start, start + length) of a tensor (start and length multiples of K)."""
+    signs, rots = [], []
     step = max(1, _BUILD_ELEMENTS // k) * k
-    buckets, signs = [], []
-    for start in range(0, numel, step):
-        rot, neg, blk, o = _block_hash(min(step, numel - start), k, device, start)
-        buckets.append(((o + rot[blk]) % k).to(torch.uint8))
+    for s in range(start, start + length, step):
+        rot, neg, _, _ = _block_hash(min(step, start + length - s), k, device, s)
         signs.append(1 - 2 * neg.to(torch.int8))
-    if not buckets:
-        return (torch.zeros(0, dtype=torch.uint8, device=device),
-                torch.zeros(0, dtype=torch.int8, device=device))
-    if len(buckets) == 1:
-        return buckets[0], signs[0]
-    return torch.cat(buckets), torch.cat(signs)
+        rots.append(rot)
+    if not signs:
+        return (torch.zeros(0, dtype=torch.int8, device=device),
+                torch.zeros(0, dtype=torch.int64, device=device))
+    if len(signs) == 1:
+        return signs[0], rots[0]
+    return torch.cat(signs), torch.cat(rots)
+
+
+def _tensor_hash(numel, k, device):
+    """The hash of every element of a tensor of `numel` elements, padded to the layout."""
+    return _hash_range(0, _padded(numel, k), k, device)
+
+
+def _hash_slice(numel, k, device, start, length):
+    """(sign, rotation) of elements [start, start + length) of a tensor of `numel`
+    elements, from the cache when the whole tensor's hash fits in it."""
+    padded = _padded(numel, k)
+    if padded + padded // k * 8 <= INDEX_CACHE.max_bytes:
+        sign, rot = INDEX_CACHE.get(_tensor_hash, numel, k, device)
+        return sign[start:start + length], rot[start // k:(start + length) // k]
+    return _hash_range(start, length, k, device)
 
 
 class _IndexCache:
@@ -160,7 +187,7 @@ class _IndexCache:
         self.lock = threading.Lock()
 
     def get(self, build, numel, k, device):
-        key = (build.__name__, numel, k, str(device))
+        key = (build.__name__, numel, k, _unit(k), str(device))
         with self.lock:
             hit = self.items.get(key)
             if hit is not None:
@@ -179,14 +206,27 @@ class _IndexCache:
 
 
 INDEX_CACHE = _IndexCache(256 << 20)
-# Elements per batched group and per pass of a larger tensor: bounds the float64
-# working set (a few float64 copies of this many elements).
-CHUNK_ELEMENTS = 1 << 24
-# Per-element accumulations (index_add_, scatter_reduce_) go first to one accumulator per
-# piece of PIECE consecutive elements of one tensor, then per tensor: atomics from
-# millions of elements into a few accumulators serialize on a GPU; at most PIECE (and
-# PIECE / K for the sketch) meet on one address. A power of two.
+# Elements per batched group and per pass of a larger tensor: bounds the working set
+# (at most ~20 bytes per element at once: the work-dtype copy, a zeroed copy, a scaled
+# copy, the float64 signed values of the sketch). One group per flush of the device
+# pipeline (256 MB of float32) keeps the per-group launches (~150) few.
+CHUNK_ELEMENTS = 1 << 26
+# The working layout: every tensor starts a new row of U = _unit(K) >= PIECE elements
+# (rows padded with NaN, which is counted and then taken off the NaN count). Per-row
+# figures come from plain dim-1 reductions (no atomics); rows go to their tensor with
+# one small index_add_ / scatter_reduce_.
 PIECE = 256
+# Sums: float32 partial sums of 16 consecutive elements (after an exact power-of-2
+# scaling per row, so that nothing overflows or underflows), added in float64.
+_PARTIAL = 16
+# Sketch: blocks are first added into float64 accumulators per (tensor, piece of
+# 8 K^2 elements, rotation), about 8 blocks each (few atomics meet on one address),
+# then per tensor, then the rotations are folded.
+_SKETCH_BLOCKS_PER_ACC = 8
+# How the slot counts are made (_count_slots): "histc", or "onehot" (the deterministic
+# fallback, in blocks of _ONEHOT_ELEMENTS bools; the tests force it on the CPU too).
+_COUNTS = "histc"
+_ONEHOT_ELEMENTS = 1 << 26
 
 _small_cache = {}
 
@@ -221,67 +261,295 @@ def _to_device(values, dtype, device):
     return t.to(device, non_blocking=True)
 
 
-def _slot_table(dtype, bins, device):
-    """Every element falls in one slot of |x|: slot 0 is 0, slots 1..E-1 are the
-    intervals between consecutive edges (the histogram's binade edges and the dtype's
-    subnormal and saturation thresholds), slot E is +-Inf, slot E+1 is NaN. One count
-    per slot gives every count of the row through a 0/1 matrix.
+def _prev(v, work):
+    """The largest value of the work dtype below v (v > 0, exact in that dtype)."""
+    if work == torch.float64:
+        return math.nextafter(v, 0.0) if hasattr(math, "nextafter") else float(
+            torch.nextafter(torch.tensor(v, dtype=torch.float64),
+                            torch.tensor(0.0, dtype=torch.float64)))
+    return float(torch.nextafter(torch.tensor(v, dtype=work), torch.tensor(0.0, dtype=work)))
 
-    Returns (edges float64 [E] for bucketize(|x|, edges, right=True), with +Inf last;
-    fold float64 [E, bins + 2]: finite slot -> histogram bin, sat, subnormal)."""
+
+def _slot_table(dtype, work, bins, device):
+    """Every element falls in one slot of |x| (torch.bucketize, right=False: slot i
+    holds (edges[i-1], edges[i]]): slot 0 is 0, then the intervals between the
+    histogram's binade edges and the limit dtype's subnormal and saturation thresholds
+    t (edge: the largest work-dtype value below t, so that |x| >= t is above it), then
+    finite values above the last threshold, +-Inf, and last (above every edge) NaN. One
+    count per slot gives every count of the row through a 0/1 matrix.
+
+    Returns (edges [E] in the work dtype, fold float64 [E + 1, bins + 5]: slot ->
+    histogram bin, sat, subnormal, zero, nan, inf)."""
     code, sat, min_normal = limits(dtype)
 
     def build():
         inf = float("inf")
-        edges = {math.ulp(0.0)}  # the smallest positive double: below it only 0
+        finfo = torch.finfo(work)
+        ts = set()
         if bins:
-            edges.update(2.0 ** e for e in range(-40, 13, 4))  # 2^-40 .. 2^12
+            ts.update(2.0 ** e for e in range(-40, 13, 4))  # 2^-40 .. 2^12
         for v in (min_normal, sat):
             if 0.0 < v < inf:
-                edges.add(v)
-        edges = sorted(edges) + [inf]
-        n = len(edges)
-        fold = [[0.0] * (bins + 2) for _ in range(n)]
-        for s in range(n):
-            lo = 0.0 if s == 0 else edges[s - 1]
-            hi = edges[s]
-            if bins:
-                if s == 0:
-                    b = 0
-                elif lo < 2.0 ** -40:
-                    b = 1
-                else:
-                    b = min(bins - 1, max(1, 2 + (math.frexp(lo)[1] - 1 + 40) // 4))
-                fold[s][b] = 1.0
-            if s > 0 and lo >= sat:
-                fold[s][bins] = 1.0
-            if s > 0 and hi <= min_normal:
-                fold[s][bins + 1] = 1.0
-        return (_to_device(edges, torch.float64, device),
-                _to_device(fold, torch.float64, device))
-    return _cached(("slots", code, bins, str(device)), build)
+                ts.add(v)
+        edges = [0.0] + [_prev(t, work) for t in sorted(ts)] + [float(finfo.max), inf]
+        reps = edges + [math.nan]  # the largest |x| of each slot: it has the slot's class
+        fold = []
+        for v in reps:
+            row = [0.0] * (bins + 5)
+            if math.isnan(v):
+                row[bins + 3] = 1.0
+            elif math.isinf(v):
+                row[bins + 4] = 1.0
+            else:
+                if bins:
+                    if v == 0:
+                        b = 0
+                    elif v < 2.0 ** -40:
+                        b = 1
+                    else:
+                        b = min(bins - 1, max(1, 2 + (math.frexp(v)[1] - 1 + 40) // 4))
+                    row[b] = 1.0
+                if v >= sat:
+                    row[bins] = 1.0
+                if 0 < v < min_normal:
+                    row[bins + 1] = 1.0
+                if v == 0:
+                    row[bins + 2] = 1.0
+            fold.append(row)
+        return (_to_device(edges, work, device), _to_device(fold, torch.float64, device))
+    return _cached(("slots", code, str(work), bins, str(device)), build)
 
 
-def _slots(x, edges):
-    """int64 slot of every element (see _slot_table)."""
-    a = torch.nan_to_num(x.abs(), nan=float("inf"), posinf=float("inf"))
-    return torch.bucketize(a, edges, right=True) + torch.isnan(x)
+def _work_dtype(dtype):
+    """float32 for every float type it holds exactly, float64 otherwise."""
+    if dtype in (torch.float16, torch.bfloat16, torch.float32) or dtype in (_F8E4M3, _F8E5M2):
+        return torch.float32
+    return torch.float64
 
 
-def _finish_rows(numel, counts, fold, s1, s2, var, mn, mx, sketch, code, bins, device):
-    """[g, F] rows from per-tensor reductions: counts [g, E + 2] (slots), s1/s2/var/mn/mx
-    [g], sketch [g, K] or None."""
+def _pow2_scale(b, work):
+    """Per-row power of two s with |x| * s < 1 for |x| <= b (b [P]; 1 where b is not
+    finite, as for a row without finite values), clamped so that s is a normal number
+    of the work dtype. None (no scaling) for float64."""
+    if work != torch.float32:
+        return None
+    e = torch.frexp(torch.nan_to_num(b, nan=1.0, posinf=1.0, neginf=1.0))[1]
+    return ((127 - e.clamp_(-100, 126)) << 23).view(torch.float32)
+
+
+def _partial_sums(v, rows, scale, square):
+    """float64 [rows]: per row of `v` [rows, U] (already scaled by `scale` [rows]), the
+    sum (or the sum of squares) in float32 partials of 16 consecutive elements,
+    unscaled."""
+    q = v.view(-1, _PARTIAL)
+    if square:
+        p = torch.linalg.vector_norm(q, dim=1).to(torch.float64)
+        p = p * p
+    else:
+        p = q.sum(1).to(torch.float64)
+    p = p.view(rows, v.shape[1] // _PARTIAL).sum(1)
+    if scale is None:
+        return p
+    s = scale.to(torch.float64)
+    return p / (s * s) if square else p / s
+
+
+class _Buffer:
+    """The views of one pass, in the working layout: x [P, U] (work dtype, NaN-padded
+    rows), rowseg [P] (segment of each row), and the per-segment host lists."""
+
+    def __init__(self, views, dtype, work, u, device):
+        g = len(views)
+        numels = [v.numel() for v in views]
+        pads = [(-n) % u for n in numels]
+        rows = [(n + p) // u for n, p in zip(numels, pads)]
+        convert = dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+        cat_dtype = work if convert else dtype
+        nan_row = _cached(("nanrow", u, str(cat_dtype), str(device)),
+                          lambda: torch.full((u,), float("nan"), dtype=cat_dtype, device=device))
+        parts = []
+        for v, pad in zip(views, pads):
+            v = v.reshape(-1)
+            parts.append(v.to(work) if convert else v)
+            if pad:
+                parts.append(nan_row[:pad])
+        if not parts:
+            x = torch.zeros(0, dtype=work, device=device)
+        else:
+            x = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if x.dtype != work:
+            x = x.to(work)
+        self.p = sum(rows)
+        self.x = x.view(self.p, u)
+        self.g = g
+        self.u = u
+        self.numels = numels
+        self.pads = pads
+        self.rows = rows
+        small = _to_device(rows + pads, torch.int64, device)
+        self.rows_t = small[:g]
+        self.pads_t = small[g:].to(torch.float64)
+        gi = torch.arange(g, dtype=torch.int64, device=device)
+        # output_size: without it repeat_interleave reads the total back from the device
+        self.rowseg = torch.repeat_interleave(gi, self.rows_t, output_size=self.p)
+
+
+def _pass1(buf, hashes, dtype, work, k, bins, device):
+    """Everything but the variance, per segment of `buf`: (minmax [g, 2] float64 (-min,
+    max over the finite values; -inf where none), slot counts [g, E + 1], (sum, sum of
+    squares) [g, 2], rotation table R [g, K, K] or None), and the per-row |x| bound
+    [P] for the variance pass."""
     f64 = torch.float64
-    e = fold.shape[0]
-    folded = counts[:, :e].matmul(fold)  # [g, bins + 2]: histogram, sat, subnormal
-    n_inf, n_nan = counts[:, e], counts[:, e + 1]
+    inf = float("inf")
+    g, p, x, rowseg = buf.g, buf.p, buf.x, buf.rowseg
+    edges, fold = _slot_table(dtype, work, bins, device)
+    s = fold.shape[0]
+    # min / max of the finite values per row, then per segment
+    lo = torch.nan_to_num(x, nan=inf, posinf=inf, neginf=inf).amin(1)
+    hi = torch.nan_to_num(x, nan=-inf, posinf=-inf, neginf=-inf).amax(1)
+    minmax = _segment_max(torch.stack([-lo, hi], dim=1), buf, work, device).to(f64)
+    bound = torch.maximum(-lo, hi)  # -inf where a row has no finite value
+    # counts: one bucketing of |x|, counted per (segment, slot)
+    slot = torch.bucketize(x.abs(), edges, out_int32=True)
+    counts = _count_slots(slot, buf, s, device)
+    del slot
+    counts[:, s - 1] -= buf.pads_t  # the padding is NaN
+    xz = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    scale = _pow2_scale(bound, work)
+    xs = xz * scale.unsqueeze(1) if scale is not None else xz
+    # the sum in float64 (the mean to float64 precision), squares in scaled float32
+    s12 = torch.zeros((g, 2), dtype=f64, device=device).index_add_(
+        0, rowseg, torch.stack([xz.sum(1, dtype=f64),
+                                _partial_sums(xs, p, scale, True)], dim=1))
+    del xs
+    table = None
+    if k:
+        table = _sketch_table(buf, xz, hashes, k, device)
+    return minmax, counts, s12, table, bound
+
+
+def _segment_max(rows_v, buf, work, device):
+    """[g, c]: per segment, the max of its rows of rows_v [P, c] (-inf for none)."""
+    p, c = rows_v.shape
+    return torch.full((buf.g, c), -float("inf"), dtype=work, device=device).scatter_reduce_(
+        0, buf.rowseg.unsqueeze(1).expand(p, c), rows_v, "amax")
+
+
+def _count_slots(slot, buf, s, device):
+    """float64 [g, s]: per segment, how many elements fall in each slot (slot int32
+    [P, U]). torch.histc of segment * s + slot (float64, exact integers), or where
+    histc is not deterministic (CUDA in torch's deterministic mode) or not known to
+    exist: per row, the sum of a one-hot comparison (exact, deterministic, no atomics,
+    slower), in blocks of rows that bound the bool temporary; then per segment."""
+    f64 = torch.float64
+    g, p, u = buf.g, buf.p, buf.u
+    if _COUNTS == "histc" and device.type in ("cpu", "cuda") and not (
+            device.type == "cuda" and torch.are_deterministic_algorithms_enabled()):
+        key = torch.add(slot, (buf.rowseg * s).to(f64).unsqueeze(1)).view(-1)
+        per = max(1, 4096 // s)
+        out = []
+        for a in range(0, g, per):
+            b = min(g, a + per)
+            out.append(torch.histc(key, bins=(b - a) * s, min=a * s - 0.5, max=b * s - 0.5))
+        return (out[0] if len(out) == 1 else torch.cat(out)).view(g, s)
+    lanes = _cached(("lanes", s, str(device)),
+                    lambda: torch.arange(s, dtype=torch.int32, device=device))
+    step = max(1, _ONEHOT_ELEMENTS // (u * s))
+    per_row = []
+    for a in range(0, p, step):
+        hit = slot[a:a + step].unsqueeze(2) == lanes  # [rows, U, s] bool
+        per_row.append(hit.sum(1, dtype=torch.int32))
+    per_row = (per_row[0] if len(per_row) == 1 else torch.cat(per_row)) if per_row else \
+        torch.zeros((0, s), dtype=torch.int32, device=device)
+    return torch.zeros((g, s), dtype=f64, device=device).index_add_(
+        0, buf.rowseg, per_row.to(f64))
+
+
+def _fold_index(k, device):
+    """[K, K] int64: G[r, j] = (j - r) mod K."""
+    def build():
+        r = torch.arange(k, dtype=torch.int64).unsqueeze(1)
+        j = torch.arange(k, dtype=torch.int64).unsqueeze(0)
+        return _to_device(((j - r) % k).tolist(), torch.int64, device)
+    return _cached(("fold", k, str(device)), build)
+
+
+def _sketch_table(buf, xz, hashes, k, device):
+    """float64 [g, K, K]: R[s, r, o] = sum over the blocks of segment s with rotation r
+    of sign * x at offset o (non-finite values are 0). Blocks go first to accumulators
+    per (segment, piece of a few 8 K^2 elements, rotation), then to the segment."""
+    f64 = torch.float64
+    g, p, u = buf.g, buf.p, buf.u
+    per_row = u // k
+    ch = max(1, _SKETCH_BLOCKS_PER_ACC * k * k // u)  # rows per accumulator piece
+    n_pieces = [-(-r // ch) for r in buf.rows]
+    row_start, piece_start, r0, c0 = [], [], 0, 0
+    for r, c in zip(buf.rows, n_pieces):
+        row_start.append(r0)
+        piece_start.append(c0)
+        r0 += r
+        c0 += c
+    n_acc = c0
+    small = _to_device(row_start + piece_start + n_pieces, torch.int64, device)
+    g_row_start, g_piece_start, g_pieces = small[:g], small[g:2 * g], small[2 * g:]
+    gi = torch.arange(g, dtype=torch.int64, device=device)
+    piece_seg = torch.repeat_interleave(gi, g_pieces, output_size=n_acc)
+    local = torch.arange(p, dtype=torch.int64, device=device) - g_row_start[buf.rowseg]
+    row_piece = torch.div(local, ch, rounding_mode="floor") + g_piece_start[buf.rowseg]
+    sign = hashes[0][0] if g == 1 else torch.cat([h[0] for h in hashes])
+    rot = hashes[0][1] if g == 1 else torch.cat([h[1] for h in hashes])
+    block_key = (row_piece.unsqueeze(1) * k + rot.view(p, per_row)).view(-1)
+    # one kernel: the product (exact: a sign) is stored as float64
+    signed = torch.mul(xz.view(-1), sign,
+                       out=torch.empty(xz.numel(), dtype=f64, device=device))
+    acc = torch.zeros((n_acc * k, k), dtype=f64, device=device).index_add_(
+        0, block_key, signed.view(-1, k))
+    return torch.zeros((g, k * k), dtype=f64, device=device).index_add_(
+        0, piece_seg, acc.view(n_acc, k * k)).view(g, k, k)
+
+
+def _fold_sketch(table, k, device):
+    g = table.shape[0]
+    return torch.gather(table, 2, _fold_index(k, device).unsqueeze(0).expand(g, k, k)).sum(1)
+
+
+def _pass2(buf, bound, mean, work, device):
+    """float64 [g, 2]: sums over the finite values of d = x - m and of d^2, with m the
+    mean rounded to the work dtype (float32 partials of scaled deviations, float64
+    beyond). The sum of d corrects both the mean and the variance (corrected two-pass
+    algorithm): the deviations are small, so their sums are accurate relative to std."""
+    f64 = torch.float64
+    g, p, x, rowseg = buf.g, buf.p, buf.x, buf.rowseg
+    m = mean.to(work)[rowseg]  # NaN where a segment has no finite value
+    scale = _pow2_scale(torch.maximum(bound, m.abs()), work)
+    if scale is None:
+        dev = x - m.unsqueeze(1)
+    else:  # x * s - m * s: the products are exact (powers of two), one rounding
+        dev = torch.addcmul((-m * scale).unsqueeze(1), x, scale.unsqueeze(1))
+    dev = torch.nan_to_num(dev, nan=0.0, posinf=0.0, neginf=0.0)
+    return torch.zeros((g, 2), dtype=f64, device=device).index_add_(
+        0, rowseg, torch.stack([_partial_sums(dev, p, scale, False),
+                                _partial_sums(dev, p, scale, True)], dim=1))
+
+
+def _finish_rows(numel, counts, fold, s1, s2, dev, minmax, sketch, code, bins, device):
+    """[g, F] rows from per-segment reductions (dev: sums of d = x - m and d^2, m the
+    mean rounded to the work dtype)."""
+    f64 = torch.float64
+    folded = counts.matmul(fold)  # [g, bins + 5]
+    n_nan, n_inf = folded[:, bins + 3], folded[:, bins + 4]
     n_f = numel - n_inf - n_nan
-    mean = s1 / n_f  # NaN where nothing is finite (0 / 0)
-    vals = torch.stack([mn, mx, mean, torch.sqrt(var / n_f), torch.sqrt(s2),
+    d1, d2 = dev[:, 0], dev[:, 1]
+    mean = s1 / n_f
+    # sum (x - mean)^2 = sum d^2 - (sum d)^2 / n_f
+    var = torch.clamp(d2 - d1 * d1 / n_f, min=0.0) / n_f
+    mn, mx = -minmax[:, 0], minmax[:, 1]
+    vals = torch.stack([mn, mx, mean, torch.sqrt(var), torch.sqrt(s2),
                         torch.maximum(-mn, mx)], dim=1)
     vals = torch.where((n_f > 0).unsqueeze(1), vals, _const(float("nan"), device))
     parts = [numel.unsqueeze(1), vals,
-             torch.stack([n_nan, n_inf, counts[:, 0]], dim=1), folded[:, bins:bins + 2],
+             torch.stack([n_nan, n_inf, folded[:, bins + 2], folded[:, bins],
+                          folded[:, bins + 1]], dim=1),
              torch.full_like(n_f, float(code)).unsqueeze(1)]
     if sketch is not None:
         # float32 on the wire: round here too, so both paths hand over the same values.
@@ -291,79 +559,62 @@ def _finish_rows(numel, counts, fold, s1, s2, var, mn, mx, sketch, code, bins, d
     return torch.cat(parts, dim=1)
 
 
-def _partials(x, key, n_keys, edges, slots, bucket, sign, k, device):
-    """Per-piece accumulations of float64 `x` (key: piece of every element, < n_keys):
-    slot counts [n_keys, slots], (sum, sum of squares) [n_keys, 2], min, max [n_keys],
-    sketch [n_keys, K] or None."""
+def _mean(s1, counts, fold, numel, bins):
+    folded = counts.matmul(fold)
+    n_f = numel - folded[:, bins + 3] - folded[:, bins + 4]
+    return s1 / n_f  # NaN where nothing is finite (0 / 0)
+
+
+def _group_rows(ts, dtype, sketch_k, hist_bins, device):
+    """[g, F] rows of g tensors of one dtype: one set of kernels for the whole group,
+    or, for a tensor above CHUNK_ELEMENTS alone, the same in passes of about that many
+    elements (two passes: the variance needs the mean)."""
     f64 = torch.float64
-    inf = float("inf")
-    m = x.numel()
-    xf = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-    cnt = torch.zeros(n_keys * slots, dtype=f64, device=device).index_add_(
-        0, key * slots + _slots(x, edges), _const(1.0, device).expand(m)).view(n_keys, slots)
-    s12 = torch.zeros((n_keys, 2), dtype=f64, device=device).index_add_(
-        0, key, torch.stack([xf, xf * xf], dim=1))
-    mn = torch.full((n_keys,), inf, dtype=f64, device=device).scatter_reduce_(
-        0, key, torch.nan_to_num(x, nan=inf, posinf=inf, neginf=inf), "amin")
-    mx = torch.full((n_keys,), -inf, dtype=f64, device=device).scatter_reduce_(
-        0, key, torch.nan_to_num(x, nan=-inf, posinf=-inf, neginf=-inf), "amax")
-    sk = None
-    if k:
-        sk = torch.zeros(n_keys * k, dtype=f64, device=device).index_add_(
-            0, key * k + bucket, xf * sign).view(n_keys, k)
-    return cnt, s12, mn, mx, sk
-
-
-def _sq_dev(x, mean_per_element, key, n_keys, device):
-    """Per-piece sum of squared deviations from the mean (non-finite elements add 0)."""
-    dev = torch.nan_to_num(x - mean_per_element, nan=0.0, posinf=0.0, neginf=0.0)
-    return torch.zeros(n_keys, dtype=torch.float64, device=device).index_add_(0, key, dev * dev)
-
-
-def _piece_keys(m, device):
-    return torch.arange(m, dtype=torch.int64, device=device).bitwise_right_shift_(
-        PIECE.bit_length() - 1)
-
-
-def _large_row(t, dtype, sketch_k, hist_bins, device):
-    """[1, F] row of a tensor above CHUNK_ELEMENTS, in passes (two-pass std)."""
-    f64 = torch.float64
-    n = t.numel()
     k, bins = sketch_k, hist_bins
-    edges, fold = _slot_table(dtype, bins, device)
-    slots = fold.shape[0] + 2
-    flat = t.detach().reshape(-1)
-    step = max(1, CHUNK_ELEMENTS // max(k, PIECE)) * max(k, PIECE)  # whole blocks and pieces
-    bucket = sign = None
-    if k:
-        bucket, sign = INDEX_CACHE.get(_element_index, n, k, device)
-    totals = []
-    for start in range(0, n, step):
-        x = flat[start:start + step].to(f64)
-        m = x.numel()
-        n_keys = (m + PIECE - 1) // PIECE
-        cnt, s12, mn, mx, sk = _partials(
-            x, _piece_keys(m, device), n_keys, edges, slots,
-            bucket[start:start + m] if k else None, sign[start:start + m] if k else None,
-            k, device)
-        totals.append((cnt.sum(0), s12.sum(0), mn.amin(), mx.amax(),
-                       sk.sum(0) if k else None))
-    counts = torch.stack([p[0] for p in totals]).sum(0).unsqueeze(0)
-    s12 = torch.stack([p[1] for p in totals]).sum(0)
-    mn = torch.stack([p[2] for p in totals]).amin().view(1)
-    mx = torch.stack([p[3] for p in totals]).amax().view(1)
-    sketch = torch.stack([p[4] for p in totals]).sum(0).unsqueeze(0) if k else None
-    numel = _const(float(n), device).view(1)
-    e = fold.shape[0]
-    mean = s12[0] / (numel - counts[:, e] - counts[:, e + 1])
-    var = torch.zeros(1, dtype=f64, device=device)
-    for start in range(0, n, step):
-        x = flat[start:start + step].to(f64)
-        m = x.numel()
-        var = var + _sq_dev(x, mean, _piece_keys(m, device), (m + PIECE - 1) // PIECE,
-                            device).sum()
-    return _finish_rows(numel, counts, fold, s12[0:1], s12[1:2], var, mn, mx, sketch,
-                        limits(dtype)[0], bins, device)
+    work = _work_dtype(dtype)
+    u = _unit(k)
+    edges, fold = _slot_table(dtype, work, bins, device)
+    numels = [t.numel() for t in ts]
+    numel = _to_device([float(n) for n in numels], f64, device)
+    code = limits(dtype)[0]
+    flats = [t.detach().reshape(-1) for t in ts]
+    if len(ts) == 1 and numels[0] > CHUNK_ELEMENTS:
+        n = numels[0]
+        # whole rows and whole sketch pieces per pass, so that the pieces are those of
+        # a single pass
+        piece = u * max(1, _SKETCH_BLOCKS_PER_ACC * k * k // u) if k else u
+        step = max(1, CHUNK_ELEMENTS // piece) * piece
+        slices = [(a, min(n, a + step)) for a in range(0, n, step)]
+    else:
+        slices = None
+    if slices is None:
+        hashes = [_hash_slice(n, k, device, 0, _padded(n, k)) for n in numels] if k else None
+        buf = _Buffer(flats, dtype, work, u, device)
+        minmax, counts, s12, table, bound = _pass1(buf, hashes, dtype, work, k, bins, device)
+        mean = _mean(s12[:, 0], counts, fold, numel, bins)
+        dev = _pass2(buf, bound, mean, work, device)
+    else:
+        flat = flats[0]
+        n = numels[0]
+        parts, bounds = [], []
+        for a, b in slices:
+            buf = _Buffer([flat[a:b]], dtype, work, u, device)
+            hashes = [_hash_slice(n, k, device, a, _padded(b - a, k))] if k else None
+            res = _pass1(buf, hashes, dtype, work, k, bins, device)
+            parts.append(res[:4])
+            bounds.append(res[4])
+        minmax = torch.stack([r[0] for r in parts]).amax(0)
+        counts = torch.stack([r[1] for r in parts]).sum(0)
+        s12 = torch.stack([r[2] for r in parts]).sum(0)
+        table = torch.stack([r[3] for r in parts]).sum(0) if k else None
+        mean = _mean(s12[:, 0], counts, fold, numel, bins)
+        dev = torch.zeros((1, 2), dtype=f64, device=device)
+        for (a, b), bound in zip(slices, bounds):
+            buf = _Buffer([flat[a:b]], dtype, work, u, device)
+            dev = dev + _pass2(buf, bound, mean, work, device)
+    sketch = _fold_sketch(table, k, device) if k else None
+    return _finish_rows(numel, counts, fold, s12[:, 0], s12[:, 1], dev, minmax, sketch, code,
+                        bins, device)
 
 
 def _groups(tensors):
@@ -383,61 +634,6 @@ def _groups(tensors):
             cur_n += n
         if cur:
             yield dtype, cur
-
-
-def _group_rows(ts, dtype, sketch_k, hist_bins, device):
-    """[g, F] rows of g tensors of one dtype, concatenated: one set of kernels for the
-    whole group; per-element accumulations go to pieces of PIECE elements (a piece never
-    spans two tensors), then to the tensors."""
-    g = len(ts)
-    numels = [t.numel() for t in ts]
-    if g == 1 and numels[0] > CHUNK_ELEMENTS:
-        return _large_row(ts[0], dtype, sketch_k, hist_bins, device)
-    f64, i64 = torch.float64, torch.int64
-    total = sum(numels)
-    k, bins = sketch_k, hist_bins
-    edges, fold = _slot_table(dtype, bins, device)
-    slots = fold.shape[0] + 2
-    # The piece of element i of tensor s is i_global // PIECE + s: unique per (piece,
-    # tensor), as tensors are consecutive. Pieces [start_s, start_{s+1}) belong to s (one
-    # may be unused: it stays zero).
-    shift = PIECE.bit_length() - 1
-    starts, offset = [], 0
-    for s, n in enumerate(numels):
-        starts.append((offset >> shift) + s)
-        offset += n
-    n_keys = (total >> shift) + g
-    pieces_per = [b - a for a, b in zip(starts, starts[1:] + [n_keys])]
-    small = _to_device(numels + pieces_per, i64, device)
-    counts_t, pieces_t = small[:g], small[g:]
-    gi = torch.arange(g, dtype=i64, device=device)
-    # output_size: without it repeat_interleave reads the total back from the device
-    seg = torch.repeat_interleave(gi, counts_t, output_size=total)
-    key_seg = torch.repeat_interleave(gi, pieces_t, output_size=n_keys)
-    key = _piece_keys(total, device).add_(seg)
-    x = (torch.cat([t.detach().reshape(-1) for t in ts]) if g > 1
-         else ts[0].detach().reshape(-1)).to(f64)
-    bucket = sign = None
-    if k:
-        pieces = [INDEX_CACHE.get(_element_index, n, k, device) for n in numels]
-        bucket = torch.cat([p[0] for p in pieces]) if g > 1 else pieces[0][0]
-        sign = torch.cat([p[1] for p in pieces]) if g > 1 else pieces[0][1]
-    cnt, s12, mn, mx, sk = _partials(x, key, n_keys, edges, slots, bucket, sign, k, device)
-    inf = float("inf")
-    counts = torch.zeros((g, slots), dtype=f64, device=device).index_add_(0, key_seg, cnt)
-    s12 = torch.zeros((g, 2), dtype=f64, device=device).index_add_(0, key_seg, s12)
-    mn = torch.full((g,), inf, dtype=f64, device=device).scatter_reduce_(0, key_seg, mn, "amin")
-    mx = torch.full((g,), -inf, dtype=f64, device=device).scatter_reduce_(0, key_seg, mx, "amax")
-    sketch = (torch.zeros((g, k), dtype=f64, device=device).index_add_(0, key_seg, sk)
-              if k else None)
-    numel = counts_t.to(f64)
-    e = fold.shape[0]
-    s1, s2 = s12[:, 0], s12[:, 1]
-    mean = s1 / (numel - counts[:, e] - counts[:, e + 1])
-    var = torch.zeros(g, dtype=f64, device=device).index_add_(
-        0, key_seg, _sq_dev(x, mean[seg], key, n_keys, device))
-    return _finish_rows(numel, counts, fold, s1, s2, var, mn, mx, sketch, limits(dtype)[0],
-                        bins, device)
 
 
 def device_stats(tensors, sketch_k=DEFAULT_SKETCH_K, hist_bins=HIST_BINS):
