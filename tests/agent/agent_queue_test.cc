@@ -232,7 +232,9 @@ TEST(AgentQueue, TheSenderThreadIsNamedForTopAndDebuggers) {
   {
     Made m = MakeAgent(TestOptions());
     ASSERT_NE(m.agent, nullptr);
-    // The name is set by the thread itself as it starts: Flush() returns once it ran.
+    // The name is set by the thread itself as it starts. A Flush() with nothing queued
+    // may return before the thread ran; one with a record waits for the thread to send it.
+    ASSERT_TRUE(m.agent->RecordStats(0, 0, 0, 0, MakeStats(1.0)));
     ASSERT_TRUE(m.agent->Flush(std::chrono::seconds(10)));
     EXPECT_EQ(ThreadsNamed("lockstep-agent"), before + 1);
   }
