@@ -39,6 +39,7 @@ OPTIONS = {
     "heartbeat_interval": (float, 1.0),
     "curve_server_key": (str, ""),
     "curve_key": (str, ""),
+    "host_stats_thread": (str, "auto"),
 }
 
 
@@ -85,6 +86,7 @@ def resolve(args):
     if cfg["hist_bins"] not in (0, 16):
         raise ValueError("lockstep: hist_bins=%d is not supported; use 16 or 0 (off)"
                          % cfg["hist_bins"])
+    cfg["host_stats_thread"] = resolve_host_stats_thread(cfg["host_stats_thread"])
     if cfg["platform"] is None:
         cfg["platform"] = detect_platform()
     if cfg["device_name"] is None:
@@ -97,6 +99,26 @@ def resolve(args):
     cfg["framework"] = "torch " + torch.__version__
     cfg["curve"] = _keys.resolve_curve(cfg["curve_server_key"], cfg["curve_key"])
     return cfg
+
+
+def resolve_host_stats_thread(value):
+    """True when CPU tensors' statistics should be computed on lockstep's own thread.
+    "auto": when torch leaves a core of this process's CPU set idle (its intra-op
+    threads fewer than the cores), since the thread then takes the kernel's time out of
+    the step; with every core busy it would only compete with torch's own threads."""
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    if v != "auto":
+        raise ValueError("lockstep: host_stats_thread=%r is not one of auto, on, off; pass "
+                         "one of those (or set LOCKSTEP_HOST_STATS_THREAD)" % (value,))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return torch.get_num_threads() < cores
 
 
 def npu_module():

@@ -103,7 +103,9 @@ class Monitor:
     close_timeout (5 s), heartbeat_interval (1 s), curve_server_key (the collector's
     CURVE public key or its .pub file: turns on encryption and authentication) and
     curve_key (this agent's .key file from ``lockstep keygen``; default a fresh pair),
-    see docs/security.md. A configuration mistake warns with
+    see docs/security.md. host_stats_thread ("auto"; "on", "off"): compute CPU tensors'
+    statistics on a lockstep thread while the step goes on; "auto" turns it on when
+    torch's intra-op threads leave a core idle (docs/python.md). A configuration mistake warns with
     one sentence and gives a disabled monitor (``strict=True`` raises ValueError).
     """
 
@@ -115,8 +117,8 @@ class Monitor:
     def __init__(self, run=None, role=None, experiment=None, endpoint=None, platform=None,
                  rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
                  device_name=None, queue_capacity=None, send_hwm=None, send_buffer_mb=None,
-                 close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None, strict=False,
-                 _force_device_path=False):
+                 close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None,
+                 host_stats_thread=None, strict=False, _force_device_path=False):
         self._guard = Guard()
         self._agent = None
         self._closed = False
@@ -128,7 +130,8 @@ class Monitor:
                     hist_bins=hist_bins, start_step=start_step, device_name=device_name,
                     queue_capacity=queue_capacity, send_hwm=send_hwm,
                     send_buffer_mb=send_buffer_mb, close_timeout=close_timeout, heartbeat_interval=heartbeat_interval,
-                    curve_server_key=curve_server_key, curve_key=curve_key)
+                    curve_server_key=curve_server_key, curve_key=curve_key,
+                    host_stats_thread=host_stats_thread)
         try:
             cfg = _config.resolve(args)
             self._agent = _core.Agent.create(
@@ -153,6 +156,12 @@ class Monitor:
         if cfg.get("run_defaulted"):
             self._guard.warn("no run id given (run= or LOCKSTEP_RUN); using %r" % cfg["run"])
         self._close_timeout = cfg["close_timeout"]
+        if cfg["host_stats_thread"]:
+            try:
+                self._agent.start_host_worker(256)
+            except ValueError as e:  # no thread to be had: the statistics stay inline
+                self._guard.warn("%s; computing CPU statistics on the training thread"
+                                 % str(e).replace("lockstep: ", "", 1))
         self._lock = threading.Lock()
         self._pipeline = DevicePipeline(cfg["sketch_k"], cfg["hist_bins"], self._ship)
         self._rec = Recorder(self._agent, cfg["sketch_k"], cfg["hist_bins"], self._pipeline,
@@ -208,6 +217,7 @@ class Monitor:
             rec = self._rec
             if self._active:
                 try:  # a failure here must not lose the step's scalars and EndStep
+                    rec.settle(wait=True)  # the host thread's results come before EndStep
                     for w in self._watches:
                         w.record_step_end(self)
                     if isinstance(loss, torch.Tensor) and any(
@@ -239,6 +249,7 @@ class Monitor:
             return True
         try:
             deadline = time.monotonic() + timeout
+            self._rec.settle(wait=True)
             ok = self._pipeline.drain(deadline)
             return self._agent.flush(max(0.0, deadline - time.monotonic())) and ok
         except Exception as e:  # pylint: disable=broad-except
@@ -260,6 +271,7 @@ class Monitor:
             for w in self._watches:
                 w.remove()
             rec = self._rec
+            rec.settle(wait=True)
             if rec.order > 0 or rec.micro > 0 or self._pipeline.has_rows():
                 self._end_step(self._step, {"micro_steps": rec.micro + 1,
                                             "host_grad_sq": None})
@@ -276,7 +288,9 @@ class Monitor:
 
     def counters(self):
         """Agent counters (records enqueued/sent/dropped, ...) plus the Python side's:
-        python_errors, tensors_recorded, tensors_repeated, tensors_skipped,
+        python_errors, tensors_recorded, tensors_repeated, tensors_threaded (statistics
+        computed on the host statistics thread), tensors_changed_in_flight (their results
+        dropped: changed in place before the thread read them), tensors_skipped,
         tensors_failed, steps."""
         out = {}
         if self._agent is not None:
@@ -290,6 +304,8 @@ class Monitor:
         if rec is not None:
             out["tensors_recorded"] = rec.records
             out["tensors_repeated"] = rec.repeats
+            out["tensors_threaded"] = rec.threaded
+            out["tensors_changed_in_flight"] = rec.changed_in_flight
             out["tensors_skipped"] = rec.skipped
             out["tensors_failed"] = rec.failed
             out["device_steps_dropped"] = self._pipeline.dropped_steps

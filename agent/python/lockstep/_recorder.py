@@ -13,7 +13,19 @@ are computed once and recorded again for the other names (``record_repeat``), wh
 tensor is the very same memory and unchanged (same version counter) as the one just
 recorded on this thread. Only output and output-gradient tensors: holding a reference
 to a parameter gradient after its hook would cost a copy (see ``record``).
+
+With a host statistics thread (``Agent.start_host_worker``, Monitor's
+host_stats_thread) the kernel runs there for outputs and output gradients while the
+step goes on; the recorder holds each tensor until its statistics are computed and
+settles the results in order at its next call (and at the end of the step). An output
+can be changed in place after its hook (an inplace ReLU, ``out += identity``): a result
+is recorded only if the tensor's version counter is unchanged when it is settled, and
+is dropped (``tensors_changed_in_flight``) otherwise. To keep such drops away, a name's
+first record is computed inline and watched until the end of its step; a name whose
+tensor was changed in place stays inline. Parameter gradients stay inline (holding one
+makes autograd copy it), and so do tensors without a version counter.
 """
+import collections
 import threading
 
 import torch
@@ -24,6 +36,24 @@ KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
 _BACKWARD_KINDS = (_ACT_GRAD, _PARAM_GRAD)
 _get_ident = threading.get_ident
+# Bytes of tensors held for the host statistics thread; above it, records run inline
+# (bounds the memory the thread can keep alive when it falls behind).
+_MAX_PENDING_BYTES = 256 << 20
+_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.float64: 8}
+
+
+class _Pending:
+    """A tensor whose statistics the host thread is computing."""
+    __slots__ = ("ticket", "tensor", "version", "tid", "ident", "nbytes", "repeats")
+
+    def __init__(self, ticket, tensor, version, tid, ident, nbytes):
+        self.ticket = ticket
+        self.tensor = tensor    # held until settled: the thread reads its memory
+        self.version = version  # None: a private copy, nothing can change it
+        self.tid = tid
+        self.ident = ident
+        self.nbytes = nbytes
+        self.repeats = []       # (step, micro, id, order) recorded with the same result
 
 
 def _torch_dtype_codes():
@@ -77,8 +107,21 @@ class Recorder:
         self.records = 0        # tensors handed on (host or device)
         self.skipped = 0        # tensors not recorded: dtype/layout the kernel lacks
         self.failed = 0         # agent refused (queue full, closed) or the kernel failed
+        # Host statistics thread (see the module doc).
+        self._threaded = bool(getattr(agent, "has_host_worker", False))
+        # Tickets must be settled in the order handed out; hooks on two threads (rare
+        # on CPU) must not interleave a submit with its append, or two settles.
+        self._host_lock = threading.Lock()
+        self._pending = collections.deque()  # _Pending, in ticket order
+        self._pending_bytes = 0
+        self._last_pending = None  # the _Pending of self._last, while unsettled
+        self._mode = {}    # tensor id -> True: may go to the thread; False: stays inline
+        self._probes = []  # (tid, tensor, version): first records, watched for changes
+        self.threaded = 0  # records whose statistics the thread computed
+        self.changed_in_flight = 0  # results dropped: tensor changed before they were read
 
     def new_step(self, step):
+        self.settle(wait=True)
         self._last = None
         self.step = step
         self.micro = 0
@@ -88,6 +131,7 @@ class Recorder:
 
     def new_micro(self):
         self._last = None
+        self._last_pending = None
         self.micro += 1
         self.order = 0
 
@@ -135,15 +179,28 @@ class Recorder:
                 self.skipped += 1
                 return
             repeatable = kind == _ACT or kind == _ACT_GRAD
+            if self._pending or self._probes:
+                self._settle_done()
             if repeatable and self._last is not None and self._is_last(t):
+                pend = self._last_pending
+                if pend is not None:  # its statistics are still being computed
+                    pend.repeats.append((self.step, self.micro, tid, order))
+                    self.records += 1
+                    self.repeats += 1
+                    return
                 l2 = self._agent.record_repeat(self.step, self.micro, tid, order)
                 if l2 != -2.0:
                     self.records += 1
                     self.repeats += 1
                     return
             self._last = None
-            src = t if t.is_contiguous() else t.contiguous()
+            self._last_pending = None
+            contiguous = t.is_contiguous()
+            src = t if contiguous else t.contiguous()
             self.records += 1
+            if repeatable and self._threaded and self._submit(t, src, contiguous, tid, order,
+                                                              code):
+                return
             l2 = self._agent.record_host_tensor(self.step, self.micro, tid, order,
                                                 src.data_ptr(), src.numel(), code)
             if l2 < 0.0:  # the kernel refused the tensor
@@ -153,6 +210,9 @@ class Recorder:
                     self._last = (t, t._version, _get_ident())
                 except RuntimeError:  # inference tensors have no version counter
                     pass
+                else:
+                    if self._threaded and contiguous and tid not in self._mode:
+                        self._probes.append((tid, t, self._last[1]))
             elif kind == _PARAM_GRAD:
                 self.grad_sq += l2 * l2  # NaN l2 (no finite value) makes the norm NaN
                 self.grad_count += 1
@@ -173,6 +233,112 @@ class Recorder:
             self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=True)
             if kind in _BACKWARD_KINDS and not self._end_of_backward_queued:
                 self._queue_end_of_backward()
+
+    # ---- the host statistics thread ------------------------------------------------
+
+    def _submit(self, t, src, contiguous, tid, order, code):
+        """Hands `src` (t, or its contiguous copy) to the thread; False to compute inline
+        instead: a name not yet known to stay unchanged, a full thread, or too many
+        bytes held already."""
+        if contiguous:
+            if not self._mode.get(tid, False):
+                return False  # first record (probed inline) or changed in place before
+            try:
+                version = t._version
+            except RuntimeError:  # no version counter: nothing to check a result against
+                return False
+        else:
+            version = None  # a private copy
+        nbytes = src.numel() * _BYTES.get(src.dtype, 8)
+        if self._pending_bytes + nbytes > _MAX_PENDING_BYTES:
+            return False
+        ident = _get_ident()
+        with self._host_lock:
+            ticket = self._agent.submit_host_tensor(self.step, self.micro, tid, order,
+                                                    src.data_ptr(), src.numel(), code)
+            if ticket < 0:
+                return False
+            pend = _Pending(ticket, src, version, tid, ident, nbytes)
+            self._pending.append(pend)
+        self._pending_bytes += nbytes
+        self.threaded += 1
+        try:
+            self._last = (t, t._version, ident)
+            self._last_pending = pend
+        except RuntimeError:
+            pass
+        return True
+
+    def _settle_done(self):
+        self._check_probes(final=False)
+        if self._pending:
+            with self._host_lock:
+                self._settle(self._agent.host_done())
+
+    def settle(self, wait):
+        """Records the thread's finished results in order (all of them, waiting for
+        the thread, when `wait`) and ends the probes (wait: the step is over)."""
+        if not self._threaded:
+            return
+        self._check_probes(final=wait)
+        with self._host_lock:
+            pending = self._pending
+            if wait and pending:
+                self._agent.host_wait(pending[-1].ticket)
+            if pending:
+                self._settle(self._agent.host_done())
+
+    def _settle(self, done):
+        pending = self._pending
+        agent = self._agent
+        while pending and pending[0].ticket < done:
+            pend = pending.popleft()
+            self._pending_bytes -= pend.nbytes
+            keep = True
+            if pend.version is not None:
+                try:
+                    keep = pend.tensor._version == pend.version
+                except RuntimeError:
+                    keep = False
+            is_last = pend is self._last_pending
+            l2 = agent.host_settle(pend.ticket, keep, keep and (is_last or bool(pend.repeats)))
+            pend.tensor = None
+            if not keep:
+                # Changed in place while in flight: what the thread read may not be what
+                # the hook saw. Dropped, and the name stays inline from now on.
+                self.changed_in_flight += 1 + len(pend.repeats)
+                self._mode[pend.tid] = False
+            elif l2 < 0.0:  # the kernel refused the tensor
+                self.failed += 1 + len(pend.repeats)
+            else:
+                for step, micro, tid, order in pend.repeats:
+                    agent.record_repeat(step, micro, tid, order)
+            if is_last:
+                self._last_pending = None
+                if not keep or pend.ident != _get_ident():
+                    # record_repeat repeats this thread's last result; that is not it
+                    self._last = None
+
+    def _check_probes(self, final):
+        """A name's first (inline) records: one changed in place since its hook keeps the
+        name inline; at the end of the step the unchanged ones may use the thread."""
+        if not self._probes:
+            return
+        keep = []
+        mode = self._mode
+        for probe in self._probes:
+            tid, t, version = probe
+            try:
+                changed = t._version != version
+            except RuntimeError:
+                changed = True
+            if changed:
+                mode[tid] = False
+            elif final:
+                mode.setdefault(tid, True)
+            else:
+                keep.append(probe)
+        self._probes = keep
 
     def _queue_end_of_backward(self):
         """Asks autograd to call us when this backward pass ends (hooks run inside it).

@@ -231,6 +231,29 @@ PYBIND11_MODULE(_core, m) {
              return a.RecordRepeat(step, micro, id, order);
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"))
+      // Host statistics on lockstep's own thread (see py_agent.h). These keep the GIL:
+      // it is what makes the caller the worker's only producer, and they return at once.
+      .def("start_host_worker",
+           [](PyAgent& a, uint32_t capacity) {
+             std::string error;
+             if (!a.StartHostWorker(capacity, &error)) throw py::value_error(error);
+           },
+           py::arg("capacity") = 256)
+      .def_property_readonly("has_host_worker", &PyAgent::has_host_worker)
+      .def("submit_host_tensor",
+           [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+              uintptr_t data_ptr, uint64_t numel, int dtype) {
+             return a.SubmitHostTensor(step, micro, id, order,
+                                       reinterpret_cast<const void*>(data_ptr), numel,
+                                       static_cast<DType>(dtype));
+           },
+           py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
+           py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
+      .def("host_done", &PyAgent::HostDone)
+      .def("host_wait", &PyAgent::HostWait, py::arg("ticket"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("host_settle", &PyAgent::HostSettle, py::arg("ticket"), py::arg("keep"),
+           py::arg("as_last") = false)
       // One call per step: row i of `rows` ([n, 13 + sketch_k + hist_bins] float64,
       // the layout of lockstep._torch_stats) is tensor ids[i] at micro step micros[i]
       // with order orders[i]. Returns how many records were accepted.

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <utility>
 
 namespace lockstep::python {
@@ -69,6 +70,48 @@ double PyAgent::RecordRepeat(uint64_t step, uint32_t micro, uint32_t id, uint32_
   if (last.owner != generation_) return -2.0;
   agent_->RecordStats(step, micro, id, order, last.stats);
   return last.stats.l2;
+}
+
+bool PyAgent::StartHostWorker(uint32_t capacity, std::string* error) noexcept {
+  if (worker_) return true;
+  auto w = HostStatsWorker::Start(stats_config_, capacity);
+  if (!w.ok()) {
+    *error = w.status().message();
+    return false;
+  }
+  worker_ = std::move(w).value();
+  return true;
+}
+
+int64_t PyAgent::SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                                  const void* data, uint64_t numel, DType dtype) noexcept {
+  if (!worker_) return -1;
+  uint64_t t = worker_->Submit(HostStatsWorker::Tag{step, micro, id, order}, data, dtype, numel);
+  return t == HostStatsWorker::kNoTicket ? -1 : static_cast<int64_t>(t);
+}
+
+void PyAgent::HostWait(uint64_t ticket) noexcept {
+  if (worker_) worker_->WaitDone(ticket);
+}
+
+double PyAgent::HostSettle(uint64_t ticket, bool keep, bool as_last) noexcept {
+  if (!worker_ || ticket != settled_ || ticket >= worker_->Done()) return -2.0;
+  HostStatsWorker::Tag tag;
+  const TensorStats* stats = worker_->Result(ticket, &tag);
+  double l2 = -2.0;
+  if (stats == nullptr) {
+    host_stats_errors_.fetch_add(1, std::memory_order_relaxed);
+    l2 = -1.0;
+  } else if (keep) {
+    agent_->RecordStats(tag.step, tag.micro, tag.id, tag.order, *stats);
+    if (as_last) {
+      t_last.stats = *stats;
+      t_last.owner = generation_;
+    }
+    l2 = stats->l2;
+  }
+  worker_->Release(++settled_);
+  return l2;
 }
 
 bool UnpackRow(const double* row, size_t cols, int sketch_k, int hist_bins,

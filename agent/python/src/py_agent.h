@@ -18,6 +18,7 @@
 
 #include "lockstep/agent/agent.h"
 #include "lockstep/agent/host_stats.h"
+#include "lockstep/agent/host_stats_worker.h"
 #include "lockstep/agent/types.h"
 #include "lockstep/common/status.h"
 
@@ -51,6 +52,28 @@ class PyAgent {
   // gradient reaches the hooks of all of them). Returns its l2 norm, or -2 when this
   // thread has no such statistics (the caller then computes them).
   double RecordRepeat(uint64_t step, uint32_t micro, uint32_t id, uint32_t order) noexcept;
+
+  // Host statistics off the calling thread (HostStatsWorker; the Python recorder holds
+  // the GIL around every call below, which makes it the worker's single producer).
+  // StartHostWorker: false (and the reason in *error) if the thread cannot start.
+  bool StartHostWorker(uint32_t capacity, std::string* error) noexcept;
+  bool has_host_worker() const noexcept { return worker_ != nullptr; }
+  // Queues RecordHostTensor's work; returns the ticket, or -1 when the worker is full
+  // or absent (the caller then calls RecordHostTensor itself). The memory must stay
+  // alive and unchanged until HostDone() passes the ticket.
+  int64_t SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                           const void* data, uint64_t numel, DType dtype) noexcept;
+  // Tickets below this are computed.
+  uint64_t HostDone() const noexcept { return worker_ ? worker_->Done() : 0; }
+  // Waits until `ticket` is computed (bounded by the kernel time of the jobs ahead).
+  void HostWait(uint64_t ticket) noexcept;
+  // Settles the oldest unsettled ticket, which must be computed: records its result
+  // when `keep` (the caller found the tensor unchanged), drops it otherwise. With
+  // `as_last` the result also becomes this thread's last statistics (RecordRepeat).
+  // Returns the l2 norm, -1 when the kernel refused the tensor, -2 when dropped or
+  // when `ticket` is not the oldest computed one.
+  double HostSettle(uint64_t ticket, bool keep, bool as_last) noexcept;
+
   // Records `n` rows of a [n, cols] row-major float64 matrix in the packed layout.
   // Returns how many were accepted.
   size_t RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
@@ -76,6 +99,8 @@ class PyAgent {
 
   std::unique_ptr<Agent> agent_;
   StatsConfig stats_config_;
+  std::unique_ptr<HostStatsWorker> worker_;  // declared after agent_: stops first
+  uint64_t settled_ = 0;                     // tickets below are settled (GIL-guarded)
   const uint64_t generation_;  // process-unique: keys this agent's per-thread last stats
   std::atomic<uint64_t> host_stats_errors_{0};
   std::atomic<uint64_t> packed_errors_{0};

@@ -1,0 +1,149 @@
+#include "lockstep/agent/host_stats_worker.h"
+
+#include <chrono>
+#include <string>
+#include <system_error>
+
+#include "lockstep/common/thread_name.h"
+
+namespace lockstep {
+
+namespace {
+
+// How long the worker keeps polling for the next job before it sleeps. Hooks arrive
+// every few hundred microseconds in a small model's step; polling a little spares the
+// producer a futex wake per tensor (the syscall runs on the training thread), at the
+// price of spinning on a core that is otherwise idle.
+constexpr auto kSpin = std::chrono::microseconds(50);
+// How long WaitDone polls before it sleeps: a job is often a few microseconds from done.
+constexpr auto kWaitSpin = std::chrono::microseconds(20);
+
+inline void CpuRelax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<HostStatsWorker>> HostStatsWorker::Start(const StatsConfig& config,
+                                                                  uint32_t capacity) {
+  if (capacity < 1 || capacity > 65536) {
+    return Status::InvalidArgument("lockstep: host stats worker capacity " +
+                                   std::to_string(capacity) + " is not in 1..65536");
+  }
+  std::unique_ptr<HostStatsWorker> w(new HostStatsWorker(config, capacity));
+  try {
+    w->thread_ = std::thread([p = w.get()] { p->Run(); });
+  } catch (const std::system_error& e) {
+    return Status::Unavailable(std::string("lockstep: cannot start the host stats thread: ") +
+                               e.what());
+  }
+  return w;
+}
+
+HostStatsWorker::HostStatsWorker(const StatsConfig& config, uint32_t capacity)
+    : config_(config), capacity_(capacity), slots_(capacity) {}
+
+HostStatsWorker::~HostStatsWorker() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true, std::memory_order_seq_cst);
+  }
+  work_cv_.notify_one();
+  thread_.join();
+}
+
+uint64_t HostStatsWorker::Submit(const Tag& tag, const void* data, DType dtype,
+                                 uint64_t numel) noexcept {
+  const uint64_t t = head_.load(std::memory_order_relaxed);
+  if (t - tail_ >= capacity_) return kNoTicket;
+  Slot& s = slots_[t % capacity_];
+  s.tag = tag;
+  s.data = data;
+  s.dtype = dtype;
+  s.numel = numel;
+  return Publish(t);
+}
+
+uint64_t HostStatsWorker::Publish(uint64_t t) noexcept {
+  // seq_cst store, then seq_cst load of sleeping_: paired with the worker's store of
+  // sleeping_ and load of head_, one of the two sees the other (no lost wake-up).
+  head_.store(t + 1, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    work_cv_.notify_one();
+  }
+  return t;
+}
+
+void HostStatsWorker::WaitDone(uint64_t ticket) noexcept {
+  const uint64_t head = head_.load(std::memory_order_relaxed);
+  if (ticket >= head) ticket = head == 0 ? 0 : head - 1;
+  if (head == 0 || done_.load(std::memory_order_acquire) > ticket) return;
+  const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
+  while (std::chrono::steady_clock::now() < spin_until) {
+    if (done_.load(std::memory_order_acquire) > ticket) return;
+    CpuRelax();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  waiting_.store(true, std::memory_order_seq_cst);
+  done_cv_.wait(lock, [&] { return done_.load(std::memory_order_seq_cst) > ticket; });
+  waiting_.store(false, std::memory_order_relaxed);
+}
+
+const TensorStats* HostStatsWorker::Result(uint64_t ticket, Tag* tag) const noexcept {
+  if (ticket < tail_ || ticket >= done_.load(std::memory_order_acquire)) return nullptr;
+  const Slot& s = slots_[ticket % capacity_];
+  if (tag != nullptr) *tag = s.tag;
+  return s.ok ? &s.stats : nullptr;
+}
+
+void HostStatsWorker::Release(uint64_t upto) noexcept {
+  const uint64_t done = done_.load(std::memory_order_acquire);
+  if (upto > done) upto = done;  // an unfinished job's slot is still the worker's
+  if (upto > tail_) tail_ = upto;
+}
+
+void HostStatsWorker::Compute(uint64_t t) noexcept {
+  Slot& s = slots_[t % capacity_];
+  s.ok = ComputeHostStats(s.data, s.dtype, s.numel, config_, &s.stats).ok();
+  if (!s.ok) kernel_errors_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void HostStatsWorker::Run() noexcept {
+  SetCurrentThreadName("ls-host-stats");
+  uint64_t done = 0;
+  for (;;) {
+    if (done < head_.load(std::memory_order_acquire)) {
+      Compute(done);
+      done_.store(++done, std::memory_order_seq_cst);
+      if (waiting_.load(std::memory_order_seq_cst)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_all();
+      }
+      continue;
+    }
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    bool more = false;
+    while (!more && std::chrono::steady_clock::now() < spin_until) {
+      CpuRelax();
+      more = done < head_.load(std::memory_order_acquire);
+    }
+    if (more) continue;
+    std::unique_lock<std::mutex> lock(mu_);
+    sleeping_.store(true, std::memory_order_seq_cst);
+    work_cv_.wait(lock, [&] {
+      return done < head_.load(std::memory_order_seq_cst) ||
+             stop_.load(std::memory_order_relaxed);
+    });
+    sleeping_.store(false, std::memory_order_relaxed);
+    // Stop only with nothing left: the producer may free memory once Done() passes it.
+    if (done >= head_.load(std::memory_order_acquire) && stop_.load(std::memory_order_relaxed)) {
+      return;
+    }
+  }
+}
+
+}  // namespace lockstep
