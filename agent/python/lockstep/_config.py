@@ -5,6 +5,7 @@ An argument given to ``Monitor(...)`` wins; otherwise ``LOCKSTEP_<NAME>`` (upper
 is used; otherwise the default below. Detection (platform, device name, rank, world
 size) runs only for what is still unset.
 """
+import ctypes
 import importlib.util
 import os
 import re
@@ -104,8 +105,9 @@ def resolve(args):
 def resolve_host_stats_thread(value):
     """True when CPU tensors' statistics should be computed on lockstep's own thread.
     "auto": when torch leaves a core of this process's CPU set idle (its intra-op
-    threads fewer than the cores), since the thread then takes the kernel's time out of
-    the step; with every core busy it would only compete with torch's own threads."""
+    threads, and those of an OpenBLAS it calls, fewer than the cores), since the thread
+    then takes the kernel's time out of the step; with every core busy it would only
+    compete with torch's threads (measured: slower than computing inline)."""
     v = str(value).strip().lower()
     if v in ("1", "true", "yes", "on"):
         return True
@@ -118,7 +120,24 @@ def resolve_host_stats_thread(value):
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return torch.get_num_threads() < cores
+    return max(torch.get_num_threads(), blas_threads()) < cores
+
+
+def blas_threads():
+    """Threads of an OpenBLAS loaded in this process, or 0. Debian's torch calls
+    OpenBLAS, whose own pool torch.set_num_threads() does not size: with one torch
+    thread, matrix products still run on every core (and OpenBLAS's idle workers spin)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libopenblas" in line}
+    except OSError:
+        return 0
+    for path in sorted(paths):
+        try:
+            return int(ctypes.CDLL(path).openblas_get_num_threads())
+        except (OSError, AttributeError, ValueError):
+            continue
+    return 0
 
 
 def npu_module():
