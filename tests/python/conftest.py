@@ -99,8 +99,12 @@ class FakeAgent:
     """Stands in for lockstep._core.Agent: keeps every call, computes host stats with
     the real kernel. Attribute `fail` makes every method raise (failure injection)."""
 
-    def __init__(self, sketch_k=32, hist_bins=16):
+    def __init__(self, sketch_k=32, hist_bins=16, worker=False):
         self.k, self.bins = sketch_k, hist_bins
+        self.has_host_worker = worker
+        self.jobs = []         # [step, micro, id, order, ptr, numel, dtype, stats or None]
+        self.done = self.settled = self.waits = 0
+        self.worker_full = False
         self.tensors = {}      # id -> (name, kind name, dtype, shape, order)
         self.records = []      # dict(step, micro, name, kind, order, stats)
         self.scalars = []      # dict(step, loss, lr, grad_norm, loss_scale, ...)
@@ -171,19 +175,58 @@ class FakeAgent:
         self._check()
         return {"records_enqueued": len(self.records)}
 
+    # ---- a host statistics thread, run by hand (FakeAgent(worker=True)) ----------
+    # Jobs are computed when the test calls run_jobs() (or the recorder waits), with
+    # the real kernel reading the tensor's memory then: a test decides exactly what
+    # happens to a tensor between its hook and the read.
+
+    def submit_host_tensor(self, step, micro, tid, order, ptr, numel, dtype):
+        self._check()
+        if self.worker_full:
+            return -1
+        self.jobs.append([step, micro, tid, order, ptr, numel, dtype, None])
+        return len(self.jobs) - 1
+
+    def run_jobs(self, upto=None):
+        upto = len(self.jobs) if upto is None else upto
+        for job in self.jobs[self.done:upto]:
+            job[7] = _core.host_stats(job[4], job[5], job[6], self.k, self.bins)
+        self.done = max(self.done, upto)
+
+    def host_done(self):
+        return self.done
+
+    def host_wait(self, ticket):
+        self.waits += 1
+        self.run_jobs(ticket + 1)
+
+    def host_settle(self, ticket, keep, as_last=False):
+        assert ticket == self.settled and ticket < self.done, "settled out of order"
+        self.settled += 1
+        step, micro, tid, order, _, _, _, stats = self.jobs[ticket]
+        if not keep:
+            return -2.0
+        self._add(step, micro, tid, order, stats)
+        if as_last:
+            self._last = stats
+        return stats["l2"]
+
     def names(self, kind=None, step=None):
         return [r["name"] for r in self.records
                 if (kind is None or r["kind"] == kind) and (step is None or r["step"] == step)]
 
 
-def fake_monitor(**kwargs):
-    """A Monitor whose agent is a FakeAgent (the real agent is created, then closed)."""
+def fake_monitor(worker=False, **kwargs):
+    """A Monitor whose agent is a FakeAgent (the real agent is created, then closed);
+    worker=True: with a host statistics thread that the test runs by hand."""
     kwargs.setdefault("run", "unit")
+    kwargs.setdefault("host_stats_thread", "off")
     kwargs.setdefault("endpoint", "tcp://127.0.0.1:9")  # nobody listens; never used
     mon = lockstep.Monitor(**kwargs)
     assert mon.enabled, "Monitor failed to start"
     mon._agent.close(0.5)
-    fake = FakeAgent(mon.config["sketch_k"], mon.config["hist_bins"])
+    fake = FakeAgent(mon.config["sketch_k"], mon.config["hist_bins"], worker=worker)
     mon._agent = fake
     mon._rec._agent = fake
+    mon._rec._threaded = worker
     return mon, fake

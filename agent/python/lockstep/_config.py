@@ -105,7 +105,7 @@ def resolve(args):
 def resolve_host_stats_thread(value):
     """True when CPU tensors' statistics should be computed on lockstep's own thread.
     "auto": when torch leaves a core of this process's CPU set idle (its intra-op
-    threads, and those of an OpenBLAS it calls, fewer than the cores), since the thread
+    threads, and those of an OpenBLAS it calls, fewer than the physical cores), since the thread
     then takes the kernel's time out of the step; with every core busy it would only
     compete with torch's threads (measured: slower than computing inline)."""
     v = str(value).strip().lower()
@@ -116,11 +116,27 @@ def resolve_host_stats_thread(value):
     if v != "auto":
         raise ValueError("lockstep: host_stats_thread=%r is not one of auto, on, off; pass "
                          "one of those (or set LOCKSTEP_HOST_STATS_THREAD)" % (value,))
+    return max(torch.get_num_threads(), blas_threads()) < physical_cores()
+
+
+def physical_cores():
+    """Cores (not SMT siblings) this process may run on: torch's default thread count
+    is the physical cores, and a thread on a busy core's sibling would compete with it."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(torch.get_num_threads(), blas_threads()) < cores
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
+        try:
+            with open(base + "physical_package_id") as f:
+                pkg = f.read().strip()
+            with open(base + "core_id") as f:
+                cores.add((pkg, f.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
 
 
 def blas_threads():

@@ -260,8 +260,8 @@ class Recorder:
                 return False
             pend = _Pending(ticket, src, version, tid, ident, nbytes)
             self._pending.append(pend)
-        self._pending_bytes += nbytes
-        self.threaded += 1
+            self._pending_bytes += nbytes
+            self.threaded += 1
         try:
             self._last = (t, t._version, ident)
             self._last_pending = pend

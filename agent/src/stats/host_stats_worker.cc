@@ -1,10 +1,10 @@
 #include "lockstep/agent/host_stats_worker.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <string>
 #include <system_error>
-
-#include "lockstep/common/thread_name.h"
 
 namespace lockstep {
 
@@ -35,6 +35,8 @@ StatusOr<std::unique_ptr<HostStatsWorker>> HostStatsWorker::Start(const StatsCon
   std::unique_ptr<HostStatsWorker> w(new HostStatsWorker(config, capacity));
   try {
     w->thread_ = std::thread([p = w.get()] { p->Run(); });
+    // Named here, not by the thread itself, so the name is there when Start returns.
+    (void)pthread_setname_np(w->thread_.native_handle(), "ls-host-stats");
   } catch (const std::system_error& e) {
     return Status::Unavailable(std::string("lockstep: cannot start the host stats thread: ") +
                                e.what());
@@ -116,7 +118,6 @@ void HostStatsWorker::Compute(uint64_t t) noexcept {
 }
 
 void HostStatsWorker::Run() noexcept {
-  SetCurrentThreadName("ls-host-stats");
   uint64_t done = 0;
   for (;;) {
     if (done < head_.load(std::memory_order_acquire)) {

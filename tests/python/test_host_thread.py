@@ -1,0 +1,240 @@
+"""The host statistics thread (Monitor host_stats_thread): outputs' and output
+gradients' statistics computed off the training thread must be exactly the ones
+computed inline, recorded under the same names, steps and order before the step's
+EndStep; an output changed in place while its statistics were in flight is dropped
+(never recorded with the changed values), and a name seen changing stays inline.
+
+Unit tests drive a fake agent whose "thread" runs when the test says so (conftest's
+FakeAgent(worker=True)), so each race is made to happen on purpose; the end-to-end
+test runs the real thread into a real collector."""
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import lockstep
+from conftest import fake_monitor
+from lockstep import _config
+
+from test_watch import mlp, train_step
+
+
+def _key(r):
+    return (r["step"], r["micro"], r["order"])
+
+
+def _records(fake):
+    return [(r["step"], r["micro"], r["order"], r["name"], r["kind"], r["stats"])
+            for r in sorted(fake.records, key=_key)]
+
+
+def test_threaded_records_equal_inline_records_and_settle_before_end_step():
+    runs = {}
+    for worker in (False, True):
+        mon, fake = fake_monitor(worker=worker)
+        model = mlp()
+        mon.watch(model)
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+        for _ in range(4):
+            train_step(model, x, mon)
+            assert fake.settled == len(fake.jobs)  # nothing left for after EndStep
+        runs[worker] = (_records(fake), mon.counters(), fake)
+    inline, threaded = runs[False][0], runs[True][0]
+    assert threaded == inline
+    counters, fake = runs[True][1], runs[True][2]
+    # Step 0 is all inline (first records are probed); then outputs and output
+    # gradients go to the thread, parameter gradients stay inline.
+    assert counters["tensors_threaded"] == len(fake.jobs) > 0
+    kinds = {fake.tensors[job[2]][1] for job in fake.jobs}
+    assert kinds <= {"act", "act_grad"}
+    assert min(job[0] for job in fake.jobs) == 1
+    assert counters["tensors_changed_in_flight"] == 0
+
+
+def test_a_repeat_of_a_tensor_still_in_flight_is_recorded_with_its_result():
+    mon, fake = fake_monitor(worker=True)
+    model = mlp()
+    mon.watch(model)
+    for _ in range(3):
+        train_step(model, torch.randn(3, 4), mon)
+    recs = {(r["step"], r["name"], r["kind"]): r["stats"] for r in fake.records}
+    for step in (1, 2):  # "<root>"'s output is "2"'s, computed on the thread
+        for kind in ("act", "act_grad"):
+            assert recs[(step, "<root>", kind)] == recs[(step, "2", kind)]
+    assert mon.counters()["tensors_repeated"] == 6
+    assert len(fake.records) == len({(r["step"], r["name"], r["kind"]) for r in fake.records})
+
+
+class InPlaceFromStep1(nn.Module):
+    """Changes its child's output in place after the child's hook, from step 1 on: the
+    first (probed) record sees no change, so the name goes to the thread."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 6)
+        self.calls = 0
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.calls > 0:
+            y.mul_(3.0).add_(1.0)
+        self.calls += 1
+        return y
+
+
+def test_an_output_changed_in_place_while_in_flight_is_dropped_then_kept_inline():
+    mon, fake = fake_monitor(worker=True)
+    model = InPlaceFromStep1()
+    mon.watch(model, kinds=("act",))
+    seen = {}
+    model.lin.register_forward_hook(lambda _m, _i, o: seen.__setitem__("lin", o.detach().clone()))
+    means = []
+    for _ in range(3):
+        train_step(model, torch.randn(3, 4), mon)
+        means.append(seen["lin"].double().mean().item())
+    lin = {r["step"]: r["stats"] for r in fake.records if r["name"] == "lin"}
+    # step 1: the thread read the tensor after mul_/add_ (the test ran it at step end):
+    # dropped, not recorded with the changed values
+    assert sorted(lin) == [0, 2]
+    assert lin[0]["mean"] == pytest.approx(means[0], rel=1e-5)
+    assert lin[2]["mean"] == pytest.approx(means[2], rel=1e-5)  # inline from then on
+    counters = mon.counters()
+    assert counters["tensors_changed_in_flight"] == 1
+    assert [fake.tensors[j[2]][0] for j in fake.jobs].count("lin") == 1
+
+
+def test_a_result_read_before_an_in_place_change_but_settled_after_is_dropped():
+    mon, fake = fake_monitor(worker=True)
+    model = InPlaceFromStep1()
+    mon.watch(model, kinds=("act",))
+    seen = {}
+
+    def grab(_m, _i, o):
+        seen["lin"] = o.detach().clone()
+
+    model.lin.register_forward_hook(grab)
+    train_step(model, torch.randn(3, 4), mon)
+    # step 1: run the thread's job right after lockstep's hook, before mul_/add_ ...
+    model.lin.register_forward_hook(lambda *_: fake.run_jobs())
+    train_step(model, torch.randn(3, 4), mon)
+    lin = {r["step"]: r["stats"] for r in fake.records if r["name"] == "lin"}
+    # ... but settled only after the change: the recorder cannot tell when the thread
+    # read it, so it drops the result rather than risk a wrong one
+    assert sorted(lin) == [0]
+    assert mon.counters()["tensors_changed_in_flight"] == 1
+
+
+class ResidualBlock(nn.Module):
+    """A ResNet-style block: the norm's output is changed in place by the residual add
+    and an inplace ReLU, after the norm's hook, at every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.norm = nn.LayerNorm(6)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.norm(self.lin(x))
+        out += x
+        return self.relu(out)
+
+
+def test_outputs_changed_in_place_at_every_step_stay_inline_and_are_right():
+    mon, fake = fake_monitor(worker=True)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), ResidualBlock(), nn.Linear(6, 2))
+    mon.watch(model)
+    seen = {}
+    model[1].norm.register_forward_hook(
+        lambda _m, _i, o: seen.__setitem__("norm", o.detach().clone()))
+    norms = []
+    for _ in range(4):
+        train_step(model, torch.randn(5, 4), mon)
+        norms.append(seen["norm"].double())
+    recs = {r["step"]: r["stats"] for r in fake.records
+            if r["name"] == "1.norm" and r["kind"] == "act"}
+    assert sorted(recs) == [0, 1, 2, 3]
+    for step, ref in enumerate(norms):
+        assert recs[step]["mean"] == pytest.approx(ref.mean().item(), rel=1e-5, abs=1e-7)
+        assert recs[step]["l2"] == pytest.approx(ref.norm().item(), rel=1e-5)
+    counters = mon.counters()
+    assert counters["tensors_changed_in_flight"] == 0
+    threaded = {fake.tensors[j[2]][:2] for j in fake.jobs}
+    assert ("1.norm", "act") not in threaded
+    assert ("1.relu", "act") in threaded  # nothing changes the ReLU's output after it
+    assert counters["tensors_threaded"] > 0
+
+
+def test_a_full_thread_means_inline_records():
+    mon, fake = fake_monitor(worker=True)
+    fake.worker_full = True
+    model = mlp()
+    mon.watch(model)
+    for _ in range(3):
+        train_step(model, torch.randn(3, 4), mon)
+    assert fake.jobs == []
+    assert mon.counters()["tensors_threaded"] == 0
+    assert len(fake.records) == 3 * len(fake.names(step=0))
+
+
+def test_host_stats_thread_option_values():
+    assert _config.resolve_host_stats_thread("on") is True
+    assert _config.resolve_host_stats_thread(False) is False
+    auto = _config.resolve_host_stats_thread("auto")
+    cores = _config.physical_cores()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
+    assert auto == (max(torch.get_num_threads(), _config.blas_threads()) < cores)
+    with pytest.warns(RuntimeWarning, match="host_stats_thread='sometimes' is not one of"):
+        mon = lockstep.Monitor(run="x", endpoint="tcp://127.0.0.1:9",
+                               host_stats_thread="sometimes")
+    assert not mon.enabled
+
+
+def _tensor_records(collector, run):
+    log = collector.inspect(run)
+    assert log and log[-1]["type"] == "Goodbye", log[-3:]
+    return sorted(((r["body"]["step"], s["micro_step"], s["order"], s["name"], s["kind"],
+                    tuple(sorted((k, str(v)) for k, v in s.items()
+                                 if k not in ("order", "micro_step"))))
+                   for r in log if r["type"] == "StepStats" for s in r["body"]["stats"]),
+                  key=lambda t: t[:3])
+
+
+def test_real_thread_into_a_real_collector_matches_inline(collector):
+    """The real C++ thread, a model with in-place changes after hooks, a real collector:
+    the logs of a threaded and an inline run are identical record for record."""
+    results = {}
+    for mode in ("on", "off"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 64), ResidualBlock64(), nn.Linear(64, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        run = "host-thread-" + mode
+        mon = lockstep.Monitor(run=run, endpoint=collector.endpoint, host_stats_thread=mode)
+        assert mon.enabled
+        mon.watch(model)
+        gen = torch.Generator().manual_seed(3)
+        for _ in range(5):
+            x = torch.randn(256, 4, generator=gen)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss=loss)
+        assert mon.close(timeout=10.0)
+        results[mode] = (_tensor_records(collector, run), mon.counters())
+    on, off = results["on"], results["off"]
+    assert on[1]["tensors_threaded"] > 0
+    assert off[1]["tensors_threaded"] == 0
+    assert on[1]["tensors_changed_in_flight"] == 0
+    assert on[1]["python_errors"] == 0, on[1]["last_python_error"]
+    assert len(on[0]) == len(off[0]) == 5 * len([r for r in off[0] if r[0] == 0])
+    assert on[0] == off[0]
+
+
+class ResidualBlock64(ResidualBlock):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+        self.norm = nn.LayerNorm(64)
