@@ -103,7 +103,7 @@ class FakeAgent:
         self.k, self.bins = sketch_k, hist_bins
         self.has_host_worker = worker
         self.jobs = []         # [step, micro, id, order, ptr, numel, dtype, stats or None]
-        self.done = self.settled = self.waits = 0
+        self.done = self.settled = self.waits = self.kicks = 0
         self.worker_full = False
         self.tensors = {}      # id -> (name, kind name, dtype, shape, order)
         self.records = []      # dict(step, micro, name, kind, order, stats)
@@ -195,6 +195,9 @@ class FakeAgent:
 
     def host_done(self):
         return self.done
+
+    def host_kick(self):
+        self.kicks += 1
 
     def host_wait(self, ticket):
         self.waits += 1

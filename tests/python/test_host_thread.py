@@ -50,6 +50,7 @@ def test_threaded_records_equal_inline_records_and_settle_before_end_step():
     assert kinds <= {"act", "act_grad"}
     assert min(job[0] for job in fake.jobs) == 1
     assert counters["tensors_changed_in_flight"] == 0
+    assert fake.kicks == 3  # the end of each backward that handed it gradients
 
 
 def test_a_repeat_of_a_tensor_still_in_flight_is_recorded_with_its_result():

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace lockstep {
@@ -126,6 +127,27 @@ TEST(HostStatsWorker, FullRefusesUntilReleasedInsteadOfBlocking) {
   w->WaitDone(2);
   w->Release(3);
   EXPECT_EQ(w->Submit({}, big.data(), DType::kF32, big.size()), 3u);
+}
+
+// Below the wake-up batch a sleeping worker is not woken by Submit; WaitDone and Kick
+// must wake it (else these would hang until ctest's timeout).
+TEST(HostStatsWorker, WaitDoneAndKickWakeItForASingleSmallJob) {
+  std::vector<float> small = Normal(100, 3);
+  auto w = StartWorker(8);
+  ASSERT_NE(w, nullptr);
+  for (int round = 0; round < 50; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // let it fall asleep
+    uint64_t t = w->Submit({}, small.data(), DType::kF32, small.size());
+    ASSERT_NE(t, HostStatsWorker::kNoTicket);
+    if (round % 2 == 0) {
+      w->WaitDone(t);
+    } else {
+      w->Kick();
+      while (w->Done() <= t) std::this_thread::yield();
+    }
+    EXPECT_NE(w->Result(t, nullptr), nullptr);
+    w->Release(t + 1);
+  }
 }
 
 TEST(HostStatsWorker, RefusedInputHasNoResultAndIsCounted) {

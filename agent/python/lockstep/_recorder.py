@@ -200,6 +200,10 @@ class Recorder:
             self.records += 1
             if repeatable and self._threaded and self._submit(t, src, contiguous, tid, order,
                                                               code):
+                # The thread is woken for batches of tensors; the end of backward wakes
+                # it for the rest, so they are done while the optimizer steps.
+                if kind == _ACT_GRAD and not self._end_of_backward_queued:
+                    self._queue_end_of_backward()
                 return
             l2 = self._agent.record_host_tensor(self.step, self.micro, tid, order,
                                                 src.data_ptr(), src.numel(), code)
@@ -354,6 +358,8 @@ class Recorder:
         # Runs inside torch's backward: never raise from here.
         self._end_of_backward_queued = False
         try:
+            if self._threaded:
+                self._agent.host_kick()
             self._pipeline.flush_deferred()
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the end-of-backward flush", e)

@@ -250,6 +250,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
       .def("host_done", &PyAgent::HostDone)
+      .def("host_kick", &PyAgent::HostKick)
       .def("host_wait", &PyAgent::HostWait, py::arg("ticket"),
            py::call_guard<py::gil_scoped_release>())
       .def("host_settle", &PyAgent::HostSettle, py::arg("ticket"), py::arg("keep"),

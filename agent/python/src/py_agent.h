@@ -63,6 +63,10 @@ class PyAgent {
   // alive and unchanged until HostDone() passes the ticket.
   int64_t SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
                            const void* data, uint64_t numel, DType dtype) noexcept;
+  // Wakes the worker for jobs below its wake-up batch (the end of a backward pass).
+  void HostKick() noexcept {
+    if (worker_) worker_->Kick();
+  }
   // Tickets below this are computed.
   uint64_t HostDone() const noexcept { return worker_ ? worker_->Done() : 0; }
   // Waits until `ticket` is computed (bounded by the kernel time of the jobs ahead).

@@ -51,6 +51,10 @@ class HostStatsWorker {
   // Returns the job's ticket (consecutive from 0), or kNoTicket when full.
   uint64_t Submit(const Tag& tag, const void* data, DType dtype, uint64_t numel) noexcept;
 
+  // A sleeping worker is woken for a batch of jobs, not for each (see Publish); Kick()
+  // wakes it for whatever waits (the end of a backward pass, say).
+  void Kick() noexcept;
+
   // Tickets below this are computed (acquire: their results are visible).
   uint64_t Done() const noexcept { return done_.load(std::memory_order_acquire); }
   // Tickets handed out so far.
@@ -80,7 +84,8 @@ class HostStatsWorker {
   };
 
   HostStatsWorker(const StatsConfig& config, uint32_t capacity);
-  uint64_t Publish(uint64_t ticket) noexcept;  // makes `ticket` visible, wakes the worker
+  uint64_t Publish(uint64_t ticket, uint64_t bytes) noexcept;  // makes `ticket` visible
+  void Wake() noexcept;
   void Run() noexcept;
   void Compute(uint64_t ticket) noexcept;
 
@@ -88,6 +93,8 @@ class HostStatsWorker {
   const uint64_t capacity_;
   std::vector<Slot> slots_;  // ticket t lives in slots_[t % capacity_]
   uint64_t tail_ = 0;        // producer's: tickets below are released
+  uint32_t unwoken_jobs_ = 0;   // producer's: submitted since the worker went to sleep
+  uint64_t unwoken_bytes_ = 0;
 
   alignas(64) std::atomic<uint64_t> head_{0};   // producer writes: tickets submitted
   alignas(64) std::atomic<uint64_t> done_{0};   // worker writes: tickets computed
