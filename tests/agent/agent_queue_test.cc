@@ -3,10 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "../thread_names.h"
 #include "../time_scale.h"
 #include "agent_test_util.h"
 
@@ -214,17 +213,6 @@ TEST(AgentQueue, BadOptionsGiveOneClearSentence) {
   EXPECT_NE(z.status().message().find("not-an-endpoint"), std::string::npos);
   o.endpoint = "tcp://127.0.0.1";  // no port
   EXPECT_FALSE(Agent::Create(o).ok());
-}
-
-// How many of this process's threads are named `name` (/proc/self/task/*/comm).
-int ThreadsNamed(const std::string& name) {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream f(e.path() / "comm");
-    std::string comm;
-    if (std::getline(f, comm) && comm == name) ++n;
-  }
-  return n;
 }
 
 TEST(AgentQueue, TheSenderThreadIsNamedForTopAndDebuggers) {

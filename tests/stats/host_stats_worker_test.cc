@@ -5,19 +5,20 @@
 
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../thread_names.h"
+
 namespace lockstep {
 namespace {
+
+using testing::ThreadsNamed;
 
 std::vector<float> Normal(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -46,21 +47,6 @@ std::unique_ptr<HostStatsWorker> StartWorker(uint32_t capacity) {
   auto w = HostStatsWorker::Start(StatsConfig{}, capacity);
   EXPECT_TRUE(w.ok()) << w.status().message();
   return w.ok() ? std::move(w).value() : nullptr;
-}
-
-int ThreadsNamed(const std::string& name) {
-  int n = 0;
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return -1;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
-    std::string comm;
-    std::getline(f, comm);
-    n += comm == name;
-  }
-  closedir(d);
-  return n;
 }
 
 TEST(HostStatsWorker, ResultsEqualTheInlineKernelInTicketOrderWithTheirTags) {
