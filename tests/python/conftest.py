@@ -231,5 +231,6 @@ def fake_monitor(worker=False, **kwargs):
     fake = FakeAgent(mon.config["sketch_k"], mon.config["hist_bins"], worker=worker)
     mon._agent = fake
     mon._rec._agent = fake
-    mon._rec._threaded = worker
+    mon._rec.has_worker = worker
+    mon._rec.set_threaded(worker)
     return mon, fake

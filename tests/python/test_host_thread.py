@@ -16,6 +16,7 @@ from torch import nn
 import lockstep
 from conftest import fake_monitor
 from lockstep import _config
+from lockstep._tune import ThreadTuner
 
 from test_watch import mlp, train_step
 
@@ -239,3 +240,66 @@ class ResidualBlock64(ResidualBlock):
         super().__init__()
         self.lin = nn.Linear(64, 64)
         self.norm = nn.LayerNorm(64)
+
+
+def _feed(tuner, on_s, off_s, steps):
+    """Runs `steps` watched steps taking on_s with the thread and off_s without."""
+    modes = []
+    for _ in range(steps):
+        mode = tuner.next_mode()
+        modes.append(mode)
+        tuner.add(mode, on_s if mode else off_s)
+    return modes
+
+
+def test_tuner_keeps_the_thread_only_where_it_is_faster():
+    n = ThreadTuner.WARMUP + 2 * ThreadTuner.PAIRS
+    faster = ThreadTuner()
+    modes = _feed(faster, 0.97, 1.0, n)
+    assert modes[:ThreadTuner.WARMUP] == [True] * ThreadTuner.WARMUP
+    measured = modes[ThreadTuner.WARMUP:]
+    for i in range(0, len(measured), 2):  # each pair: one step each way
+        assert measured[i] != measured[i + 1]
+    assert faster.decisions == 1 and faster.use_thread and faster.ratio == pytest.approx(0.97)
+    assert _feed(faster, 0.97, 1.0, 5) == [True] * 5
+
+    slower = ThreadTuner()
+    _feed(slower, 1.03, 1.0, n)
+    assert not slower.use_thread and slower.ratio == pytest.approx(1.03)
+    assert _feed(slower, 1.03, 1.0, 5) == [False] * 5
+
+    even = ThreadTuner()  # not faster by the margin: inline (no thread to pay for)
+    _feed(even, 0.998, 1.0, n)
+    assert not even.use_thread
+
+
+def test_tuner_measures_again_and_follows_a_change():
+    tuner = ThreadTuner()
+    _feed(tuner, 0.9, 1.0, ThreadTuner.WARMUP + 2 * ThreadTuner.PAIRS)
+    assert tuner.use_thread
+    _feed(tuner, 0.9, 1.0, ThreadTuner.RETUNE)  # then the machine changes
+    _feed(tuner, 1.1, 1.0, 2 * ThreadTuner.PAIRS)
+    assert tuner.decisions == 2 and not tuner.use_thread
+
+
+def test_auto_switches_the_recorder_per_step_as_the_tuner_says():
+    mon, fake = fake_monitor(worker=True)
+    mon._tuner = ThreadTuner()
+    model = mlp()
+    mon.watch(model)
+    planned, submitted = [], []
+    for step in range(ThreadTuner.WARMUP + 2 * ThreadTuner.PAIRS + 3):
+        planned.append(mon._tuner.next_mode())
+        before = len(fake.jobs)
+        train_step(model, torch.randn(3, 4), mon)
+        submitted.append(len(fake.jobs) > before)
+    # Step 0's records are all first records (inline); from then on a step uses the
+    # thread exactly when the tuner planned it.
+    assert submitted[1:] == planned[1:]
+    assert mon._tuner.decisions == 1
+    counters = mon.counters()
+    assert counters["host_stats_thread_ratio"] == mon._tuner.ratio is not None
+    assert counters["host_stats_thread"] == mon._tuner.use_thread
+    # Inline or threaded, every step recorded the same tensors.
+    per_step = {s: len(fake.names(step=s)) for s in range(len(planned))}
+    assert len(set(per_step.values())) == 1

@@ -87,7 +87,11 @@ def resolve(args):
     if cfg["hist_bins"] not in (0, 16):
         raise ValueError("lockstep: hist_bins=%d is not supported; use 16 or 0 (off)"
                          % cfg["hist_bins"])
-    cfg["host_stats_thread"] = resolve_host_stats_thread(cfg["host_stats_thread"])
+    raw = cfg["host_stats_thread"]
+    cfg["host_stats_thread"] = resolve_host_stats_thread(raw)
+    # "auto" also measures, while the job runs, whether the thread is faster (_tune.py)
+    cfg["host_stats_thread_tune"] = (cfg["host_stats_thread"]
+                                     and str(raw).strip().lower() == "auto")
     if cfg["platform"] is None:
         cfg["platform"] = detect_platform()
     if cfg["device_name"] is None:

@@ -25,6 +25,7 @@ from lockstep import _config, _core
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._recorder import KIND, Recorder
+from lockstep._tune import ThreadTuner
 from lockstep._watch import DEFAULT_KINDS, Watch
 
 _live = weakref.WeakSet()  # open monitors, closed at interpreter exit
@@ -156,9 +157,12 @@ class Monitor:
         if cfg.get("run_defaulted"):
             self._guard.warn("no run id given (run= or LOCKSTEP_RUN); using %r" % cfg["run"])
         self._close_timeout = cfg["close_timeout"]
+        self._tuner = None
         if cfg["host_stats_thread"]:
             try:
                 self._agent.start_host_worker(256)
+                if cfg["host_stats_thread_tune"]:
+                    self._tuner = ThreadTuner()
             except ValueError as e:  # no thread to be had: the statistics stay inline
                 self._guard.warn("%s; computing CPU statistics on the training thread"
                                  % str(e).replace("lockstep: ", "", 1))
@@ -166,6 +170,8 @@ class Monitor:
         self._pipeline = DevicePipeline(cfg["sketch_k"], cfg["hist_bins"], self._ship)
         self._rec = Recorder(self._agent, cfg["sketch_k"], cfg["hist_bins"], self._pipeline,
                              self._guard, force_device_path=_force_device_path)
+        if self._tuner is not None:
+            self._rec.set_threaded(self._tuner.next_mode())
         self._step = cfg["start_step"]
         self._every = 1
         self._rec.new_step(self._step)
@@ -235,6 +241,8 @@ class Monitor:
                 "host_grad_sq": rec.grad_sq if rec.grad_count else None,
             }
             self._end_step(s, scalars)
+            if self._tuner is not None and self._active and rec.t_first is not None:
+                self._tuner.add(rec._threaded, now - rec.t_first)
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("step()", e)
         try:  # the step number advances whatever happened above
@@ -291,7 +299,9 @@ class Monitor:
         python_errors, tensors_recorded, tensors_repeated, tensors_threaded (statistics
         computed on the host statistics thread), tensors_changed_in_flight (their results
         dropped: changed in place before the thread read them), tensors_skipped,
-        tensors_failed, steps."""
+        tensors_failed, steps; host_stats_thread (whether the next step uses the host
+        statistics thread) and host_stats_thread_ratio ("auto": the last measured step
+        time with the thread over without it, None before the first measurement)."""
         out = {}
         if self._agent is not None:
             try:
@@ -306,6 +316,9 @@ class Monitor:
             out["tensors_repeated"] = rec.repeats
             out["tensors_threaded"] = rec.threaded
             out["tensors_changed_in_flight"] = rec.changed_in_flight
+            out["host_stats_thread"] = rec._threaded
+            tuner = self._tuner
+            out["host_stats_thread_ratio"] = tuner.ratio if tuner is not None else None
             out["tensors_skipped"] = rec.skipped
             out["tensors_failed"] = rec.failed
             out["device_steps_dropped"] = self._pipeline.dropped_steps
@@ -325,6 +338,8 @@ class Monitor:
         self._step = step
         self._accum_grad_norm = None
         self._rec.new_step(step)
+        if self._tuner is not None:
+            self._rec.set_threaded(self._tuner.next_mode())
         self._calls.clear()
         self._bwd = False
         self._active = step % self._every == 0

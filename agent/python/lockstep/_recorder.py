@@ -27,6 +27,7 @@ makes autograd copy it), and so do tensors without a version counter.
 """
 import collections
 import threading
+import time
 
 import torch
 
@@ -36,6 +37,7 @@ KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
 _BACKWARD_KINDS = (_ACT_GRAD, _PARAM_GRAD)
 _get_ident = threading.get_ident
+_perf_counter = time.perf_counter
 # Bytes of tensors held for the host statistics thread; above it, records run inline
 # (bounds the memory the thread can keep alive when it falls behind).
 _MAX_PENDING_BYTES = 256 << 20
@@ -108,7 +110,9 @@ class Recorder:
         self.skipped = 0        # tensors not recorded: dtype/layout the kernel lacks
         self.failed = 0         # agent refused (queue full, closed) or the kernel failed
         # Host statistics thread (see the module doc).
-        self._threaded = bool(getattr(agent, "has_host_worker", False))
+        self.has_worker = bool(getattr(agent, "has_host_worker", False))
+        self._threaded = self.has_worker  # this step's mode (Monitor's tuner may switch it)
+        self.t_first = None  # perf_counter() at this step's first record (for the tuner)
         # Tickets must be settled in the order handed out; hooks on two threads (rare
         # on CPU) must not interleave a submit with its append, or two settles.
         self._host_lock = threading.Lock()
@@ -122,6 +126,7 @@ class Recorder:
 
     def new_step(self, step):
         self.settle(wait=True)
+        self.t_first = None
         self._last = None
         self.step = step
         self.micro = 0
@@ -160,9 +165,16 @@ class Recorder:
         self._ids[(name, kind)] = tid
         return tid
 
+    def set_threaded(self, on):
+        """Whether this step's outputs and output gradients go to the thread (between
+        steps: everything is settled then)."""
+        self._threaded = bool(on) and self.has_worker
+
     def record(self, name, kind, t):
         order = self.order
         self.order = order + 1
+        if self.t_first is None:
+            self.t_first = _perf_counter()
         tid = self._ids.get((name, kind))
         if tid is None:
             tid = self._register(name, kind, t, order)
@@ -282,7 +294,7 @@ class Recorder:
     def settle(self, wait):
         """Records the thread's finished results in order (all of them, waiting for
         the thread, when `wait`) and ends the probes (wait: the step is over)."""
-        if not self._threaded:
+        if not self._pending and not self._probes:
             return
         self._check_probes(final=wait)
         with self._host_lock:
@@ -358,7 +370,7 @@ class Recorder:
         # Runs inside torch's backward: never raise from here.
         self._end_of_backward_queued = False
         try:
-            if self._threaded:
+            if self.has_worker:
                 self._agent.host_kick()
             self._pipeline.flush_deferred()
         except Exception as e:  # pylint: disable=broad-except
