@@ -15,10 +15,12 @@ namespace {
 // worker does on the other core while idle slowed the training thread more (measured in
 // the CPU overhead bench: a 1 ms spin took 27 ms steps to 30 ms; 200 us timed naps took
 // the overhead ratio from 1.048 to 1.078).
+//
 // A sleeping worker is woken once this many jobs or bytes wait (Publish). A wake costs
 // the training thread 3-9 us; the kernel reads ~100 KB in that time.
 constexpr uint32_t kWakeJobs = 4;
 constexpr uint64_t kWakeBytes = uint64_t{4} << 20;
+
 // How long WaitDone polls before it sleeps: a job is often a few microseconds from done.
 constexpr auto kWaitSpin = std::chrono::microseconds(20);
 
