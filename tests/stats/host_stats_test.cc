@@ -346,6 +346,107 @@ TEST(HostStats, SketchIsDeterministicAndIndependentOfKernel) {
   for (int c : seen) EXPECT_EQ(c, 1);
 }
 
+// A view of a buffer: what torch's (sizes, strides, storage offset) describe.
+struct View {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset;
+};
+
+// The view's elements in flat (row-major) order.
+std::vector<double> ViewValues(const std::vector<double>& storage, const View& v) {
+  std::vector<double> out;
+  std::vector<int64_t> idx(v.sizes.size(), 0);
+  uint64_t n = 1;
+  for (int64_t s : v.sizes) n *= static_cast<uint64_t>(s);
+  for (uint64_t i = 0; i < n; ++i) {
+    int64_t off = v.offset;
+    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * v.strides[d];
+    out.push_back(storage[static_cast<size_t>(off)]);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < v.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+TEST(HostStats, StridedViewsMatchTheReferenceOfTheirFlatValues) {
+  // Transposed, permuted (attention's (B, S, D) view of an (S, B, D) buffer), sliced,
+  // strided, broadcast and mostly-size-1 views, over several chunks, with every kind
+  // of special value: the statistics of the logical tensor, sketch included.
+  const View views[] = {
+      {{70, 300}, {1, 70}, 0},                // transpose: element-wise gather
+      {{16, 64, 128}, {128, 2048, 1}, 0},     // permuted: runs of 128
+      {{50, 33}, {100, 1}, 5},                // slice of rows: runs of 33
+      {{5000}, {2}, 1},                       // every other element
+      {{40, 257}, {0, 1}, 3},                 // a row broadcast 40 times
+      {{3, 40, 200}, {200, 600, 1}, 0},       // several 32 KB chunks
+      {{1, 8, 1, 500}, {9999, 500, 7, 1}, 11},  // size-1 dims: merges to contiguous
+  };
+  const size_t storage_n = 140000;
+  int cases = 0;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    Buffer buf = MakeBuffer(dt, MakeRaw(storage_n, 77 + static_cast<uint32_t>(dt), 2.0, true));
+    const size_t esize = dt == DType::kF64 ? 8 : dt == DType::kF32 ? 4 : 2;
+    for (const View& v : views) {
+      std::vector<double> flat = ViewValues(buf.values, v);
+      HostLayout layout;
+      ASSERT_TRUE(MakeHostLayout(v.sizes.data(), v.strides.data(), static_cast<int>(v.sizes.size()),
+                                 &layout).ok());
+      EXPECT_EQ(layout.numel, flat.size());
+      const void* data = static_cast<const char*>(buf.data()) + v.offset * esize;
+      for (int k : {0, 5, 32, 48, 256}) {
+        Ref ref = Reference(flat, dt, k, kHistBins);
+        for (Isa isa : Isas()) {
+          TensorStats got;
+          ASSERT_TRUE(stats::ComputeHostStatsStridedWithIsa(data, dt, layout, StatsConfig{k, kHistBins},
+                                                            isa, &got).ok());
+          Compare(got, ref, "dtype " + std::to_string(int(dt)) + " view of " +
+                                std::to_string(flat.size()) + " k " + std::to_string(k) + " isa " +
+                                std::to_string(int(isa)));
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+TEST(HostStats, HostLayoutMergesDimsAndRejectsWhatItCannotRead) {
+  HostLayout l;
+  // A contiguous 3-D tensor is one run; size-1 dims vanish whatever their stride.
+  const int64_t sz[] = {4, 1, 5, 6}, st[] = {30, 77, 6, 1};
+  ASSERT_TRUE(MakeHostLayout(sz, st, 4, &l).ok());
+  EXPECT_TRUE(l.contiguous());
+  EXPECT_EQ(l.numel, 120u);
+  // Rows of a wider matrix: two dims, runs of 5.
+  const int64_t sz2[] = {3, 5}, st2[] = {8, 1};
+  ASSERT_TRUE(MakeHostLayout(sz2, st2, 2, &l).ok());
+  EXPECT_FALSE(l.contiguous());
+  EXPECT_EQ(l.ndim, 2);
+  // Empty and 0-d tensors.
+  const int64_t sz3[] = {3, 0}, st3[] = {1, 3};
+  ASSERT_TRUE(MakeHostLayout(sz3, st3, 2, &l).ok());
+  EXPECT_EQ(l.numel, 0u);
+  EXPECT_TRUE(l.contiguous());
+  ASSERT_TRUE(MakeHostLayout(nullptr, nullptr, 0, &l).ok());
+  EXPECT_EQ(l.numel, 1u);
+  EXPECT_TRUE(l.contiguous());
+  // A negative stride, and nine dims that cannot be merged, are refused in a sentence.
+  const int64_t sz4[] = {2, 3}, st4[] = {-3, 1};
+  Status s = MakeHostLayout(sz4, st4, 2, &l);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("stride -3"), std::string::npos) << s.message();
+  int64_t sz9[9], st9[9];
+  for (int d = 0; d < 9; ++d) {
+    sz9[d] = 2;
+    st9[d] = int64_t{1} << (2 * (8 - d));  // every dim skips one: nothing merges
+  }
+  s = MakeHostLayout(sz9, st9, 9, &l);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("contiguous"), std::string::npos) << s.message();
+}
+
 TEST(HostStats, RejectsBadArgumentsWithOneSentence) {
   float x[4] = {};
   TensorStats st;

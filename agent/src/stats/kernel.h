@@ -35,6 +35,8 @@ struct KernelParams {
   float shift = 0;        // first finite element (0 if none)
   int32_t sat_bits = 0;   // fp32 bit pattern of limit_dtype's max finite (|x| >= it: sat)
   int min_normal_exp = 0; // biased fp32 exponent of limit_dtype's min normal
+  uint64_t first = 0;     // flat index of the buffer's element 0 (a multiple of k if k > 0):
+                          // a strided tensor is read a chunk at a time
 };
 
 // Scalar fp16 / bf16 -> fp32, exact. The fp16 subnormal case goes through an integer
@@ -63,7 +65,7 @@ inline float Bf16ToFloat(uint16_t h) {
 }
 
 // Vector kernels: accumulate elements [0, n) of the buffer, whose first element has
-// flat index 0, into acc. Elements that do not fill a vector are handled by the
+// flat index kp.first, into acc. Elements that do not fill a vector are handled by the
 // scalar code (AccumulateScalarF32), which the kernels call themselves.
 enum class Isa { kGeneric, kAvx2, kAvx512 };
 #define LOCKSTEP_STATS_DECLARE(isa)                                                   \
@@ -138,6 +140,9 @@ bool IsaSupported(Isa isa) noexcept;
 Isa BestIsa() noexcept;
 Status ComputeHostStatsWithIsa(const void* data, DType dtype, uint64_t numel,
                                const StatsConfig& config, Isa isa, TensorStats* out) noexcept;
+Status ComputeHostStatsStridedWithIsa(const void* data, DType dtype, const HostLayout& layout,
+                                      const StatsConfig& config, Isa isa,
+                                      TensorStats* out) noexcept;
 }  // namespace lockstep::stats
 
 #endif  // LOCKSTEP_AGENT_STATS_KERNEL_H_
