@@ -102,7 +102,7 @@ class FakeAgent:
     def __init__(self, sketch_k=32, hist_bins=16, worker=False):
         self.k, self.bins = sketch_k, hist_bins
         self.has_host_worker = worker
-        self.jobs = []         # [step, micro, id, order, ptr, numel, dtype, stats or None]
+        self.jobs = []         # [step, micro, id, order, compute(), stats or None]
         self.done = self.settled = self.waits = self.kicks = 0
         self.worker_full = False
         self.tensors = {}      # id -> (name, kind name, dtype, shape, order)
@@ -112,6 +112,7 @@ class FakeAgent:
         self.fail = False
         self.repeats = 0
         self._last = None      # the last record_host_tensor's statistics
+        self.strided = 0       # strided views recorded or submitted in place
 
     def _check(self):
         if self.fail:
@@ -134,6 +135,18 @@ class FakeAgent:
     def record_host_tensor(self, step, micro, tid, order, ptr, numel, dtype):
         self._check()
         stats = _core.host_stats(ptr, numel, dtype, self.k, self.bins)
+        self._add(step, micro, tid, order, stats)
+        self._last = stats
+        return stats["l2"]
+
+    def record_host_tensor_strided(self, step, micro, tid, order, ptr, dtype, sizes, strides):
+        self._check()
+        self.strided += 1
+        try:
+            stats = _core.host_stats_strided(ptr, dtype, list(sizes), list(strides), self.k,
+                                             self.bins)
+        except ValueError:
+            return -3.0
         self._add(step, micro, tid, order, stats)
         self._last = stats
         return stats["l2"]
@@ -184,13 +197,29 @@ class FakeAgent:
         self._check()
         if self.worker_full:
             return -1
-        self.jobs.append([step, micro, tid, order, ptr, numel, dtype, None])
+        self.jobs.append([step, micro, tid, order,
+                          lambda: _core.host_stats(ptr, numel, dtype, self.k, self.bins), None])
+        return len(self.jobs) - 1
+
+    def submit_host_tensor_strided(self, step, micro, tid, order, ptr, dtype, sizes, strides):
+        self._check()
+        if self.worker_full:
+            return -1
+        sizes, strides = list(sizes), list(strides)
+        try:  # what the real agent refuses at submit (a layout the kernel cannot read)
+            _core.host_stats_strided(ptr, dtype, sizes, strides, 0, 0)
+        except ValueError:
+            return -3
+        self.strided += 1
+        self.jobs.append([step, micro, tid, order,
+                          lambda: _core.host_stats_strided(ptr, dtype, sizes, strides, self.k,
+                                                           self.bins), None])
         return len(self.jobs) - 1
 
     def run_jobs(self, upto=None):
         upto = len(self.jobs) if upto is None else upto
         for job in self.jobs[self.done:upto]:
-            job[7] = _core.host_stats(job[4], job[5], job[6], self.k, self.bins)
+            job[5] = job[4]()
         self.done = max(self.done, upto)
 
     def host_done(self):
@@ -206,7 +235,7 @@ class FakeAgent:
     def host_settle(self, ticket, keep, as_last=False):
         assert ticket == self.settled and ticket < self.done, "settled out of order"
         self.settled += 1
-        step, micro, tid, order, _, _, _, stats = self.jobs[ticket]
+        step, micro, tid, order, _, stats = self.jobs[ticket]
         if not keep:
             return -2.0
         self._add(step, micro, tid, order, stats)

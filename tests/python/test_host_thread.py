@@ -303,3 +303,64 @@ def test_auto_switches_the_recorder_per_step_as_the_tuner_says():
     # Inline or threaded, every step recorded the same tensors.
     per_step = {s: len(fake.names(step=s)) for s in range(len(planned))}
     assert len(set(per_step.values())) == 1
+
+
+class Transpose(nn.Module):
+    def forward(self, y):
+        return y.transpose(0, 1)  # a (6, 128) view of (128, 6): element-wise strides
+
+
+class NineDims(nn.Module):
+    def forward(self, y):
+        # Nine dims in reverse order: nothing merges, more than the kernel's eight.
+        return y.reshape(-1)[:512].reshape((2,) * 9).permute(*reversed(range(9)))
+
+
+class Views(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 6)
+        self.t = Transpose()
+        self.nine = NineDims()
+
+    def forward(self, x):
+        y = self.lin(x)
+        return self.t(y).sum(0) + self.nine(y).sum()
+
+
+@pytest.mark.parametrize("worker", [False, True])
+def test_strided_views_are_read_in_place_with_the_statistics_of_their_copy(worker):
+    mon, fake = fake_monitor(worker=worker)
+    model = Views()
+    mon.watch(model, kinds=("act",))
+    seen, layouts = {}, set()
+
+    def keep(_m, _i, o, name):
+        layouts.add(o.is_contiguous())
+        # (clone() alone would keep a permuted tensor's strides)
+        seen.setdefault(name, []).append(o.detach().clone(memory_format=torch.contiguous_format))
+
+    for name in ("t", "nine"):
+        getattr(model, name).register_forward_hook(lambda m, i, o, name=name: keep(m, i, o, name))
+    x = torch.randn(128, 4, generator=torch.Generator().manual_seed(3))
+    for _ in range(3):
+        train_step(model, x, mon)
+    assert layouts == {False}
+    for name in ("t", "nine"):
+        recs = [r["stats"] for r in sorted(fake.records, key=_key) if r["name"] == name]
+        assert len(recs) == 3
+        for got, copy in zip(recs, seen[name]):
+            want = lockstep._core.host_stats(copy.data_ptr(), copy.numel(), 1, fake.k, fake.bins)
+            for key in ("numel", "min", "max", "nan_count", "zero_count", "hist"):
+                assert got[key] == want[key], (name, key)
+            for key in ("mean", "std", "l2"):
+                assert got[key] == pytest.approx(want[key], rel=1e-6), (name, key)
+            assert got["sketch"] == pytest.approx(want["sketch"], abs=1e-5 * want["l2"])
+    # The transposed view went to the kernel in place every step (inline at step 0, the
+    # thread's after); the nine-dim one each time as a contiguous copy.
+    assert fake.strided >= 3
+    if worker:
+        threaded = [fake.tensors[j[2]][0] for j in fake.jobs]
+        assert threaded.count("t") == 2 and "nine" not in threaded
+        assert mon.counters()["tensors_changed_in_flight"] == 0

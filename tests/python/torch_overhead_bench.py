@@ -97,6 +97,13 @@ def attach_floor(model):
     return attach_hooks(model)
 
 
+def _numel(sizes):
+    n = 1
+    for d in sizes:
+        n *= d
+    return n
+
+
 class TimedAgent:
     """Wraps the monitor's agent to time its C++ record_host_tensor calls in place (the
     tensors hot in cache, as in training). Adds ~0.5 us per tensor to the lockstep side."""
@@ -115,6 +122,19 @@ class TimedAgent:
         self.seconds += time.perf_counter() - t0
         self.bytes += args[5] * self._BYTES.get(args[6], 4)
         return r
+
+    def record_host_tensor_strided(self, *args):  # (..., ptr, dtype, sizes, strides)
+        t0 = time.perf_counter()
+        r = self._agent.record_host_tensor_strided(*args)
+        self.seconds += time.perf_counter() - t0
+        self.bytes += _numel(args[6]) * self._BYTES.get(args[5], 4)
+        return r
+
+    def submit_host_tensor_strided(self, *args):
+        ticket = self._agent.submit_host_tensor_strided(*args)
+        if ticket >= 0:
+            self.threaded_bytes += _numel(args[6]) * self._BYTES.get(args[5], 4)
+        return ticket
 
     def submit_host_tensor(self, *args):
         ticket = self._agent.submit_host_tensor(*args)

@@ -77,6 +77,24 @@ TEST(HostStatsWorker, ResultsEqualTheInlineKernelInTicketOrderWithTheirTags) {
   EXPECT_EQ(w->Result(0, nullptr), nullptr);  // released
 }
 
+TEST(HostStatsWorker, StridedViewsAreReadInPlaceLikeInline) {
+  auto w = StartWorker(4);
+  ASSERT_NE(w, nullptr);
+  // A (64, 16, 128) buffer seen as (16, 64, 128): attention's permuted output.
+  std::vector<float> buf = Normal(64 * 16 * 128, 9);
+  const int64_t sizes[] = {16, 64, 128}, strides[] = {128, 2048, 1};
+  HostLayout layout;
+  ASSERT_TRUE(MakeHostLayout(sizes, strides, 3, &layout).ok());
+  EXPECT_EQ(w->Submit(HostStatsWorker::Tag{3, 0, 1, 2}, buf.data(), DType::kF32, layout), 0u);
+  w->WaitDone(0);
+  const TensorStats* got = w->Result(0, nullptr);
+  ASSERT_NE(got, nullptr);
+  TensorStats want;
+  ASSERT_TRUE(ComputeHostStatsStrided(buf.data(), DType::kF32, layout, StatsConfig{}, &want).ok());
+  ExpectSameStats(*got, want);
+  w->Release(1);
+}
+
 TEST(HostStatsWorker, HalfPrecisionInputs) {
   auto w = StartWorker(4);
   ASSERT_NE(w, nullptr);

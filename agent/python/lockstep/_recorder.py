@@ -2,8 +2,8 @@
 (step, micro step, execution order).
 
 CPU tensors go through the C++ one-pass kernel over the tensor's own memory
-(``Agent.record_host_tensor``, GIL released; a non-contiguous tensor is made
-contiguous first). Other devices go through the DevicePipeline (one copy per step).
+(``Agent.record_host_tensor``, GIL released; a transposed or sliced view is read in
+place, in flat order, by ``record_host_tensor_strided``). Other devices go through the DevicePipeline (one copy per step).
 Called from hooks under the GIL; the counters are plain ints for that reason.
 
 The same tensor often reaches several hooks in a row: a container module's output is
@@ -51,7 +51,7 @@ class _Pending:
     def __init__(self, ticket, tensor, version, tid, ident, nbytes):
         self.ticket = ticket
         self.tensor = tensor    # held until settled: the thread reads its memory
-        self.version = version  # None: a private copy, nothing can change it
+        self.version = version  # its version counter when submitted
         self.tid = tid
         self.ident = ident
         self.nbytes = nbytes
@@ -208,17 +208,26 @@ class Recorder:
             self._last = None
             self._last_pending = None
             contiguous = t.is_contiguous()
-            src = t if contiguous else t.contiguous()
             self.records += 1
-            if repeatable and self._threaded and self._submit(t, src, contiguous, tid, order,
-                                                              code):
+            if repeatable and self._threaded and self._submit(t, contiguous, tid, order, code):
                 # The thread is woken for batches of tensors; the end of backward wakes
                 # it for the rest, so they are done while the optimizer steps.
                 if kind == _ACT_GRAD and not self._end_of_backward_queued:
                     self._queue_end_of_backward()
                 return
-            l2 = self._agent.record_host_tensor(self.step, self.micro, tid, order,
-                                                src.data_ptr(), src.numel(), code)
+            agent = self._agent
+            if contiguous:
+                l2 = agent.record_host_tensor(self.step, self.micro, tid, order, t.data_ptr(),
+                                              t.numel(), code)
+            else:
+                # A transposed or sliced view (attention's outputs): read in place, in
+                # flat order, instead of copying it first.
+                l2 = agent.record_host_tensor_strided(self.step, self.micro, tid, order,
+                                                      t.data_ptr(), code, t.shape, t.stride())
+                if l2 == -3.0:  # a layout the kernel cannot read: a contiguous copy
+                    src = t.contiguous()
+                    l2 = agent.record_host_tensor(self.step, self.micro, tid, order,
+                                                  src.data_ptr(), src.numel(), code)
             if l2 < 0.0:  # the kernel refused the tensor
                 self.failed += 1
             elif repeatable:
@@ -227,7 +236,7 @@ class Recorder:
                 except RuntimeError:  # inference tensors have no version counter
                     pass
                 else:
-                    if self._threaded and contiguous and tid not in self._mode:
+                    if self._threaded and tid not in self._mode:
                         self._probes.append((tid, t, self._last[1]))
             elif kind == _PARAM_GRAD:
                 self.grad_sq += l2 * l2  # NaN l2 (no finite value) makes the norm NaN
@@ -252,37 +261,37 @@ class Recorder:
 
     # ---- the host statistics thread ------------------------------------------------
 
-    def _submit(self, t, src, contiguous, tid, order, code):
-        """Hands `src` (t, or its contiguous copy) to the thread; False to compute inline
-        instead: a name not yet known to stay unchanged, a full thread, or too many
-        bytes held already."""
-        if contiguous:
-            if not self._mode.get(tid, False):
-                return False  # first record (probed inline) or changed in place before
-            try:
-                version = t._version
-            except RuntimeError:  # no version counter: nothing to check a result against
-                return False
-        else:
-            version = None  # a private copy
-        nbytes = src.numel() * _BYTES.get(src.dtype, 8)
+    def _submit(self, t, contiguous, tid, order, code):
+        """Hands `t` to the thread, which reads its memory in place (strided views too);
+        False to compute inline instead: a name not yet known to stay unchanged, a full
+        thread, too many bytes held already, or a layout the kernel cannot read."""
+        if not self._mode.get(tid, False):
+            return False  # first record (probed inline) or changed in place before
+        try:
+            version = t._version
+        except RuntimeError:  # no version counter: nothing to check a result against
+            return False
+        nbytes = t.numel() * _BYTES.get(t.dtype, 8)
         if self._pending_bytes + nbytes > _MAX_PENDING_BYTES:
             return False
         ident = _get_ident()
+        agent = self._agent
         with self._host_lock:
-            ticket = self._agent.submit_host_tensor(self.step, self.micro, tid, order,
-                                                    src.data_ptr(), src.numel(), code)
+            if contiguous:
+                ticket = agent.submit_host_tensor(self.step, self.micro, tid, order,
+                                                  t.data_ptr(), t.numel(), code)
+            else:
+                ticket = agent.submit_host_tensor_strided(self.step, self.micro, tid, order,
+                                                          t.data_ptr(), code, t.shape,
+                                                          t.stride())
             if ticket < 0:
                 return False
-            pend = _Pending(ticket, src, version, tid, ident, nbytes)
+            pend = _Pending(ticket, t, version, tid, ident, nbytes)
             self._pending.append(pend)
             self._pending_bytes += nbytes
             self.threaded += 1
-        try:
-            self._last = (t, t._version, ident)
-            self._last_pending = pend
-        except RuntimeError:
-            pass
+        self._last = (t, version, ident)
+        self._last_pending = pend
         return True
 
     def _settle_done(self):
@@ -310,12 +319,10 @@ class Recorder:
         while pending and pending[0].ticket < done:
             pend = pending.popleft()
             self._pending_bytes -= pend.nbytes
-            keep = True
-            if pend.version is not None:
-                try:
-                    keep = pend.tensor._version == pend.version
-                except RuntimeError:
-                    keep = False
+            try:
+                keep = pend.tensor._version == pend.version
+            except RuntimeError:
+                keep = False
             is_last = pend is self._last_pending
             l2 = agent.host_settle(pend.ticket, keep, keep and (is_last or bool(pend.repeats)))
             pend.tensor = None

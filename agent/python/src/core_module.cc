@@ -79,6 +79,13 @@ py::dict CountersToDict(const PyAgent& a) {
 using U32Array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>;
 using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
+// torch's sizes and strides as a HostLayout; false if they cannot be read in place.
+bool ToLayout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+              HostLayout* out) {
+  return sizes.size() == strides.size() &&
+         MakeHostLayout(sizes.data(), strides.data(), static_cast<int>(sizes.size()), out).ok();
+}
+
 }  // namespace
 }  // namespace lockstep::python
 
@@ -136,6 +143,32 @@ PYBIND11_MODULE(_core, m) {
         return StatsToDict(stats);
       },
       py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"),
+      py::arg("sketch_k") = kDefaultSketchK, py::arg("hist_bins") = kHistBins);
+  // The same for a strided view at `data_ptr` (its first element; sizes and strides in
+  // elements, as torch gives them). Raises ValueError for a layout it cannot read.
+  m.def(
+      "host_stats_strided",
+      [](uintptr_t data_ptr, int dtype, const std::vector<int64_t>& sizes,
+         const std::vector<int64_t>& strides, int sketch_k, int hist_bins) {
+        if (sizes.size() != strides.size())
+          throw py::value_error("host_stats_strided: " + std::to_string(sizes.size()) +
+                                " sizes but " + std::to_string(strides.size()) + " strides.");
+        HostLayout layout;
+        Status s = MakeHostLayout(sizes.data(), strides.data(), static_cast<int>(sizes.size()),
+                                  &layout);
+        StatsConfig cfg;
+        cfg.sketch_k = sketch_k;
+        cfg.hist_bins = hist_bins;
+        TensorStats stats;
+        if (s.ok()) {
+          py::gil_scoped_release release;
+          s = ComputeHostStatsStrided(reinterpret_cast<const void*>(data_ptr),
+                                      static_cast<DType>(dtype), layout, cfg, &stats);
+        }
+        if (!s.ok()) throw py::value_error(s.message());
+        return StatsToDict(stats);
+      },
+      py::arg("data_ptr"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"),
       py::arg("sketch_k") = kDefaultSketchK, py::arg("hist_bins") = kHistBins);
 
   // For tests: what record_packed() makes of one row (None if it rejects it).
@@ -223,6 +256,23 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
+      // The same for a strided view (data_ptr is its first element; sizes and strides
+      // in elements, as torch gives them): read in place, no contiguous copy. Returns
+      // -3 for a layout the kernel cannot read (a negative stride, more than 8 dims
+      // after merging): the caller then records a contiguous copy.
+      .def("record_host_tensor_strided",
+           [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+              uintptr_t data_ptr, int dtype, const std::vector<int64_t>& sizes,
+              const std::vector<int64_t>& strides) {
+             HostLayout layout;
+             if (!ToLayout(sizes, strides, &layout)) return -3.0;
+             py::gil_scoped_release release;
+             return a.RecordHostTensor(step, micro, id, order,
+                                       reinterpret_cast<const void*>(data_ptr),
+                                       static_cast<DType>(dtype), layout);
+           },
+           py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
+           py::arg("data_ptr"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"))
       // The statistics of this thread's last record_host_tensor again, for another
       // tensor id (the caller knows the memory is the same and unchanged); -2 if none.
       .def("record_repeat",
@@ -249,6 +299,19 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
+      // A strided view for the worker: -3 for a layout it cannot read, else as above.
+      .def("submit_host_tensor_strided",
+           [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+              uintptr_t data_ptr, int dtype, const std::vector<int64_t>& sizes,
+              const std::vector<int64_t>& strides) -> int64_t {
+             HostLayout layout;
+             if (!ToLayout(sizes, strides, &layout)) return -3;
+             return a.SubmitHostTensor(step, micro, id, order,
+                                       reinterpret_cast<const void*>(data_ptr),
+                                       static_cast<DType>(dtype), layout);
+           },
+           py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
+           py::arg("data_ptr"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"))
       .def("host_done", &PyAgent::HostDone)
       .def("host_kick", &PyAgent::HostKick)
       .def("host_wait", &PyAgent::HostWait, py::arg("ticket"),

@@ -55,8 +55,23 @@ double PyAgent::RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uin
                                const void* data, uint64_t numel, DType dtype) noexcept {
   LastStats& last = t_last;
   last.owner = 0;
-  Status s = ComputeHostStats(data, dtype, numel, stats_config_, &last.stats);
-  if (!s.ok()) {
+  return RecordLast(step, micro, id, order,
+                    ComputeHostStats(data, dtype, numel, stats_config_, &last.stats));
+}
+
+double PyAgent::RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                                 const void* data, DType dtype,
+                                 const HostLayout& layout) noexcept {
+  LastStats& last = t_last;
+  last.owner = 0;
+  return RecordLast(step, micro, id, order,
+                    ComputeHostStatsStrided(data, dtype, layout, stats_config_, &last.stats));
+}
+
+double PyAgent::RecordLast(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                           const Status& computed) noexcept {
+  LastStats& last = t_last;
+  if (!computed.ok()) {
     host_stats_errors_.fetch_add(1, std::memory_order_relaxed);
     return -1.0;
   }
@@ -87,6 +102,14 @@ int64_t PyAgent::SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, ui
                                   const void* data, uint64_t numel, DType dtype) noexcept {
   if (!worker_) return -1;
   uint64_t t = worker_->Submit(HostStatsWorker::Tag{step, micro, id, order}, data, dtype, numel);
+  return t == HostStatsWorker::kNoTicket ? -1 : static_cast<int64_t>(t);
+}
+
+int64_t PyAgent::SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                                  const void* data, DType dtype,
+                                  const HostLayout& layout) noexcept {
+  if (!worker_) return -1;
+  uint64_t t = worker_->Submit(HostStatsWorker::Tag{step, micro, id, order}, data, dtype, layout);
   return t == HostStatsWorker::kNoTicket ? -1 : static_cast<int64_t>(t);
 }
 

@@ -46,6 +46,9 @@ class PyAgent {
   // counted by the agent (records_dropped), not reported here.
   double RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
                         const void* data, uint64_t numel, DType dtype) noexcept;
+  // The same for a strided view (a transposed tensor), read without a copy.
+  double RecordHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                          const void* data, DType dtype, const HostLayout& layout) noexcept;
   // Records again, for tensor `id`, the statistics of this thread's last successful
   // RecordHostTensor() on this agent: for a tensor the caller knows is the very same
   // memory, unchanged (a container module's output is its last child's output; one
@@ -63,6 +66,8 @@ class PyAgent {
   // alive and unchanged until HostDone() passes the ticket.
   int64_t SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
                            const void* data, uint64_t numel, DType dtype) noexcept;
+  int64_t SubmitHostTensor(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                           const void* data, DType dtype, const HostLayout& layout) noexcept;
   // Wakes the worker for jobs below its wake-up batch (the end of a backward pass).
   void HostKick() noexcept {
     if (worker_) worker_->Kick();
@@ -100,6 +105,9 @@ class PyAgent {
 
  private:
   PyAgent(std::unique_ptr<Agent> agent, StatsConfig config);
+  // Records this thread's last statistics (just computed, `computed` says how it went).
+  double RecordLast(uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
+                    const Status& computed) noexcept;
 
   std::unique_ptr<Agent> agent_;
   StatsConfig stats_config_;

@@ -80,8 +80,23 @@ uint64_t HostStatsWorker::Submit(const Tag& tag, const void* data, DType dtype,
   s.tag = tag;
   s.data = data;
   s.dtype = dtype;
-  s.numel = numel;
+  s.layout.ndim = 1;
+  s.layout.numel = numel;
+  s.layout.sizes[0] = static_cast<int64_t>(numel);
+  s.layout.strides[0] = 1;
   return Publish(t, numel * KernelElementSize(dtype));
+}
+
+uint64_t HostStatsWorker::Submit(const Tag& tag, const void* data, DType dtype,
+                                 const HostLayout& layout) noexcept {
+  const uint64_t t = head_.load(std::memory_order_relaxed);
+  if (t - tail_ >= capacity_) return kNoTicket;
+  Slot& s = slots_[t % capacity_];
+  s.tag = tag;
+  s.data = data;
+  s.dtype = dtype;
+  s.layout = layout;
+  return Publish(t, layout.numel * KernelElementSize(dtype));
 }
 
 uint64_t HostStatsWorker::Publish(uint64_t t, uint64_t bytes) noexcept {
@@ -145,7 +160,7 @@ void HostStatsWorker::Release(uint64_t upto) noexcept {
 
 void HostStatsWorker::Compute(uint64_t t) noexcept {
   Slot& s = slots_[t % capacity_];
-  s.ok = ComputeHostStats(s.data, s.dtype, s.numel, config_, &s.stats).ok();
+  s.ok = ComputeHostStatsStrided(s.data, s.dtype, s.layout, config_, &s.stats).ok();
   if (!s.ok) kernel_errors_.fetch_add(1, std::memory_order_relaxed);
 }
 

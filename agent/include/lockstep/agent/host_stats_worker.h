@@ -50,6 +50,10 @@ class HostStatsWorker {
   // Queues the statistics of `numel` elements of `dtype` at `data` (contiguous).
   // Returns the job's ticket (consecutive from 0), or kNoTicket when full.
   uint64_t Submit(const Tag& tag, const void* data, DType dtype, uint64_t numel) noexcept;
+  // The same for a strided view (ComputeHostStatsStrided): no copy is made, so the
+  // view's memory is what must stay alive and unchanged.
+  uint64_t Submit(const Tag& tag, const void* data, DType dtype,
+                  const HostLayout& layout) noexcept;
 
   // A sleeping worker is woken for a batch of jobs, not for each (see Publish); Kick()
   // wakes it for whatever waits (the end of a backward pass, say).
@@ -77,7 +81,7 @@ class HostStatsWorker {
   struct Slot {
     Tag tag;
     const void* data = nullptr;
-    uint64_t numel = 0;
+    HostLayout layout;
     DType dtype = DType::kF32;
     bool ok = false;
     TensorStats stats;
