@@ -74,17 +74,12 @@ HostStatsWorker::~HostStatsWorker() {
 
 uint64_t HostStatsWorker::Submit(const Tag& tag, const void* data, DType dtype,
                                  uint64_t numel) noexcept {
-  const uint64_t t = head_.load(std::memory_order_relaxed);
-  if (t - tail_ >= capacity_) return kNoTicket;
-  Slot& s = slots_[t % capacity_];
-  s.tag = tag;
-  s.data = data;
-  s.dtype = dtype;
-  s.layout.ndim = 1;
-  s.layout.numel = numel;
-  s.layout.sizes[0] = static_cast<int64_t>(numel);
-  s.layout.strides[0] = 1;
-  return Publish(t, numel * KernelElementSize(dtype));
+  HostLayout layout;  // one run of numel elements
+  layout.ndim = 1;
+  layout.numel = numel;
+  layout.sizes[0] = static_cast<int64_t>(numel);
+  layout.strides[0] = 1;
+  return Submit(tag, data, dtype, layout);
 }
 
 uint64_t HostStatsWorker::Submit(const Tag& tag, const void* data, DType dtype,
