@@ -42,9 +42,10 @@ int StateRank(const std::string& s) {
 }  // namespace
 
 std::string IncidentGrouper::FactId(const Alert& a) {
-  // The loss turning bad is news even when the rule already reported other tensors.
-  const bool loss = a.kind == "loss" || a.tensor == "loss";
-  return a.rule + (loss ? "/loss" : "");
+  // The loss turning bad is news even when the rule already reported other tensors,
+  // and it is one fact whichever rule says it (tensor_drift on the loss, loss_drift).
+  if (a.kind == "loss" || a.tensor == "loss") return "loss";
+  return a.rule;
 }
 
 void IncidentGrouper::Add(const Alert& a, Ns now, std::vector<Alert>* out) {

@@ -5,7 +5,8 @@
 // alerts one cause explains) form one incident. It is notified when it
 //   opens      the first alert of the key;
 //   escalates  an alert more severe than any before it, or a critical alert that is a
-//              new fact (a rule not yet among its critical facts, or the loss);
+//              new fact (a rule not yet among its critical facts; or the loss, by any
+//              rule, the first time it is critical);
 //   updates    a digest of what joined since the last notification, at most once per
 //              digest interval while alerts keep joining;
 //   resolves   no alert joined for `resolve_after`.

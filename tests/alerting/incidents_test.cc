@@ -71,6 +71,9 @@ TEST(IncidentGrouper, EscalatesOnHigherSeverityAndOnANewCriticalFactOnly) {
   loss.kind = "loss";
   loss.message = "the loss is NaN";
   g.Add(loss, 3s, &out);  // a new critical fact at the same severity
+  Alert loss_drift = loss;
+  loss_drift.rule = "loss_drift";
+  g.Add(loss_drift, 4s, &out);  // the same fact (the loss) by another rule: news only
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].notification, "opened");
   EXPECT_EQ(out[1].notification, "escalated");
