@@ -4,12 +4,15 @@ Runs the README's demo in its short form (`scripts/demo --quick`: a real collect
 real HTTP webhook receiver, two real PyTorch trainings) and checks what the webhook
 received: at most 6 messages for the 200-300 alerts in the alerts file, and every
 critical fact of the run among them -- the first divergence (in blocks.2, the layer the
-demo changed), the NaN onset with its producer, and the loss turning non-finite.
+demo changed), the NaN onset with its producer, and the loss turning non-finite. And
+that a container whose output is its child's output is reported once, as the child
+with the container as an alias.
 
 LOCKSTEP_DEMO_RUNS=N repeats the whole demo N times (the acceptance check ran 10).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,6 +52,17 @@ def check(data_dir):
     # The per-tensor detail stays in the alerts file, each alert with its incident.
     if len(alerts) < 50 or any(not a.get("incident") for a in alerts):
         fails.append(f"the alerts file has {len(alerts)} alerts, or some without an incident key")
+    # A container whose output is its child's (blocks.N.mlp = blocks.N.mlp.fc2, the model
+    # = its head) is one row: alerts name the producer, with the container as its alias.
+    containers = sorted({a["tensor"] for a in alerts if re.fullmatch(r"blocks\.\d+\.mlp|<root>", a["tensor"])})
+    if containers:
+        fails.append(f"alerts about containers that only pass on their child's output: {containers}")
+    if not any(re.search(r"blocks\.\d+\.mlp\.fc2 \(= blocks\.\d+\.mlp\)", a["message"]) for a in alerts):
+        fails.append("no alert names a producer with its container as an alias (blocks.N.mlp.fc2 (= blocks.N.mlp))")
+    # A block's output is not its mlp's (a residual add), though their gradients are one.
+    wrong = [a["message"] for a in alerts if a["kind"] == "act" and re.search(r"blocks\.\d+ \(= ", a["message"])]
+    if wrong:
+        fails.append(f"a block's output named as an alias of its mlp's: {wrong[0]}")
     return fails, f"{len(alerts)} alerts, {len(messages)} webhook messages, {len(facts)} facts"
 
 
