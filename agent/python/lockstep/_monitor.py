@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from lockstep import _config, _core
+from lockstep import _config, _core, _fingerprint
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._recorder import KIND, Recorder
@@ -106,7 +106,9 @@ class Monitor:
     curve_key (this agent's .key file from ``lockstep keygen``; default a fresh pair),
     see docs/security.md. host_stats_thread ("auto"; "on", "off"): compute CPU tensors'
     statistics on a lockstep thread while the step goes on; "auto" turns it on when
-    torch's intra-op threads leave a core idle (docs/python.md). A configuration mistake warns with
+    torch's intra-op threads leave a core idle (docs/python.md). config: an optional dict
+    (e.g. ``vars(args)``) that joins the run fingerprint, which the collector compares
+    between the two runs (docs/python.md "Run fingerprint"). A configuration mistake warns with
     one sentence and gives a disabled monitor (``strict=True`` raises ValueError).
     """
 
@@ -119,7 +121,7 @@ class Monitor:
                  rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
                  device_name=None, queue_capacity=None, send_hwm=None, send_buffer_mb=None,
                  close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None,
-                 host_stats_thread=None, strict=False, _force_device_path=False):
+                 host_stats_thread=None, config=None, strict=False, _force_device_path=False):
         self._guard = Guard()
         self._agent = None
         self._closed = False
@@ -134,6 +136,9 @@ class Monitor:
                     curve_server_key=curve_server_key, curve_key=curve_key,
                     host_stats_thread=host_stats_thread)
         try:
+            if config is not None and not isinstance(config, dict):
+                raise ValueError("lockstep: config= must be a dict (e.g. vars(args)), got %s; "
+                                 "pass a dict or leave it out" % type(config).__name__)
             cfg = _config.resolve(args)
             self._agent = _core.Agent.create(
                 endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
@@ -180,6 +185,9 @@ class Monitor:
         self._calls = {}    # module name -> calls in this micro step
         self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
+        self._user_config = dict(config or {})
+        self._fingerprint = {}
+        self._amp_seen = False  # the first watched forward read the autocast state
         self.enabled = True
         _live.add(self)
 
@@ -205,6 +213,9 @@ class Monitor:
             self._watches.append(w)
             self._every = every
             self._active = self._step % every == 0
+            self._send_fingerprint(model, optimizer)
+            if self._active and len(self._watches) == 1:
+                w.record_initial(self)
         except ValueError as e:
             self._guard.warn(str(e).replace("lockstep: ", "", 1))
         except Exception as e:  # pylint: disable=broad-except
@@ -382,6 +393,27 @@ class Monitor:
                     self._accum_grad_norm = torch.linalg.vector_norm(torch.stack(norms))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the optimizer step hook", e)
+
+    def _send_fingerprint(self, model, optimizer):
+        """Builds the run fingerprint of this watch() and hands it to the agent (sent
+        once; a later watch() adds to it). Never raises."""
+        try:
+            self._fingerprint.update(_fingerprint.build(self.config, model, optimizer,
+                                                        self._user_config))
+            self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the run fingerprint", e)
+
+    def _note_first_forward(self):
+        """At the first watched forward: the autocast state joins the fingerprint."""
+        self._amp_seen = True
+        try:
+            amp = _fingerprint.autocast_state(self.platform)
+            if amp and any(self._fingerprint.get(k) != v for k, v in amp.items()):
+                self._fingerprint.update(amp)
+                self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the run fingerprint", e)
 
     def _on_backward_marker(self, _grad):
         self._bwd = True

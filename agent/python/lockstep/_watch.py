@@ -51,6 +51,9 @@ def _eager(fn):
 
 DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss")
 ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss")
+# Always recorded, whatever kinds= says (docs/python.md "Run fingerprint"): the model's
+# inputs every step ("input") and every parameter once, before the first update.
+_INPUT_NAME = "input"
 
 
 class Watch:
@@ -79,6 +82,9 @@ class Watch:
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
         need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
+        self.init_recorded = False
+        self.init_step = -1
+        self._hook_inputs(mon, model)
         for path, module in model.named_modules():
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
@@ -137,10 +143,62 @@ class Watch:
 
         self.handles.append(module.register_forward_hook(_eager(forward_hook)))
 
+    def _hook_inputs(self, mon, model):
+        """A forward pre-hook on the root: the data fed to the model (its tensor args
+        and kwargs, integer token ids as float32) as kind "input", every watched step;
+        at the first forward also the autocast state for the fingerprint."""
+        root = model
+        rec = mon._rec
+        kind = KIND["input"]
+
+        def pre_hook(_module, args, kwargs=None):
+            if not mon._active or not root.training or not torch.is_grad_enabled():
+                return None
+            try:
+                if mon._bwd:
+                    mon._new_micro()
+                if not mon._amp_seen:
+                    mon._note_first_forward()
+                items = []
+                output_tensors(tuple(args), _INPUT_NAME, items)
+                if kwargs:
+                    output_tensors(dict(kwargs), _INPUT_NAME, items)
+                for item_name, t in items:
+                    if not t.is_floating_point():
+                        if t.is_complex():
+                            continue
+                        t = t.to(torch.float32)
+                    rec.record(item_name, kind, t.detach())
+            except Exception as e:  # pylint: disable=broad-except
+                mon._guard.fail("the input hook of the watched model", e)
+            return None
+
+        hook = _eager(pre_hook)
+        try:  # torch >= 2.0: kwargs too
+            self.handles.append(model.register_forward_pre_hook(hook, with_kwargs=True))
+        except TypeError:
+            self.handles.append(model.register_forward_pre_hook(
+                _eager(lambda m, args: pre_hook(m, args))))
+
+    def record_initial(self, mon):
+        """Every parameter once, before the first update (kind "param" at the current
+        step): initial weights are compared before anything else."""
+        rec = mon._rec
+        kind = KIND["param"]
+        self.init_step = mon._step
+        for name, p in self._param_names_in_order():
+            rec.record(name, kind, p.detach())
+        self.init_recorded = True
+
+    def _param_names_in_order(self):
+        return [(n, p) for n, p in self.model.named_parameters() if p.is_floating_point()]
+
     def record_step_end(self, mon):
         """Parameters and optimizer state at Monitor.step() (after the update)."""
         rec = mon._rec
-        if "param" in self.kinds:
+        if self.init_recorded and mon._step == self.init_step:
+            pass  # this step's "param" rows are the initial weights (record_initial)
+        elif "param" in self.kinds:
             kind = KIND["param"]
             for name, p in self.params:
                 rec.record(name, kind, p.detach())

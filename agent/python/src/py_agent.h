@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "lockstep/agent/agent.h"
 #include "lockstep/agent/host_stats.h"
@@ -90,6 +91,9 @@ class PyAgent {
                       size_t cols) noexcept;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept;
   bool EndStep(uint64_t step) noexcept;
+  bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept {
+    return agent_->SetFingerprint(std::move(entries));
+  }
   bool Flush(std::chrono::milliseconds timeout) noexcept;
   bool Close(std::chrono::milliseconds timeout) noexcept;
 

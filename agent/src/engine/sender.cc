@@ -269,6 +269,16 @@ void Sender::EnsurePreamble() {
     if (!SendMessage(encoder_.Hello(options_, start_unix_ns_, seq_), 0)) return;
     hello_pending_ = false;
   }
+  const uint32_t fp_version = shared_->fingerprint_version.load(std::memory_order_acquire);
+  if (fingerprint_sent_ != fp_version) {
+    std::vector<std::pair<std::string, std::string>> entries;
+    {
+      std::lock_guard<std::mutex> lock(shared_->fingerprint_mu);
+      entries = shared_->fingerprint;
+    }
+    if (!SendMessage(encoder_.Fingerprint(entries, seq_), 0)) return;
+    fingerprint_sent_ = fp_version;
+  }
   uint32_t registered = shared_->registry.size();
   while (directory_sent_ < registered) {
     uint32_t to = std::min(registered, directory_sent_ + kDirectoryChunk);
@@ -288,6 +298,7 @@ void Sender::PollConnections() {
   if (reconnects == 0) return;
   shared_->sender.reconnects.fetch_add(reconnects, std::memory_order_relaxed);
   hello_pending_ = true;
+  fingerprint_sent_ = 0;
   directory_sent_ = 0;
   EnsurePreamble();
 }

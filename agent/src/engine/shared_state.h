@@ -14,6 +14,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/queue_item.h"
 #include "engine/tensor_registry.h"
@@ -110,6 +113,12 @@ struct SharedState {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t items_done = 0;  // guarded by mu
+
+  // The run fingerprint (Agent::SetFingerprint): written by the caller, read by the
+  // sender, both under fingerprint_mu; fingerprint_version counts the updates.
+  std::mutex fingerprint_mu;
+  std::vector<std::pair<std::string, std::string>> fingerprint;  // guarded by fingerprint_mu
+  std::atomic<uint32_t> fingerprint_version{0};
   bool exited = false;      // guarded by mu
 
   void WakeSender() noexcept {

@@ -19,6 +19,8 @@ inline constexpr size_t kMaxRunIdLength = 128;
 inline constexpr size_t kMaxTensorNameLength = 1024;
 // Longest free-text label of a Hello or Goodbye (platform, host, framework, reason...).
 inline constexpr size_t kMaxLabelLength = 256;
+// Entries of one RunFingerprint message (the agent sends at most 20001).
+inline constexpr size_t kMaxFingerprintEntries = 65536;
 // Largest count-sketch width an agent may send.
 inline constexpr int kMaxSketchK = 256;
 inline constexpr int kDefaultSketchK = 32;
