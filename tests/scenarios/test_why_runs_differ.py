@@ -9,7 +9,7 @@ import subprocess
 import torch
 from torch import nn
 
-from scenario_lib import Collector, fmt_alerts
+from scenario_lib import Collector, fmt_alerts, free_port
 
 import lockstep
 
@@ -73,10 +73,12 @@ class Side:
         assert c["python_errors"] == 0, c["last_python_error"]
 
 
-def run_pair(tmp_path, base=None, cand=None, skip_at=None):
+def run_pair(tmp_path, base=None, cand=None, skip_at=None, live=None):
     """Baseline and candidate side by side on the same batches (the candidate's loader
-    skips one batch at `skip_at`); returns the alerts and `compare --json`."""
-    with Collector(tmp_path) as col:
+    skips one batch at `skip_at`); returns the alerts and `compare --json`. live(col,
+    view endpoint) runs while the collector still serves /metrics and the view feed."""
+    view = "tcp://127.0.0.1:%d" % free_port()
+    with Collector(tmp_path, extra_args=["--view-listen", view], metrics=live is not None) as col:
         b = Side(col.endpoint, "why-base", "baseline", **(base or {}))
         c = Side(col.endpoint, "why-cand", "candidate", **(cand or {}))
         batches = data(STEPS + 1)
@@ -87,6 +89,8 @@ def run_pair(tmp_path, base=None, cand=None, skip_at=None):
         b.close()
         c.close()
         col.wait_goodbye(["why-base", "why-cand"])
+        if live is not None:
+            live(col, view)
     assert col.proc.returncode == 0, col.stderr()
     out = subprocess.run([col.exe, "compare", "--json", col.log_path("why-base"),
                           col.log_path("why-cand")], capture_output=True, text=True, timeout=60)
@@ -128,7 +132,23 @@ def test_skipped_batch_is_data_at_step_7(tmp_path):
 
 
 def test_weight_decay_is_config_at_pairing(tmp_path):
-    alerts, report, _ = run_pair(tmp_path, cand={"wd": 0.1})
+    seen = {}
+
+    def live(col, view):
+        seen["metrics"] = col.metrics_text()
+        r = subprocess.run([col.exe, "top", "--once", "--connect", view], capture_output=True,
+                           text=True, timeout=30)
+        seen["top"] = r.stdout + r.stderr
+
+    alerts, report, col = run_pair(tmp_path, cand={"wd": 0.1}, live=live)
+    labels = 'experiment="why",baseline="why-base",candidate="why-cand"'
+    assert 'lockstep_pair_setup_differences{%s,severity="warning"} 1' % labels in seen["metrics"], \
+        [x for x in seen["metrics"].splitlines() if "setup" in x]
+    assert "setup: 1 setting differs" in seen["top"] and "weight_decay" in seen["top"], seen["top"]
+    text = subprocess.run([col.exe, "compare", col.log_path("why-base"), col.log_path("why-cand")],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "SETUP: 1 setting(s) differ" in text and "optim.group0.weight_decay: 0.01 vs 0.1" in text, text
+    assert "cause: config" in text, text
     s = setup_alerts(alerts)
     assert len(s) == 1 and s[0]["severity"] == "warning" and s[0]["step"] == 0, fmt_alerts(alerts)
     assert "optim.group0.weight_decay 0.01 vs 0.1" in s[0]["message"]

@@ -49,10 +49,12 @@ def _eager(fn):
         return fn
 
 
-DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss")
-ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss")
-# Always recorded, whatever kinds= says (docs/python.md "Run fingerprint"): the model's
-# inputs every step ("input") and every parameter once, before the first update.
+# "input": the watched model's forward inputs every step (the data fed to it); "init":
+# every parameter once, before the first update, recorded as kind "param" at the first
+# step (docs/python.md "Run fingerprint"). With params=True the first step's "param"
+# rows are the parameters after its update, as at every step, and "init" is not taken.
+DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss", "input", "init")
+ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss", "input", "init")
 _INPUT_NAME = "input"
 
 
@@ -84,7 +86,7 @@ class Watch:
         need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
         self.init_recorded = False
         self.init_step = -1
-        self._hook_inputs(mon, model)
+        self._hook_inputs(mon, model, "input" in kinds)
         for path, module in model.named_modules():
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
@@ -143,7 +145,7 @@ class Watch:
 
         self.handles.append(module.register_forward_hook(_eager(forward_hook)))
 
-    def _hook_inputs(self, mon, model):
+    def _hook_inputs(self, mon, model, want_input):
         """A forward pre-hook on the root: the data fed to the model (its tensor args
         and kwargs, integer token ids as float32) as kind "input", every watched step;
         at the first forward also the autocast state for the fingerprint."""
@@ -159,6 +161,8 @@ class Watch:
                     mon._new_micro()
                 if not mon._amp_seen:
                     mon._note_first_forward()
+                if not want_input:
+                    return None
                 items = []
                 output_tensors(tuple(args), _INPUT_NAME, items)
                 if kwargs:
@@ -183,6 +187,8 @@ class Watch:
     def record_initial(self, mon):
         """Every parameter once, before the first update (kind "param" at the current
         step): initial weights are compared before anything else."""
+        if "init" not in self.kinds or "param" in self.kinds:
+            return
         rec = mon._rec
         kind = KIND["param"]
         self.init_step = mon._step
@@ -196,9 +202,7 @@ class Watch:
     def record_step_end(self, mon):
         """Parameters and optimizer state at Monitor.step() (after the update)."""
         rec = mon._rec
-        if self.init_recorded and mon._step == self.init_step:
-            pass  # this step's "param" rows are the initial weights (record_initial)
-        elif "param" in self.kinds:
+        if "param" in self.kinds:
             kind = KIND["param"]
             for name, p in self.params:
                 rec.record(name, kind, p.detach())

@@ -100,6 +100,10 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
       for (const json& h : p.value("loss_hist", json::array())) {
         if (h.is_array()) pr.loss_hist.push_back({static_cast<int64_t>(At(h, 0)), At(h, 1), At(h, 2)});
       }
+      if (auto f = p.find("setup"); f != p.end() && f->is_object()) {
+        pr.setup_differences = I(*f, "differences");
+        pr.setup_summary = S(*f, "summary");
+      }
       if (auto f = p.find("first_div"); f != p.end() && f->is_object()) {
         pr.diverged = true;
         pr.first_div_step = I(*f, "step");
@@ -257,6 +261,11 @@ std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int widt
     out += line;
     const int spark_w = std::max(8, width - static_cast<int>(std::string(line).size()) - 1);
     out += Sparkline(rel, spark_w, unicode) + "\n";
+    if (p.setup_differences > 0) {
+      out += "  setup: " + p.setup_summary + "\n";
+    } else if (p.setup_differences == 0) {
+      out += "  setup: the same\n";
+    }
     if (p.diverged) {
       std::snprintf(line, sizeof(line), "  first divergence: step %lld at %s\n", (long long)p.first_div_step,
                     p.first_div_tensor.c_str());

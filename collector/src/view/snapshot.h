@@ -50,6 +50,8 @@ struct PairRow {
   uint64_t compared = 0, tensors_total = 0, drifting = 0;
   double loss_b = 0, loss_c = 0, loss_rel = 0;
   std::vector<LossPoint> loss_hist;
+  int64_t setup_differences = -1;  // -1: fingerprints not compared (yet)
+  std::string setup_summary;
   bool diverged = false;
   int64_t first_div_step = -1;
   std::string first_div_tensor;

@@ -307,6 +307,9 @@ class Screen {
     Put(y, 0, l);
     Put(y++, static_cast<int>(Cols(l)), Sparkline(rel, w - static_cast<int>(Cols(l)) - 1, unicode_), A_NORMAL,
         p->loss_rel > 1e-2 ? kWarn : kOk);
+    if (p->setup_differences > 0) {
+      Put(y++, 0, " setup: " + p->setup_summary, A_NORMAL, kWarn);
+    }
     if (p->diverged) {
       Put(y++, 0, " first divergence: step " + std::to_string(p->first_div_step) + " at " + p->first_div_tensor,
           A_BOLD, kBad);
