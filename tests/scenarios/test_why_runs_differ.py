@@ -49,14 +49,21 @@ def data(n):
 
 
 class Side:
-    def __init__(self, endpoint, run, role, seed=1, drop=(0.0, 0.0), wd=0.01, lr=None):
+    def __init__(self, endpoint, run, role, seed=1, drop=(0.0, 0.0), wd=0.01, lr=None,
+                 torch_version=None):
         lockstep.seed_all(seed)
         self.model = TinyLM(drop)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=wd)
         self.lr = lr or (lambda s: 1e-3)
         self.mon = lockstep.Monitor(run=run, role=role, experiment="why", endpoint=endpoint,
                                     strict=True, config={"batch_size": BATCH})
-        self.mon.watch(self.model, optimizer=self.opt)
+        real_version = torch.__version__
+        if torch_version is not None:  # what the fingerprint reads, as on another install
+            torch.__version__ = torch_version
+        try:
+            self.mon.watch(self.model, optimizer=self.opt)
+        finally:
+            torch.__version__ = real_version
 
     def step(self, s, ids, y):
         for g in self.opt.param_groups:
@@ -176,3 +183,12 @@ def test_dropout_p_is_config_naming_the_module(tmp_path):
     assert len(s) == 1 and "module.blocks.1.drop.p 0.0 vs 0.1" in s[0]["message"], fmt_alerts(alerts)
     fd = first_div(alerts)
     assert fd["cause"] == "config" and "module.blocks.1.drop.p" in fd["message"], fmt_alerts(alerts)
+
+
+def test_another_torch_version_alone_is_info(tmp_path):
+    alerts, report, _ = run_pair(tmp_path, cand={"torch_version": "9.9.9"})
+    assert [a["rule"] for a in alerts] == ["setup"], fmt_alerts(alerts)
+    assert alerts[0]["severity"] == "info"
+    assert "version.torch %s vs 9.9.9" % torch.__version__ in alerts[0]["message"]
+    assert [(d["key"], d["category"]) for d in report["setup"]["differences"]] == [
+        ("version.torch", "environment")]
