@@ -181,10 +181,11 @@ TEST(Analyzer, SetupListsEveryDifferenceOnceAndNamesTheCause) {
   EXPECT_NE(fd->message.find("weight_decay"), std::string::npos) << fd->message;
 }
 
-TEST(Analyzer, AVersionAloneIsInfoAndTheDivergenceIsAnOp) {
+TEST(Analyzer, AVersionAloneIsInfoAndTheCauseIsUnknownWithoutInputs) {
   Harness h;
   auto fc = kFp;
   fc[2].second = "2.4.0";
+  fc.push_back({"env.HCCL_DETERMINISTIC", "true"});  // set on one platform only: info too
   RunFingerprinted(h, 12, kFp, fc, [](uint64_t s, int t, std::vector<double>* v) {
     if (s >= 7 && t >= 2) for (double& x : *v) x *= 1.05;
   });

@@ -18,11 +18,16 @@ bool SplitParam(const std::string& v, std::string* dtype, std::string* rest) {
   return true;
 }
 
+constexpr const char* kAbsent = "(absent)";
+
 std::string Category(const std::string& key, const std::string& b, const std::string& c) {
   if (StartsWith(key, "version.") || StartsWith(key, "device.") || key == "dist.rank" ||
       StartsWith(key, "fingerprint.")) {
     return "environment";
   }
+  // A variable set on one side only is mostly a platform's own (CUBLAS_* on the GPU,
+  // HCCL_* on the NPU); one set to different values is a setting that differs.
+  if (StartsWith(key, "env.") && (b == kAbsent || c == kAbsent)) return "environment";
   if (key == "amp" || StartsWith(key, "amp.") || StartsWith(key, "dtype.") || StartsWith(key, "math.")) {
     return "precision";
   }
@@ -36,7 +41,6 @@ std::string Category(const std::string& key, const std::string& b, const std::st
 }  // namespace
 
 std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint& c) {
-  static const std::string kAbsent = "(absent)";
   std::vector<SetupDiff> out;
   auto add = [&](const std::string& key, const std::string& vb, const std::string& vc) {
     SetupDiff d;
