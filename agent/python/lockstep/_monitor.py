@@ -202,6 +202,9 @@ class Monitor:
         """Hooks ``model`` (and reads ``optimizer``'s state when optim_state=True).
         include / exclude: regular expressions on module and parameter names.
         every: record tensors every N steps (scalars are recorded every step).
+        kinds "input" (the model's forward inputs) and "init" (the parameters once,
+        before the first update) are on by default; watch() also sends the run
+        fingerprint (docs/python.md "Run fingerprint").
         Returns self. A bad argument warns once and watches nothing."""
         if not self.enabled or self._closed:
             return self

@@ -84,8 +84,6 @@ class Watch:
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
         need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
-        self.init_recorded = False
-        self.init_step = -1
         self._hook_inputs(mon, model, "input" in kinds)
         for path, module in model.named_modules():
             if module is model:
@@ -152,6 +150,9 @@ class Watch:
         root = model
         rec = mon._rec
         kind = KIND["input"]
+        # A second watched model's inputs: input2[0], ... (its own names).
+        n = len(mon._watches)
+        base = _INPUT_NAME if n == 0 else "%s%d" % (_INPUT_NAME, n + 1)
 
         def pre_hook(_module, args, kwargs=None):
             if not mon._active or not root.training or not torch.is_grad_enabled():
@@ -164,9 +165,9 @@ class Watch:
                 if not want_input:
                     return None
                 items = []
-                output_tensors(tuple(args), _INPUT_NAME, items)
+                output_tensors(tuple(args), base, items)
                 if kwargs:
-                    output_tensors(dict(kwargs), _INPUT_NAME, items)
+                    output_tensors(dict(kwargs), base, items)
                 for item_name, t in items:
                     if not t.is_floating_point():
                         if t.is_complex():
@@ -191,13 +192,9 @@ class Watch:
             return
         rec = mon._rec
         kind = KIND["param"]
-        self.init_step = mon._step
-        for name, p in self._param_names_in_order():
-            rec.record(name, kind, p.detach())
-        self.init_recorded = True
-
-    def _param_names_in_order(self):
-        return [(n, p) for n, p in self.model.named_parameters() if p.is_floating_point()]
+        for name, p in self.model.named_parameters():
+            if p.is_floating_point():
+                rec.record(name, kind, p.detach())
 
     def record_step_end(self, mon):
         """Parameters and optimizer state at Monitor.step() (after the update)."""
