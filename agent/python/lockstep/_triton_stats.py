@@ -1,0 +1,611 @@
+"""Fused statistics of CUDA tensors in Triton: one read of each tensor gives its whole row.
+
+``device_stats(tensors, sketch_k, hist_bins)`` has the signature and the row layout of
+``_torch_stats.device_stats`` (``FIELDS``, then ``sketch[K]``, then ``hist[16]``; the
+definitions of docs/statistics.md) and is what ``DevicePipeline`` calls. Per call it
+uses the fused kernel for the CUDA tensors of the dtypes it reads natively (fp32, fp16,
+bf16, fp8 e4m3fn / e5m2) when ``available()`` says so, and ``_torch_stats.device_stats``
+for everything else (fp64, integers, bool, complex, other devices), so the caller never
+sees a difference but speed.
+
+The kernel (one launch per dtype group, no atomics, fixed reduction order):
+  * a table of the group's tensors (element offset from a base pointer, numel, first
+    tile, tile count) and one tile id per program; a tile is ``ITERS`` iterations of
+    ``NB`` sketch blocks of ``K`` consecutive elements (``K`` lanes padded to a power of
+    two), so every tile starts on a sketch block;
+  * per block the count-sketch hash of docs/statistics.md (rotation ``r(b)``, pattern
+    ``p(b)``, flip), in int64 arithmetic exactly as ``_torch_stats.hash_index`` (one hash
+    per K elements); the element of lane ``j`` is loaded from block offset
+    ``(j - r(b)) mod K``, so lane ``j`` *is* bucket ``j`` and the sketch is a plain sum
+    over blocks (no scatter, no one-hot over buckets);
+  * per iteration: the finite values' min / max, a 32-class histogram (``tl.histogram``;
+    classes 0..15 the log2 bins, 16 NaN, 17 Inf), the saturation / subnormal counts by
+    comparison against the limit dtype's thresholds, and the moments of the block in
+    registers: sum (float32 rows of K, float64 across rows), then, after an exact
+    power-of-two scaling of the block (so squares neither overflow nor underflow),
+    ``sum d``, ``sum d^2`` with ``d = x - m`` (m the block mean rounded to float32, the
+    corrected two-pass form) and ``sum x^2``, unscaled in float64; blocks merge into the
+    tile with Chan's parallel formula in float64;
+  * each tile writes one float64 partial row ``[tiles, PW]``; a second kernel (one
+    program per tensor) adds its tiles in fixed order, merges their moments (Chan: the
+    variance needs no second read of the data) and writes the final row.
+
+Feature check: ``available(device, sketch_k, hist_bins)`` is True only when triton
+imports, the device is CUDA, ``LOCKSTEP_STATS_KERNEL`` (auto | triton | torch, default
+auto) allows it, and a one-time self-check on that device and configuration passes:
+a fixed set of tensors (mixed dtypes, NaN, +-Inf, zeros, subnormals, values at the
+dtype's limit, an empty tensor, a multi-tile tensor, a strided view) through this
+kernel and through ``_torch_stats.device_stats``, compared within the tolerance of
+docs/statistics.md. A disagreement, or any exception (also a later one at run time),
+warns once (``RuntimeWarning`` naming the field) and turns the kernel off for the rest
+of the process: an unverified kernel is used only where it agrees with the tested path.
+"""
+import os
+import threading
+import warnings
+
+import numpy as np
+import torch
+
+from lockstep import _torch_stats as _ts
+
+ENV = "LOCKSTEP_STATS_KERNEL"
+_MODES = ("auto", "triton", "torch")
+
+# Float dtypes the kernel reads in place (the limit thresholds are those of _torch_stats).
+_NATIVE = [torch.float32, torch.float16, torch.bfloat16]
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if getattr(torch, _name, None) is not None:
+        _NATIVE.append(getattr(torch, _name))
+_NATIVE = tuple(_NATIVE)
+
+ITERS = 8          # iterations per tile: a tile is ITERS * NB * K elements (16384 at K=32)
+LANES = 2048       # elements (padded lanes) per iteration
+NUM_WARPS = 4
+FINISH_TILES = 32  # tiles per step of the finishing kernel
+_SCALARS = 8       # partial row: S, M2, Q, min, max, sat, sub, n_finite
+_CLASSES = 32      # then 32 class counts (0..15 histogram, 16 NaN, 17 Inf), then sketch
+
+_lock = threading.Lock()
+_state = {"triton": None, "disabled": None, "checked": {}, "warned": set(), "hist": True}
+_kernels = {}
+
+
+def _warn_once(key, message):
+    with _lock:
+        if key in _state["warned"]:
+            return
+        _state["warned"].add(key)
+    warnings.warn("lockstep: " + message, RuntimeWarning, stacklevel=3)
+
+
+def mode():
+    """LOCKSTEP_STATS_KERNEL: auto (the kernel where it is available and verified),
+    triton (the same, but say so when it is not available), torch (never the kernel)."""
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in _MODES:
+        _warn_once(("mode", value), "%s=%r is not one of auto, triton, torch; using auto."
+                   % (ENV, value))
+        return "auto"
+    return value
+
+
+def _triton():
+    """(triton, triton.language) or None; imported once."""
+    with _lock:
+        mod = _state["triton"]
+    if mod is None:
+        try:
+            import triton  # pylint: disable=import-outside-toplevel
+            import triton.language as tl  # pylint: disable=import-outside-toplevel
+            mod = (triton, tl)
+        except Exception:  # pylint: disable=broad-except  (absent or broken: torch path)
+            mod = False
+        with _lock:
+            _state["triton"] = mod
+    return mod or None
+
+
+def disable(reason):
+    """Turns the kernel off for the rest of the process, with one warning."""
+    with _lock:
+        already = _state["disabled"] is not None
+        if not already:
+            _state["disabled"] = reason
+    if not already:
+        _warn_once(("disabled",), "the fused Triton statistics kernel is off (%s); the torch "
+                   "statistics are used instead (same results, slower)." % reason)
+
+
+def disabled_reason():
+    return _state["disabled"]
+
+
+def _reset_for_tests():
+    with _lock:
+        _state.update(disabled=None, checked={}, warned=set())
+
+
+def available(device=None, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS):
+    """True when the fused kernel is used for tensors on `device` (a torch.device, a
+    string, a tensor, or None for the current CUDA device) with this configuration:
+    triton imports, the device is CUDA, LOCKSTEP_STATS_KERNEL allows it, and the
+    self-check passed (run here on first use: one host sync, once per device and
+    configuration). Never raises."""
+    try:
+        m = mode()
+        if m == "torch" or _state["disabled"] is not None:
+            return False
+        if isinstance(device, torch.Tensor):
+            device = device.device
+        if device is None:
+            if not torch.cuda.is_available():
+                if m == "triton":
+                    _warn_once(("nocuda",), "%s=triton but there is no CUDA device; using "
+                               "the torch statistics." % ENV)
+                return False
+            device = torch.device("cuda", torch.cuda.current_device())
+        device = torch.device(device)
+        if _triton() is None:
+            if m == "triton":
+                _warn_once(("notriton",), "%s=triton but triton does not import; using the "
+                           "torch statistics." % ENV)
+            return False
+        if device.type != "cuda":
+            if m == "triton":
+                _warn_once(("device", device.type), "%s=triton but the tensors are on %s "
+                           "(the kernel is for CUDA); using the torch statistics."
+                           % (ENV, device.type))
+            return False
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        key = (device.index, int(sketch_k), int(hist_bins))
+        with _lock:
+            done = _state["checked"].get(key)
+        if done is None:
+            done = _self_check(device, int(sketch_k), int(hist_bins))
+            with _lock:
+                _state["checked"][key] = done
+        return bool(done) and _state["disabled"] is None
+    except Exception as e:  # pylint: disable=broad-except
+        disable("the feature check raised %s: %s" % (type(e).__name__, e))
+        return False
+
+
+def device_stats(tensors, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS):
+    """float64 [N, F] rows of `tensors` (one device), as _torch_stats.device_stats:
+    the fused kernel for the CUDA float groups where available(), the torch path for
+    the rest. Raises ValueError exactly where _torch_stats.device_stats does."""
+    valid = (0 <= sketch_k <= _ts.MAX_SKETCH_K and hist_bins in (0, _ts.HIST_BINS)
+             and tensors and all(t.device == tensors[0].device for t in tensors))
+    if not valid or not available(tensors[0].device, sketch_k, hist_bins):
+        return _ts.device_stats(tensors, sketch_k, hist_bins)
+    try:
+        return _mixed_stats(tensors, sketch_k, hist_bins)
+    except Exception as e:  # pylint: disable=broad-except
+        disable("it raised %s: %s" % (type(e).__name__, e))
+        return _ts.device_stats(tensors, sketch_k, hist_bins)
+
+
+def _mixed_stats(tensors, sketch_k, hist_bins):
+    """Fused rows for the native dtype groups, torch rows for the others, in order."""
+    device = tensors[0].device
+    groups = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault(t.dtype if t.dtype in _NATIVE else None, []).append(i)
+    order, parts = [], []
+    with torch.no_grad():
+        for dtype, idx in groups.items():
+            ts = [tensors[i] for i in idx]
+            if dtype is None:
+                parts.append(_ts.device_stats(ts, sketch_k, hist_bins))
+            else:
+                parts.append(fused_stats(ts, sketch_k, hist_bins))
+            order.extend(idx)
+        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        n = len(tensors)
+        if order != list(range(n)):
+            inverse = [0] * n
+            for pos, i in enumerate(order):
+                inverse[i] = pos
+            out = out.index_select(0, _ts._to_device(inverse, torch.int64, device))
+        return out
+
+
+# ---- the kernels ------------------------------------------------------------------
+def _build_kernels():
+    """Defines the two Triton kernels (only where triton imports)."""
+    if _kernels:
+        return _kernels
+    triton, tl = _triton()
+
+    @triton.jit
+    def mix32(v):  # int64 in [0, 2^32): docs/statistics.md's mix32, products < 2^63
+        v = v ^ (v >> 16)
+        v = v * 0x045D9F3B
+        v = v - ((v >> 32) << 32)
+        v = v ^ (v >> 16)
+        v = v * 0x045D9F3B
+        v = v - ((v >> 32) << 32)
+        return v ^ (v >> 16)
+
+    @triton.jit
+    def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
+                    K: tl.constexpr, KL: tl.constexpr, KP: tl.constexpr, NB: tl.constexpr,
+                    ITERS: tl.constexpr, PW: tl.constexpr, SKETCH: tl.constexpr,
+                    USE_HIST: tl.constexpr):
+        pid = tl.program_id(0)
+        g = tl.load(tiles + pid)                # tensor of this tile (int64)
+        off = tl.load(tab + g * 4)              # its element offset from `base`
+        n = tl.load(tab + g * 4 + 1)            # its numel
+        first = tl.load(tab + g * 4 + 2)        # its first tile
+        BLOCK: tl.constexpr = NB * KL
+        TILE: tl.constexpr = BLOCK * ITERS
+        start = (pid - first) * TILE            # int64: tensors over 2^31 elements
+        rem = tl.minimum(n - start, TILE).to(tl.int32)
+        ptr = base + off + start                # elements past it: int32 offsets
+        j = tl.arange(0, KP)[None, :]           # lane = bucket
+        bl = tl.arange(0, NB)[:, None]          # block within the iteration
+        c32 = tl.arange(0, 32)
+        tn = tl.zeros([], tl.float64)           # finite count, sum, M2, sum of squares
+        ts = tl.zeros([], tl.float64)
+        tm2 = tl.zeros([], tl.float64)
+        tq = tl.zeros([], tl.float64)
+        tmn = tl.full([], float("inf"), tl.float32)
+        tmx = tl.full([], float("-inf"), tl.float32)
+        tsat = tl.zeros([], tl.int32)
+        tsub = tl.zeros([], tl.int32)
+        tcls = tl.zeros([32], tl.int32)
+        tsk = tl.zeros([KP], tl.float64)
+        for it in range(0, tl.cdiv(rem, BLOCK)):
+            blk = it * NB + bl                  # [NB, 1] int32
+            if SKETCH:
+                b = start // K + blk            # global block index, int64
+                lo = b - ((b >> 32) << 32)
+                h1 = mix32(lo ^ 0x1B873593 ^ mix32(b >> 32))
+                r = ((h1 * K) >> 32).to(tl.int32)
+                h2 = mix32(h1 ^ 0x6A09E667)
+                p = (h2 >> 24).to(tl.int32)
+                flip = ((h2 >> 23) & 1).to(tl.int32)
+                o = j - r
+                o = tl.where(o < 0, o + K, o)   # lane j holds block offset (j - r) mod K
+            else:
+                o = j + bl * 0
+            idx = blk * KL + o
+            valid = (j < KL) & (idx < rem)
+            x = tl.load(ptr + idx, mask=valid, other=0.0).to(tl.float32)
+            isnan = x != x
+            ax = tl.abs(x)
+            isinf = ax == float("inf")
+            fin = valid & (x == x) & (ax != float("inf"))
+            x0 = tl.where(fin, x, 0.0)
+            # classes: log2 bin of |x| from the exponent bits, NaN, Inf; 31 = not an element
+            e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+            hb = tl.minimum(tl.maximum(2 + ((e + 40) >> 2), 1), 15)
+            hb = tl.where(x == 0.0, 0, hb)
+            cls = tl.where(isnan, 16, tl.where(isinf, 17, hb))
+            cls = tl.where(valid, cls, 31)
+            if USE_HIST:
+                h = tl.histogram(tl.reshape(cls, [NB * KP], can_reorder=True), 32)
+            else:
+                h = tl.zeros([32], tl.int32)
+                for c in tl.static_range(18):
+                    cnt = tl.sum(tl.sum((cls == c).to(tl.int32), axis=1), axis=0)
+                    h = tl.where(c32 == c, cnt, h)
+            tcls += h
+            nb = tl.sum(tl.where(c32 < 16, h, 0), axis=0).to(tl.float64)
+            tsat += tl.sum(tl.sum((fin & (ax >= SAT)).to(tl.int32), axis=1), axis=0)
+            tsub += tl.sum(tl.sum((fin & (x != 0.0) & (ax < MINN)).to(tl.int32), axis=1),
+                           axis=0)
+            mn = tl.min(tl.min(tl.where(fin, x, float("inf")), axis=1), axis=0)
+            mx = tl.max(tl.max(tl.where(fin, x, float("-inf")), axis=1), axis=0)
+            tmn = tl.minimum(tmn, mn)
+            tmx = tl.maximum(tmx, mx)
+            # moments, after scaling the block by a power of two s (exact) so that
+            # |x s| < 2: float32 sums of rows of K lanes, float64 across rows, unscaled
+            bmax = tl.maximum(-mn, mx)
+            bmax = tl.where(bmax > 0.0, bmax, 1.0)
+            eb = ((bmax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+            kk = tl.minimum(tl.maximum(eb + 1, -126), 126)
+            s = ((127 - kk) << 23).to(tl.float32, bitcast=True)        # 2^-kk, normal
+            inv = ((1023 + kk).to(tl.int64) << 52).to(tl.float64, bitcast=True)  # 2^kk
+            xs = x0 * s
+            sb = tl.sum(tl.sum(xs, axis=1).to(tl.float64), axis=0) * inv
+            mb = sb / tl.maximum(nb, 1.0)
+            m32 = mb.to(tl.float32)
+            d = tl.where(fin, xs - m32 * s, 0.0)
+            d1 = tl.sum(tl.sum(d, axis=1).to(tl.float64), axis=0) * inv
+            d2 = tl.sum(tl.sum(d * d, axis=1).to(tl.float64), axis=0) * (inv * inv)
+            qb = tl.sum(tl.sum(xs * xs, axis=1).to(tl.float64), axis=0) * (inv * inv)
+            m2b = tl.maximum(d2 - d1 * d1 / tl.maximum(nb, 1.0), 0.0)
+            # Chan: merge the block's (n, sum, M2) into the tile's
+            delta = mb - ts / tl.maximum(tn, 1.0)
+            w = tl.where((tn > 0) & (nb > 0), tn * nb / tl.maximum(tn + nb, 1.0), 0.0)
+            tm2 = tm2 + m2b + delta * delta * w
+            ts = ts + sb
+            tn = tn + nb
+            tq = tq + qb
+            if SKETCH:
+                if KP <= 32:
+                    word = tl.load(pat + p * 8)                   # [NB, 1]: bits 0..31
+                    bit = (word >> o) & 1
+                else:
+                    word = tl.load(pat + p * 8 + (o >> 5))        # [NB, KP]
+                    bit = (word >> (o & 31)) & 1
+                neg = (bit ^ flip) != 0
+                tsk += tl.sum(tl.where(neg, -x0, x0), axis=0).to(tl.float64)
+        row = part + pid.to(tl.int64) * PW
+        tl.store(row + 0, ts)
+        tl.store(row + 1, tm2)
+        tl.store(row + 2, tq)
+        tl.store(row + 3, tmn.to(tl.float64))
+        tl.store(row + 4, tmx.to(tl.float64))
+        tl.store(row + 5, tsat.to(tl.float64))
+        tl.store(row + 6, tsub.to(tl.float64))
+        tl.store(row + 7, tn)
+        tl.store(row + 8 + c32, tcls.to(tl.float64))
+        if SKETCH:
+            tl.store(row + 40 + tl.arange(0, KP), tsk)
+
+    @triton.jit
+    def finish_kernel(part, tab, out, CODE,
+                      K: tl.constexpr, KP: tl.constexpr, BINS: tl.constexpr,
+                      PW: tl.constexpr, W: tl.constexpr, TC: tl.constexpr,
+                      SKETCH: tl.constexpr):
+        g = tl.program_id(0)
+        n = tl.load(tab + g * 4 + 1)
+        first = tl.load(tab + g * 4 + 2)
+        nt = tl.load(tab + g * 4 + 3).to(tl.int32)
+        c32 = tl.arange(0, 32)
+        ck = tl.arange(0, KP)
+        tr = tl.arange(0, TC)
+        big_n = tl.zeros([], tl.float64)
+        s = tl.zeros([], tl.float64)
+        q = tl.zeros([], tl.float64)
+        sat = tl.zeros([], tl.float64)
+        sub = tl.zeros([], tl.float64)
+        mn = tl.full([], float("inf"), tl.float64)
+        mx = tl.full([], float("-inf"), tl.float64)
+        cls = tl.zeros([32], tl.float64)
+        sk = tl.zeros([KP], tl.float64)
+        for c in range(0, nt, TC):
+            m = (c + tr) < nt
+            rows = part + (first + c + tr).to(tl.int64) * PW
+            s += tl.sum(tl.load(rows + 0, mask=m, other=0.0), axis=0)
+            q += tl.sum(tl.load(rows + 2, mask=m, other=0.0), axis=0)
+            mn = tl.minimum(mn, tl.min(tl.load(rows + 3, mask=m, other=float("inf")), axis=0))
+            mx = tl.maximum(mx, tl.max(tl.load(rows + 4, mask=m, other=float("-inf")),
+                                       axis=0))
+            sat += tl.sum(tl.load(rows + 5, mask=m, other=0.0), axis=0)
+            sub += tl.sum(tl.load(rows + 6, mask=m, other=0.0), axis=0)
+            big_n += tl.sum(tl.load(rows + 7, mask=m, other=0.0), axis=0)
+            cls += tl.sum(tl.load(rows[:, None] + 8 + c32[None, :], mask=m[:, None],
+                                  other=0.0), axis=0)
+            if SKETCH:
+                sk += tl.sum(tl.load(rows[:, None] + 40 + ck[None, :], mask=m[:, None],
+                                     other=0.0), axis=0)
+        has = big_n > 0
+        mean = s / tl.maximum(big_n, 1.0)
+        m2 = tl.zeros([], tl.float64)
+        for c in range(0, nt, TC):  # Chan: the tiles' M2 and their means' spread
+            m = (c + tr) < nt
+            rows = part + (first + c + tr).to(tl.int64) * PW
+            n_t = tl.load(rows + 7, mask=m, other=0.0)
+            s_t = tl.load(rows + 0, mask=m, other=0.0)
+            dm = s_t / tl.maximum(n_t, 1.0) - mean
+            m2 += tl.sum(tl.load(rows + 1, mask=m, other=0.0)
+                         + tl.where(n_t > 0, n_t * dm * dm, 0.0), axis=0)
+        nan = float("nan")
+        o = out + g.to(tl.int64) * W
+        tl.store(o + 0, n.to(tl.float64))
+        tl.store(o + 1, tl.where(has, mn, nan))
+        tl.store(o + 2, tl.where(has, mx, nan))
+        tl.store(o + 3, tl.where(has, mean, nan))
+        tl.store(o + 4, tl.where(has, tl.sqrt(tl.maximum(m2, 0.0) / tl.maximum(big_n, 1.0)),
+                                 nan))
+        tl.store(o + 5, tl.where(has, tl.sqrt(q), nan))
+        tl.store(o + 6, tl.where(has, tl.maximum(-mn, mx), nan))
+        tl.store(o + 7, tl.sum(tl.where(c32 == 16, cls, 0.0), axis=0))
+        tl.store(o + 8, tl.sum(tl.where(c32 == 17, cls, 0.0), axis=0))
+        tl.store(o + 9, tl.sum(tl.where(c32 == 0, cls, 0.0), axis=0))
+        tl.store(o + 10, sat)
+        tl.store(o + 11, sub)
+        tl.store(o + 12, CODE.to(tl.float64))
+        if SKETCH:  # float32 on the wire: rounded here, as the torch path does
+            tl.store(o + 13 + ck, sk.to(tl.float32).to(tl.float64), mask=ck < K)
+        if BINS:
+            tl.store(o + 13 + K + c32, cls, mask=c32 < 16)
+
+    _kernels.update(tile=tile_kernel, finish=finish_kernel)
+    return _kernels
+
+
+_pattern_cache = {}
+
+
+def _pattern_words(device):
+    """int32 [256 * 8]: bit o of sign pattern p is bit (o % 32) of word p * 8 + o // 32
+    (bit(p, o) = H(p * 256 + o, SIGN_SEED) >> 31, as _torch_stats._patterns)."""
+    key = str(device)
+    t = _pattern_cache.get(key)
+    if t is None:
+        idx = torch.arange(_ts.NUM_PATTERNS * _ts.PATTERN_BITS, dtype=torch.int64)
+        bits = (_ts.hash_index(idx, _ts.SIGN_SEED) >> 31).view(_ts.NUM_PATTERNS, 8, 32)
+        words = (bits << torch.arange(32, dtype=torch.int64)).sum(2).reshape(-1)
+        words = words - (words >= 2 ** 31).to(torch.int64) * 2 ** 32
+        t = words.to(torch.int32).to(device)
+        _pattern_cache[key] = t
+    return t
+
+
+def _layout(sketch_k):
+    """(KL block width, KP lanes, NB blocks per iteration, tile elements)."""
+    kl = sketch_k if sketch_k else 32
+    kp = 1 << (kl - 1).bit_length()
+    nb = max(1, LANES // kp)
+    return kl, kp, nb, kl * nb * ITERS
+
+
+def tile_table(numels, ptrs, esize, tile):
+    """(int64 table, index of the base tensor, tile count) of one launch: per tensor
+    (element offset from the base tensor, numel, first tile, tiles), then per tile its
+    tensor. The base is the lowest address of a non-empty tensor, so offsets are >= 0."""
+    g = len(numels)
+    numels = np.asarray(numels, dtype=np.int64).reshape(g)
+    ptrs = np.asarray(ptrs, dtype=np.uint64).astype(np.int64).reshape(g)
+    live = numels > 0
+    base_i = int(np.argmin(np.where(live, ptrs, np.iinfo(np.int64).max))) if live.any() else 0
+    diff = np.where(live, ptrs - ptrs[base_i], 0)
+    if np.any(diff % esize):
+        raise RuntimeError("a tensor's address is not a multiple of its element size")
+    ntiles = (numels + tile - 1) // tile
+    first = np.concatenate([[0], np.cumsum(ntiles)[:-1]]).astype(np.int64)
+    n_tiles = int(ntiles.sum())
+    host = np.empty(g * 4 + n_tiles, dtype=np.int64)
+    host[0:g * 4:4] = diff // esize
+    host[1:g * 4:4] = numels
+    host[2:g * 4:4] = first
+    host[3:g * 4:4] = ntiles
+    host[g * 4:] = np.repeat(np.arange(g, dtype=np.int64), ntiles)
+    return host, base_i, n_tiles
+
+
+def fused_stats(tensors, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS):
+    """float64 [g, F] rows of CUDA tensors of ONE native dtype: two kernel launches
+    (tiles, finish) and one small host-to-device copy of the table; no host sync."""
+    dtype = tensors[0].dtype
+    device = tensors[0].device
+    kern = _build_kernels()
+    code, sat, min_normal = _ts.limits(dtype)
+    kl, kp, nb, tile = _layout(sketch_k)
+    sketch = sketch_k > 0
+    pw = _SCALARS + _CLASSES + (kp if sketch else 0)
+    width = _ts.row_width(sketch_k, hist_bins)
+    flats = [t.detach() if t.is_contiguous() else t.detach().contiguous() for t in tensors]
+    g = len(flats)
+    host, base_i, n_tiles = tile_table([f.numel() for f in flats],
+                                       [f.data_ptr() for f in flats],
+                                       flats[0].element_size(), tile)
+    tab = torch.from_numpy(host)
+    try:
+        tab = tab.pin_memory()
+    except RuntimeError:
+        pass
+    tab = tab.to(device, non_blocking=True)
+    out = torch.empty((g, width), dtype=torch.float64, device=device)
+    part = torch.empty((max(1, n_tiles), pw), dtype=torch.float64, device=device)
+    pat = _pattern_words(device)
+    with torch.cuda.device(device):
+        if n_tiles:
+            kern["tile"][(n_tiles,)](
+                flats[base_i], tab, tab[g * 4:], part, pat, float(sat), float(min_normal),
+                K=sketch_k, KL=kl, KP=kp, NB=nb, ITERS=ITERS, PW=pw, SKETCH=sketch,
+                USE_HIST=_state["hist"], num_warps=NUM_WARPS)
+        kern["finish"][(g,)](part, tab, out, float(code), K=sketch_k, KP=kp,
+                             BINS=hist_bins > 0, PW=pw, W=width, TC=FINISH_TILES,
+                             SKETCH=sketch, num_warps=4)
+    return out
+
+
+# ---- the self-check ---------------------------------------------------------------
+def check_tensors(device):
+    """The fixed tensors of the self-check (and of the tests): every dtype the kernel
+    reads, NaN, +-Inf, +-0, subnormals, values at and beyond the limit thresholds, a
+    constant tensor, a large mean over a small spread, an empty tensor, a tensor of
+    several tiles, a transposed view."""
+    gen = torch.Generator().manual_seed(1234)
+    out = []
+    for dtype in _NATIVE:
+        x = torch.randn(5000, generator=gen, dtype=torch.float64) * 3 + 0.5
+        pick = torch.randint(0, 60, (5000,), generator=gen)
+        lim = _ts.limits(dtype)
+        specials = {0: float("nan"), 1: float("inf"), 2: float("-inf"), 3: 0.0, 4: -0.0,
+                    5: lim[2] / 4, 6: -lim[2] * 0.75, 7: min(lim[1], 3e38), 8: 1e-40,
+                    9: 2.0 ** -30}
+        for c, v in specials.items():
+            x[pick == c] = v
+        if dtype in (torch.float32, torch.float16, torch.bfloat16):
+            x[pick == 10] = -65504.0
+            x[pick == 11] = 70000.0
+        out.append(x.to(dtype))
+    out.append(torch.full((3000,), 7.25, dtype=torch.float32))
+    out.append(1000.0 + torch.randn(40000, generator=gen) * 1e-3)
+    out.append(torch.zeros(0, dtype=torch.bfloat16))
+    out.append(torch.full((17,), float("nan"), dtype=torch.float16))
+    out.append((torch.randn(70001, generator=gen) * 1e-20).to(torch.float32))
+    out.append(torch.randn(100, 300, generator=gen).to(torch.bfloat16).t())
+    return [t.to(device) for t in out]
+
+
+def compare_rows(got, want, sketch_k, hist_bins):
+    """None when `got` agrees with `want` (float64 [N, F] on the host) within the
+    tolerance of docs/statistics.md, else 'row i field f: got a want b'."""
+    col = _ts.COL
+    exact = ("numel", "min", "max", "absmax", "nan", "inf", "zero", "sat", "subnormal",
+             "limit_dtype")
+    for i in range(want.shape[0]):
+        g, w = got[i], want[i]
+        for f in exact:
+            a, b = float(g[col[f]]), float(w[col[f]])
+            if not (a == b or (a != a and b != b)):
+                return "row %d field %s: got %r want %r" % (i, f, a, b)
+        absmax = 0.0 if w[col["absmax"]] != w[col["absmax"]] else float(w[col["absmax"]])
+        std = 0.0 if w[col["std"]] != w[col["std"]] else float(w[col["std"]])
+        for f in ("mean", "std", "l2"):
+            a, b = float(g[col[f]]), float(w[col[f]])
+            if b != b:
+                if a == a:
+                    return "row %d field %s: got %r want nan" % (i, f, a)
+                continue
+            tol = (1e-6 * (abs(b) + std) + 1e-7 * absmax if f == "mean"
+                   else 1e-6 * abs(b)) + 1e-300
+            if not abs(a - b) <= tol:
+                return "row %d field %s: got %r want %r" % (i, f, a, b)
+        l2 = float(w[col["l2"]]) if w[col["l2"]] == w[col["l2"]] else 0.0
+        k0 = _ts.SKETCH_COL
+        for j in range(sketch_k):
+            a, b = float(g[k0 + j]), float(w[k0 + j])
+            if not abs(a - b) <= 1e-5 * l2 + 1e-30:
+                return "row %d field sketch[%d]: got %r want %r" % (i, j, a, b)
+        for j in range(hist_bins):
+            a, b = float(g[k0 + sketch_k + j]), float(w[k0 + sketch_k + j])
+            if a != b:
+                return "row %d field hist[%d]: got %r want %r" % (i, j, a, b)
+    return None
+
+
+def _self_check(device, sketch_k, hist_bins):
+    """Runs the check tensors through the kernel and the torch path; True when they
+    agree. Otherwise (or on any exception) turns the kernel off with one warning."""
+    old = None
+    if device.type == "cuda" and hasattr(torch.cuda, "get_sync_debug_mode"):
+        old = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode(0)  # this one sync is deliberate, and only once
+    try:
+        ts = check_tensors(device)
+        with torch.no_grad():
+            want = _ts.device_stats(ts, sketch_k, hist_bins).cpu().numpy()
+            err = None
+            try:
+                got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
+            except Exception as e:  # pylint: disable=broad-except
+                if not _state["hist"]:
+                    raise
+                # tl.histogram missing or failing in this triton: the comparison loop
+                _state["hist"] = False
+                err = e
+                got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
+            if err is not None:
+                _warn_once(("hist",), "tl.histogram failed (%s: %s); the fused statistics "
+                           "kernel counts by comparisons instead." % (type(err).__name__, err))
+        bad = compare_rows(got, want, sketch_k, hist_bins)
+        if bad is not None:
+            disable("its self-check disagreed with the torch statistics at %s" % bad)
+            return False
+        return True
+    except Exception as e:  # pylint: disable=broad-except
+        disable("its self-check raised %s: %s" % (type(e).__name__, e))
+        return False
+    finally:
+        if old is not None:
+            torch.cuda.set_sync_debug_mode(old)
