@@ -141,19 +141,19 @@ def available(device=None, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BIN
         if device is None:
             if not torch.cuda.is_available():
                 if m == "triton":
-                    _warn_once(("nocuda",), "%s=triton but there is no CUDA device; using "
+                    _warn_once(("forced",), "%s=triton but there is no CUDA device; using "
                                "the torch statistics." % ENV)
                 return False
             device = torch.device("cuda", torch.cuda.current_device())
         device = torch.device(device)
         if _triton() is None:
             if m == "triton":
-                _warn_once(("notriton",), "%s=triton but triton does not import; using the "
+                _warn_once(("forced",), "%s=triton but triton does not import; using the "
                            "torch statistics." % ENV)
             return False
         if device.type != "cuda":
             if m == "triton":
-                _warn_once(("device", device.type), "%s=triton but the tensors are on %s "
+                _warn_once(("forced",), "%s=triton but the tensors are on %s "
                            "(the kernel is for CUDA); using the torch statistics."
                            % (ENV, device.type))
             return False
@@ -333,7 +333,7 @@ def _build_kernels():
                     word = tl.load(pat + p * 8 + (o >> 5))        # [NB, KP]
                     bit = (word >> (o & 31)) & 1
                 neg = (bit ^ flip) != 0
-                tsk += tl.sum(tl.where(neg, -x0, x0), axis=0).to(tl.float64)
+                tsk += tl.sum(tl.where(neg, -xs, xs), axis=0).to(tl.float64) * inv
         row = part + pid.to(tl.int64) * PW
         tl.store(row + 0, ts)
         tl.store(row + 1, tm2)
@@ -565,7 +565,7 @@ def compare_rows(got, want, sketch_k, hist_bins):
         k0 = _ts.SKETCH_COL
         for j in range(sketch_k):
             a, b = float(g[k0 + j]), float(w[k0 + j])
-            if not abs(a - b) <= 1e-5 * l2 + 1e-30:
+            if a != b and not abs(a - b) <= 1e-5 * l2 + 1e-30:  # (equal: also +-inf)
                 return "row %d field sketch[%d]: got %r want %r" % (i, j, a, b)
         for j in range(hist_bins):
             a, b = float(g[k0 + sketch_k + j]), float(w[k0 + sketch_k + j])
