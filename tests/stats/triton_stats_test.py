@@ -352,3 +352,29 @@ def test_tensor_over_2_pow_31_elements():
     assert row[K0 + 32:].sum() == finite  # histogram
     want = tst.device_stats([x], 32, 16)[0].cpu().numpy()  # the torch path, in passes
     assert trs.compare_rows(row[None, :], want[None, :], 32, 16) is None
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_pipeline_skips_statistics_during_cuda_graph_capture():
+    """Statistics asked for while a CUDA graph is being captured are skipped and
+    counted (no kernel, no table copy in the capture); outside it they are recorded."""
+    import time
+    from lockstep._device import DevicePipeline
+    shipped = []
+    pipe = DevicePipeline(32, 16, lambda *a: shipped.append(a))
+    x = torch.randn(1000, device="cuda")
+    y = x * 2  # warm the kernel outside the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2
+        pipe.add(y, 1, 0, 0, False)
+        pipe.add(y, 2, 1, 0, False, defer=True)
+        pipe.flush_deferred()
+    assert pipe.capture_skipped == 2
+    g.replay()
+    pipe.add(y, 1, 0, 0, False)
+    pipe.end_step(0, {})
+    assert pipe.drain(time.monotonic() + 10)
+    (step, rows, _micros, ids, _orders, _grad_sq, _scalars), = shipped
+    assert step == 0 and rows.shape[0] == 1 and list(ids) == [1]
+    assert rows[0, C["numel"]] == 1000
