@@ -267,6 +267,24 @@ def stats_replay(batches, mode, k, bins):
     return best
 
 
+def kernel_throughput(bw):
+    """Info lines: GB/s of the statistics (kernel and torch path) on one large tensor and
+    on a batch of 200 small ones per dtype, against the copy bandwidth."""
+    n_big, n_small = (1 << 20, 1 << 10) if SMOKE else (1 << 28, 1 << 20)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        big = [torch.randn(n_big, device=DEVICE).to(dtype)]
+        small = [torch.randn(n_small + 17 * i, device=DEVICE).to(dtype) for i in range(200)]
+        line = []
+        for label, batch in (("1 x %dM" % (n_big >> 20), big), ("200 small", small)):
+            nbytes = sum(t.numel() * t.element_size() for t in batch)
+            for mode in ("triton", "torch"):
+                secs = stats_replay([batch], mode, 32, 16)
+                line.append("%s %s %.0f GB/s (%.2f of copy)"
+                            % (label, mode, nbytes / secs / 1e9, nbytes / secs / bw))
+        print("statistics throughput %s: %s" % (str(dtype).split(".")[-1], "; ".join(line)))
+        del big, small
+
+
 def emit(name, value, unit):
     print("%s %s %.4f %s" % (TAG, name, value, unit))
 
@@ -308,11 +326,11 @@ def main():
     t0 = time.perf_counter()
     bw = copy_bandwidth()
     print("device-to-device copy: %.0f GB/s (read + write)" % (bw / 1e9))
+    kernel_throughput(bw)
     if "gpt2_bf16" in MODELS or "every10" in MODELS or "det" in MODELS:
         cfg = Config("gpt2_bf16", model_zoo.GPT2, gpt2, gpt2_batch, True, endpoint)
-        base = None
         if "gpt2_bf16" in MODELS:
-            base = run_overhead(cfg, out)
+            run_overhead(cfg, out)
             batches = cfg.capture_batches()
             nbytes = sum(t.numel() * t.element_size() for ts in batches for t in ts)
             ntensors = sum(len(ts) for ts in batches)
@@ -348,7 +366,7 @@ def main():
                                 statistics.median(nondet["plain"]) * 1e3))
             out["gpu_deterministic_cost_ratio"] = r_det / r_nondet
         cfg.close()
-        del cfg, base
+        del cfg
     if "gpt2_fp32" in MODELS:
         cfg = Config("gpt2_fp32", model_zoo.GPT2, gpt2, gpt2_batch, False, endpoint)
         run_overhead(cfg, out)
