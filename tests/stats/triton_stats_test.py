@@ -135,6 +135,23 @@ def test_self_check_rejects_a_raising_kernel_and_the_sketch_beyond_tolerance(mon
         assert not trs._self_check(cpu, 32, 16)
 
 
+def test_self_check_falls_back_to_counting_by_comparisons(monkeypatch):
+    """A kernel whose tl.histogram variant miscounts but whose comparison variant agrees
+    passes the self-check with the comparison variant, and says so once."""
+    cpu = torch.device("cpu")
+
+    def hist_wrong(ts, k, bins):
+        rows = tst.device_stats(ts, k, bins)
+        if trs._state["hist"]:
+            rows[:, K0 + k + 2] += 1
+        return rows
+    monkeypatch.setattr(trs, "fused_stats", hist_wrong)
+    monkeypatch.setitem(trs._state, "hist", True)
+    with pytest.warns(RuntimeWarning, match=r"tl.histogram failed .*hist\[2\]"):
+        assert trs._self_check(cpu, 32, 16)
+    assert trs.disabled_reason() is None and trs._state["hist"] is False
+
+
 def test_compare_rows_tolerances():
     ts = trs.check_tensors(torch.device("cpu"))
     want = tst.device_stats(ts, 32, 16).numpy()

@@ -124,7 +124,7 @@ def disabled_reason():
 
 def _reset_for_tests():
     with _lock:
-        _state.update(disabled=None, checked={}, warned=set())
+        _state.update(disabled=None, checked={}, warned=set(), hist=True)
 
 
 def available(device=None, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS):
@@ -388,7 +388,9 @@ def _row_disagreements(g, w, sketch_k, hist_bins):
 
 def _self_check(device, sketch_k, hist_bins):
     """Runs the check tensors through the kernel and the torch path; True when they
-    agree. Otherwise (or on any exception) turns the kernel off with one warning."""
+    agree. Where the kernel with tl.histogram raises or disagrees, the variant that
+    counts by comparisons is tried once (and kept if it agrees). Otherwise (or on any
+    exception) turns the kernel off with one warning."""
     old = None
     if device.type == "cuda" and hasattr(torch.cuda, "get_sync_debug_mode"):
         old = torch.cuda.get_sync_debug_mode()
@@ -397,22 +399,26 @@ def _self_check(device, sketch_k, hist_bins):
         ts = check_tensors(device)
         with torch.no_grad():
             want = _ts.device_stats(ts, sketch_k, hist_bins).cpu().numpy()
-            err = None
-            try:
-                got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
-            except Exception as e:  # pylint: disable=broad-except
-                if not _state["hist"]:
-                    raise
-                # tl.histogram missing or failing in this triton: the comparison loop
-                _state["hist"] = False
-                err = e
-                got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
-            if err is not None:
-                _warn_once(("hist",), "tl.histogram failed (%s: %s); the fused statistics "
-                           "kernel counts by comparisons instead." % (type(err).__name__, err))
-        bad = compare_rows(got, want, sketch_k, hist_bins, limit=3)
-        if bad is not None:
-            disable("its self-check disagreed with the torch statistics at %s" % bad)
+
+            def attempt():
+                try:
+                    got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
+                except Exception as e:  # pylint: disable=broad-except
+                    return "it raised %s: %s" % (type(e).__name__, e)
+                bad = compare_rows(got, want, sketch_k, hist_bins, limit=3)
+                return None if bad is None else \
+                    "it disagreed with the torch statistics at %s" % bad
+            problem = attempt()
+            if problem is not None and _state["hist"]:
+                _state["hist"] = False  # without tl.histogram
+                second = attempt()
+                if second is None:
+                    _warn_once(("hist",), "the fused statistics kernel with tl.histogram "
+                               "failed its self-check (%s); it counts by comparisons "
+                               "instead." % problem)
+                problem = second
+        if problem is not None:
+            disable("self-check: " + problem)
             return False
         return True
     except Exception as e:  # pylint: disable=broad-except
