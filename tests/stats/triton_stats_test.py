@@ -338,21 +338,25 @@ def _host_row(t, k, bins):
 @pytest.mark.parametrize("dtype", _gpu_dtypes(), ids=str)
 @pytest.mark.parametrize("k,bins", [(32, 16), (17, 16), (0, 0), (256, 16)])
 def test_kernel_equals_torch_path_host_kernel_and_reference(dtype, k, bins):
-    assert trs.available(torch.device("cuda"), k, bins), trs.disabled_reason()
+    """The kernel itself (called directly, so that a failed self-check still shows
+    which fields of which dtype disagree), then the feature check."""
     cpu = _cases(dtype)
     gpu = [t.cuda() for t in cpu]
     got = trs.fused_stats(gpu, k, bins)
     assert got.is_cuda and got.shape == (len(cpu), tst.row_width(k, bins))
     got = got.cpu().numpy()
     torch_rows = tst.device_stats(gpu, k, bins).cpu().numpy()
-    assert trs.compare_rows(got, torch_rows, k, bins) is None
+    bad = trs.compare_rows(got, torch_rows, k, bins, limit=8)
+    assert bad is None, "kernel vs torch path: " + bad
     for i, t in enumerate(cpu):
         if dtype in (torch.float32, torch.float16, torch.bfloat16):
             ref.check_row(got[i], t, k, bins)  # the float64 reference (slow for fp8 ids)
         host = _host_row(t, k, bins)
         # (not where |x| > 1e30: the host kernel's float32 sketch partials overflow there)
         if host is not None and not float(got[i, C["absmax"]]) > 1e30:
-            assert trs.compare_rows(got[i:i + 1], host[None, :], k, bins) is None, i
+            bad = trs.compare_rows(got[i:i + 1], host[None, :], k, bins, limit=8)
+            assert bad is None, "kernel vs host kernel, case %d: %s" % (i, bad)
+    assert trs.available(torch.device("cuda"), k, bins), trs.disabled_reason()
 
 
 @GPU
