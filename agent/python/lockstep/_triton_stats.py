@@ -147,16 +147,16 @@ def available(device=None, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BIN
                 return False
             device = torch.device("cuda", torch.cuda.current_device())
         device = torch.device(device)
-        if _triton() is None:
-            if m == "triton":
-                _warn_once(("forced",), "%s=triton but triton does not import; using the "
-                           "torch statistics." % ENV)
-            return False
         if device.type != "cuda":
             if m == "triton":
                 _warn_once(("forced",), "%s=triton but the tensors are on %s "
                            "(the kernel is for CUDA); using the torch statistics."
                            % (ENV, device.type))
+            return False
+        if _triton() is None:
+            if m == "triton":
+                _warn_once(("forced",), "%s=triton but triton does not import; using the "
+                           "torch statistics." % ENV)
             return False
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
