@@ -139,7 +139,11 @@ class Config:
         torch.manual_seed(0)
         self.name = name
         self.amp = amp
-        self.model = model_cls(**shape).to(DEVICE)
+        if hasattr(torch.device, "__enter__"):  # torch 2.x: build on the device directly
+            with torch.device(DEVICE):
+                self.model = model_cls(**shape)
+        else:
+            self.model = model_cls(**shape).to(DEVICE)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.x, self.y = model_zoo.lm_batch(shape["vocab"], batch, shape["seq"], DEVICE)
         kw = dict(endpoint=endpoint, _force_device_path=SMOKE)
