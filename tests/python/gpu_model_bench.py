@@ -283,7 +283,7 @@ def kernel_throughput(bw):
             nbytes = sum(t.numel() * t.element_size() for t in batch)
             for mode in ("triton", "torch"):
                 secs = stats_replay([batch], mode, 32, 16)
-                line.append("%s %s %.0f GB/s (%.2f of copy)"
+                line.append("%s %s %.1f GB/s (%.2f of copy)"
                             % (label, mode, nbytes / secs / 1e9, nbytes / secs / bw))
         print("statistics throughput %s: %s" % (str(dtype).split(".")[-1], "; ".join(line)))
         del big, small
@@ -341,7 +341,7 @@ def main():
             k, bins = 32, 16
             secs = {m: stats_replay(batches, m, k, bins) for m in ("triton", "torch", "foreach")}
             del batches
-            print("statistics replay of one step (%d tensors, %.2f GB): triton %.2f ms, torch "
+            print("statistics replay of one step (%d tensors, %.3f GB): triton %.2f ms, torch "
                   "%.2f ms, foreach_norm x2 %.2f ms; kernel %s"
                   % (ntensors, nbytes / 1e9, secs["triton"] * 1e3,
                      secs["torch"] * 1e3, secs["foreach"] * 1e3, kernel_state()))
