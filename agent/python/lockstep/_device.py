@@ -74,6 +74,7 @@ class DevicePipeline:
         self._pending = collections.deque()
         self._free = {}  # (device, numel) -> pinned host buffers to reuse
         self.dropped_steps = 0
+        self.capture_skipped = 0  # tensors not recorded because a CUDA graph was capturing
 
     def _stats(self, tensors):
         if self._device_stats is None:
@@ -82,7 +83,14 @@ class DevicePipeline:
                     _core.PACKED_FIXED_FIELDS):
                 raise RuntimeError("lockstep._torch_stats.FIELDS does not match the packed "
                                    "row layout of lockstep._core")
-            self._device_stats = _torch_stats.device_stats
+            # the fused Triton kernel where available and self-checked, else the torch path
+            from lockstep import _triton_stats  # pylint: disable=import-outside-toplevel
+            self._device_stats = _triton_stats.device_stats
+        if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
+            # Inside CUDA graph capture: no statistics (kernels and the table upload would
+            # be captured, or break the capture); the tensors are counted, not recorded.
+            self.capture_skipped += len(tensors)
+            return None
         with torch.no_grad():
             return self._device_stats(tensors, self._k, self._bins)
 
@@ -107,6 +115,8 @@ class DevicePipeline:
         self._append(self._stats([it[0] for it in items]), [it[1:] for it in items])
 
     def _append(self, rows, metas):
+        if rows is None:  # skipped (CUDA graph capture)
+            return
         for tensor_id, order, micro, is_param_grad in metas:
             if is_param_grad:
                 self._grad_rows.append(self._n_rows)
