@@ -11,6 +11,8 @@ namespace lockstep::collector {
 namespace {
 
 std::string G(double x, const char* fmt = "%.6g") {
+  if (std::isnan(x)) return "NaN";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char buf[48];
   std::snprintf(buf, sizeof buf, fmt, x);
   return buf;
