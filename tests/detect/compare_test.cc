@@ -96,7 +96,7 @@ TEST(CompareCommand, CriticalDivergenceExitsOneAndNamesTheTensor) {
   auto d = Dir();
   auto a = WriteRun(d, "gpu", wire::Role::Solo, 30, 12, 1.0);
   auto b = WriteRun(d, "npu", wire::Role::Solo, 25, 12, 1.1);  // roles ignored; shorter candidate
-  EXPECT_EQ(Compare({a, b, "--json", "--alerts-file", d + "/alerts.jsonl"}), cli::kExitFailure);
+  EXPECT_EQ(Compare({a, b, "--json", "--alerts-file", d + "/alerts.jsonl"}), cli::kExitFinding);
   std::string alerts = ReadAll(d + "/alerts.jsonl");
   EXPECT_NE(alerts.find("\"rule\":\"first_divergence\""), std::string::npos) << alerts;
   EXPECT_NE(alerts.find("\"tensor\":\"blk.1\""), std::string::npos);

@@ -418,7 +418,7 @@ int CompareCommand(int argc, const char* const* argv) {
 
   auto reader = LogReader::Open(path_b);
   if (!reader.ok()) {
-    return fail(kExitBadInput, "cannot open run log '" + path_b + "': " + reader.status().message());
+    return fail(kExitBadInput, reader.status().message());
   }
   collector::LogScan cand_scan;
   cand_scan.path = path_b;

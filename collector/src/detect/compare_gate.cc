@@ -66,7 +66,7 @@ std::string LogScan::InputProblem(const std::string& role) const {
 
 StatusOr<LogScan> ScanLog(const std::string& path) {
   auto r = LogReader::Open(path);
-  if (!r.ok()) return Status::InvalidArgument("cannot open run log '" + path + "': " + r.status().message());
+  if (!r.ok()) return r.status();  // names the path and the reason
   LogScan scan;
   scan.path = path;
   LogReader::Record rec;
@@ -176,7 +176,11 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
       }
     }
     head = "a critical finding between " + r.baseline + " and " + r.candidate;
-    if (first_crit) head += ": " + first_crit->rule + " at step " + std::to_string(first_crit->step);
+    if (first_crit) {
+      head += ": " + first_crit->rule;
+      if (!first_crit->tensor.empty()) head += " of " + first_crit->tensor + " (" + first_crit->kind + ")";
+      head += " at step " + std::to_string(first_crit->step);
+    }
   } else {
     head = r.baseline + " and " + r.candidate + " agree within their tolerances";
   }
@@ -195,7 +199,15 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
   for (const auto& a : alerts) {
     if (a.rule == "nonfinite" && (nf == nullptr || a.step < nf->step)) nf = &a;
   }
-  v.lines.push_back(nf ? "first NaN/Inf: " + nf->message : "first NaN/Inf: none");
+  if (nf == nullptr) {
+    v.lines.push_back("first NaN/Inf: none");
+  } else if (const std::string marker = ": first NaN/Inf in "; nf->message.find(marker) != std::string::npos) {
+    v.lines.push_back("first NaN/Inf: step " + std::to_string(nf->step) + " rank " + std::to_string(nf->rank) +
+                      " in " + (nf->runs.empty() ? std::string("?") : nf->runs.back()) + ", produced by " +
+                      Tail(nf->message, marker));
+  } else {
+    v.lines.push_back("first NaN/Inf: " + nf->message);
+  }
   // Loss gap.
   if (std::isnan(r.loss_b) && std::isnan(r.loss_c)) {
     v.lines.push_back("loss: not recorded at the compared steps");
