@@ -246,6 +246,39 @@ TEST(CompareCommand, SettingsFileRoundTripsEveryRuleFlag) {
   EXPECT_NE(notes[0].find("future-rule"), std::string::npos);
 }
 
+TEST(CompareCommand, CollectorRecordsItsSettingsOncePerRunAndOnChange) {
+  auto d = Dir();
+  StreamBuilder sb("run-1", "exp", wire::Role::Candidate);
+  auto hello = sb.Hello();
+  const auto& env = *wire::GetEnvelope(hello.data());
+  const std::string path = d + "/run-1.settings.toml";
+  DetectionSettings s;
+  s.rules.rtol.fp32 = 1e-4;
+  s.name_map = "^a\\.(.*) => $1\n";
+  s.lockstep_version = "0.1.0";
+  {
+    SettingsRecorder rec(d, s);
+    rec.OnMessage(env, 1);
+    auto back = ReadSettingsFile(path, nullptr);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->rules.rtol.fp32, 1e-4);
+    EXPECT_EQ(back->name_map, s.name_map);
+    // Written once per run: a changed file is not touched again by this process.
+    { std::ofstream(path) << "edited"; }
+    rec.OnMessage(env, 2);
+    EXPECT_EQ(ReadAll(path), "edited");
+  }
+  // A collector started later with other settings (a restart replays the logs through
+  // it) rewrites the file: it holds the settings of the last one that analyzed the run.
+  s.rules.rtol.fp32 = 1e-5;
+  SettingsRecorder again(d, s);
+  again.OnMessage(env, 3);
+  auto back = ReadSettingsFile(path, nullptr);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->rules.rtol.fp32, 1e-5);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
 TEST(CompareCommand, CorruptOrTruncatedLogExitsThree) {
   auto d = Dir();
   auto a = WriteRun(d, "gpu", wire::Role::Baseline, 40, 0, 1.0);
