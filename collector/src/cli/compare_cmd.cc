@@ -351,7 +351,11 @@ int CompareCommand(int argc, const char* const* argv) {
       si.source = "the defaults (no settings file next to the logs)";
     } else {
       auto rec = collector::ReadSettingsFile(found[0], &si.notes);
-      if (!rec.ok()) return fail(kExitBadInput, rec.status().message());
+      if (!rec.ok()) {
+        std::string m = rec.status().message();
+        if (m.find("--default-settings") == std::string::npos) m += "; pass --default-settings to ignore it";
+        return fail(kExitBadInput, m);
+      }
       si.file = found[0];
       si.recorded_version = rec->lockstep_version;
       si.source = "recorded by lockstep " + (rec->lockstep_version.empty() ? std::string("?") : rec->lockstep_version) +
