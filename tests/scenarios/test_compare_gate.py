@@ -6,8 +6,9 @@ a candidate whose block 1 switches GELU to its tanh approximation at step ONSET 
 model. Then the real CLI:
 - reproduces the live first divergence from the settings recorded next to the logs,
   prints them, and lets a flag or --default-settings override them;
-- puts its verdict first and exits 3 for a log with flipped bytes or a cut tail, 6 for
-  two unrelated models, 2 for two recordings of one run id unless one is renamed.
+- puts its verdict first and exits 3 for a log with flipped bytes or a cut tail, 5 for a
+  log with steps left out, 6 for two unrelated models, 2 for two recordings of one run id
+  unless one is renamed.
 """
 import json
 import os
@@ -22,7 +23,8 @@ from scenario_lib import Collector, fmt_alerts, make_pair, train_pair
 
 ONSET = 7
 STEPS = 12
-EXIT_FINDING, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_NOT_SAME_MODEL = 1, 2, 3, 6
+# cli/exit_codes.h
+EXIT_FINDING, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_TOO_FEW_STEPS, EXIT_NOT_SAME_MODEL = 1, 2, 3, 5, 6
 
 
 def compare(col, *args):
@@ -116,6 +118,22 @@ def test_compare_reproduces_the_live_answer_and_gates(tmp_path):
     out = compare(col, base, cut)
     assert out.returncode == EXIT_BAD_INPUT, out.stdout + out.stderr
     assert "is truncated" in out.stdout.splitlines()[0], out.stdout
+
+    # A copy of the candidate without steps 4..6 (records copied byte for byte, so the
+    # log is intact): 9 of 12 steps compared, under 90 %: exit 5.
+    holes = str(tmp_path / "holes.lslog")
+    with open(holes, "wb") as f:
+        f.write(data[:16])  # the file header
+        for line in subprocess.run([col.exe, "inspect", cand], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            r = json.loads(line)
+            if r["type"] in ("StepStats", "StepScalars") and 4 <= r["body"]["step"] <= 6:
+                continue
+            f.write(data[r["offset"]:r["offset"] + 16 + r["bytes"]])
+    out = compare(col, base, holes)
+    assert out.returncode == EXIT_TOO_FEW_STEPS, out.stdout + out.stderr
+    assert out.stdout.startswith("verdict: FAIL (exit 5): only 9 of 12 expected steps were compared (75 %, "
+                                 "under 90 %)"), out.stdout
 
     # Two unrelated models: exit 6, not a "critical first divergence".
     out = compare(col, base, col.log_path("mlp"))
