@@ -195,8 +195,9 @@ StatusOr<DetectionSettings> ReadSettingsFile(const std::string& path, std::vecto
 
 void SettingsRecorder::OnMessage(const wire::Envelope& env, int64_t /*recv_unix_ns*/) {
   if (!env.run_id()) return;
-  auto [it, fresh] = seen_.insert(env.run_id()->str());
-  if (!fresh) return;
+  const std::string_view id = env.run_id()->string_view();
+  if (seen_.find(id) != seen_.end()) return;  // the usual case: no allocation per message
+  auto it = seen_.emplace(id).first;
   const std::string path = SettingsPathForLog(runlog::LogPathFor(dir_, *it));
   Status st = WriteSettingsFile(path, settings_, *it);
   if (!st.ok()) spdlog::warn("{}; `lockstep compare` of run {} will use its own flags", st.message(), *it);

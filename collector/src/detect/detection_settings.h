@@ -13,8 +13,10 @@
 #ifndef LOCKSTEP_COLLECTOR_DETECT_DETECTION_SETTINGS_H_
 #define LOCKSTEP_COLLECTOR_DETECT_DETECTION_SETTINGS_H_
 
+#include <functional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -68,7 +70,7 @@ class SettingsRecorder : public MessageSink {
  private:
   std::string dir_;
   DetectionSettings settings_;
-  std::set<std::string> seen_;
+  std::set<std::string, std::less<>> seen_;  // runs written; looked up by string_view
 };
 
 }  // namespace lockstep::collector
