@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "detect/analyzer.h"
+#include "detect/detection_settings.h"
 #include "detect/live_analyzer.h"
 #include "ingest/log_replay.h"
 #include "lockstep/alerting/dispatcher.h"
@@ -206,10 +207,14 @@ int CollectCommand(int argc, const char* const* argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
 
+  // Recorded next to each run's log, so `lockstep compare` gives the live answer.
+  collector::DetectionSettings settings{an_opt.rules, "", LOCKSTEP_VERSION};
   if (!name_map.empty()) {
     auto canon = collector::NameCanonicalizer::FromFile(name_map);
     if (!canon.ok()) return Usage(canon.status().message());
     an_opt.canon = std::move(*canon);
+    std::ifstream nm(name_map);
+    settings.name_map.assign(std::istreambuf_iterator<char>(nm), std::istreambuf_iterator<char>());
   }
   if (max_buffered < 1) return Usage("--max-buffered-steps must be 1 or more");
   an_opt.max_buffered_steps = static_cast<size_t>(max_buffered);
@@ -297,7 +302,9 @@ int CollectCommand(int argc, const char* const* argv) {
     if (!b.ok()) return Usage(b.status().message());
   }
   collector::LiveAnalyzer live(std::move(analyzer));
-  s = col.AddSink(&live);
+  collector::SettingsRecorder settings_recorder(data_dir, std::move(settings));
+  s = col.AddSink(&settings_recorder);
+  if (s.ok()) s = col.AddSink(&live);
   if (s.ok()) s = col.AddSink(&view_model);
   if (s.ok()) s = col.AddSink(&metrics_feed);
   if (!s.ok()) return Usage(s.message());
@@ -351,7 +358,7 @@ int CollectCommand(int argc, const char* const* argv) {
   // their messages wait in the bound socket.
   if (col.counters().rebuilt_messages > 0) {
     const auto t0 = std::chrono::steady_clock::now();
-    ReplayFanOut fan({&live, &view_model, &metrics_feed}, &replay_now);
+    ReplayFanOut fan({&settings_recorder, &live, &view_model, &metrics_feed}, &replay_now);
     replaying = true;
     auto st = collector::ReplayLogs(col.options().data_dir, &fan, [&live, &replay_now](int64_t t) {
       replay_now.store(t, std::memory_order_relaxed);

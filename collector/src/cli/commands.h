@@ -1,13 +1,13 @@
 // The `lockstep` subcommands. Each takes the words after its name and returns the
-// process exit code (0 ok, 1 runtime failure or finding, 2 usage error).
+// process exit code, one of cli/exit_codes.h.
 #ifndef LOCKSTEP_CLI_COMMANDS_H_
 #define LOCKSTEP_CLI_COMMANDS_H_
 
+#include "cli/exit_codes.h"
+
 namespace lockstep::cli {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitUsage = 2;
+inline constexpr int kExitFailure = 1;  // = kExitFinding, the name the other commands still use
 
 int CollectCommand(int argc, const char* const* argv);  // collect_cmd.cc
 int InspectCommand(int argc, const char* const* argv);  // inspect_cmd.cc

@@ -182,7 +182,7 @@ void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role)
 }
 
 StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const std::string& experiment,
-                                               bool run_rules) {
+                                               bool run_rules, const std::string& as_run) {
   auto reader = LogReader::Open(path);
   if (!reader.ok()) {
     return Status::InvalidArgument("cannot open the baseline log '" + path + "': " + reader.status().message());
@@ -199,7 +199,7 @@ StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const st
     if (!env.ok()) continue;
     const wire::Envelope* e = *env;
     if (e->body_type() != wire::Body::Hello) continue;
-    run_id = e->run_id()->str();
+    run_id = as_run.empty() ? e->run_id()->str() : as_run;
     if (exp.empty() && e->body_as_Hello()->experiment()) exp = e->body_as_Hello()->experiment()->str();
     break;
   }
@@ -219,7 +219,10 @@ StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const st
 
 void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   ++counters_.messages;
-  const std::string run_id = env.run_id() ? env.run_id()->str() : std::string();
+  std::string run_id = env.run_id() ? env.run_id()->str() : std::string();
+  if (!rename_.empty()) {
+    if (auto it = rename_.find(run_id); it != rename_.end()) run_id = it->second;
+  }
   RunState* r = GetRun(run_id);
   if (r->source && !r->readback) return;  // a recorded baseline that is also live: the log wins
   if (env.body_type() == wire::Body::Hello) {

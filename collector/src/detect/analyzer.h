@@ -133,9 +133,13 @@ class Analyzer : public MessageSink {
   // A recorded run log as the baseline of `experiment` ("" = the log's own), read
   // from disk at its candidates' pace. Its per-run rules run only if `run_rules`
   // (compare: yes; a live collector: no, they ran when it was recorded). Returns the
-  // log's run id.
+  // log's run id, or `as_run` when given: the run is known by that id instead
+  // (compare --rename-baseline, for two recordings of one run id).
   StatusOr<std::string> AddBaselineLog(const std::string& path, const std::string& experiment = "",
-                                       bool run_rules = false);
+                                       bool run_rules = false, const std::string& as_run = "");
+  // Messages of run `from` given to OnMessage are taken as run `to` (compare
+  // --rename-candidate). Before the first message of `from`.
+  void RenameRun(const std::string& from, const std::string& to) { rename_[from] = to; }
 
   std::vector<PairReport> Reports() const;
   AnalyzerCounters counters() const;
@@ -175,6 +179,7 @@ class Analyzer : public MessageSink {
   std::unordered_map<std::string, std::unique_ptr<RunState>> runs_;
   std::vector<std::unique_ptr<PairState>> pairs_;
   std::map<std::string, std::string> baseline_of_;  // experiment -> baseline run
+  std::map<std::string, std::string> rename_;       // RenameRun: run id -> id used here
   bool dirty_ = false;
   bool finishing_ = false;  // Finish(): a read-back log's end is the run's end
   AnalyzerCounters counters_;
