@@ -60,7 +60,9 @@ void NonfiniteDetector::OnStep(const StepData& s) {
     ++n_bad;
     if (first == nullptr || r.order < first->order) first = &r;
   }
-  const bool loss_bad = s.has_scalars && std::isinf(s.scalars.loss);
+  // A NaN loss counts when the job gave it (an agent that says so on the wire); from an
+  // older agent a NaN loss means "not given".
+  const bool loss_bad = s.has_scalars && (std::isinf(s.scalars.loss) || (s.scalars.loss_given && std::isnan(s.scalars.loss)));
   const bool loss_nan = s.has_scalars && std::isnan(s.scalars.loss) && first != nullptr;
   bool& active = active_[s.rank];
   if (first == nullptr && !loss_bad) {
