@@ -89,6 +89,10 @@ def test_top_and_compare_after_a_nan(tmp_path):
     assert run_rows["noloss-solo"].split()[-1] == "-", text
     assert re.search(r"loss baseline \S+\s+candidate NaN", text), text
 
+    # The alert says NaN too.
+    nonfinite = [a for a in col.alerts() if a["rule"] == "nonfinite" and a["step"] == S]
+    assert nonfinite and "the loss is NaN too" in nonfinite[0]["message"], nonfinite
+
     out = subprocess.run([col.exe, "compare", col.log_path("nanview-base"), col.log_path("nanview-cand")],
                          capture_output=True, text=True, timeout=60)
     m = re.search(r"loss at the last compared step: (\S+) vs (\S+)", out.stdout)

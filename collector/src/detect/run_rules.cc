@@ -83,7 +83,7 @@ void NonfiniteDetector::OnStep(const StepData& s) {
                 std::to_string(first->nan_count) + " NaN and " + std::to_string(first->inf_count) +
                 " Inf of " + std::to_string(first->numel) + " values";
     if (n_bad > 1) a.message += "; " + std::to_string(n_bad - 1) + " later tensor(s) also non-finite";
-    if (loss_nan || loss_bad) a.message += "; the loss is non-finite too";
+    if (loss_nan || loss_bad) a.message += std::string("; the loss is ") + (std::isnan(s.scalars.loss) ? "NaN" : "inf") + " too";
   } else {
     a.tensor = "loss";
     a.kind = "loss";
