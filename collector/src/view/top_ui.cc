@@ -342,8 +342,8 @@ class Screen {
     }
   }
 
-  // The selected pair's alerts (all alerts when there is no pair), newest first; alerts
-  // of other runs are counted on the title line and labelled with their runs.
+  // The selected pair's alerts, newest first, with the number of recent alerts of other
+  // runs on the title line; with no pair yet, every alert, labelled with its runs.
   void DrawAlerts(int y) {
     if (y >= LINES - 1) return;
     const PairRow* p = Pair();
@@ -357,7 +357,7 @@ class Screen {
       }
     }
     std::string title = p ? "ALERTS of " + p->baseline + " vs " + p->candidate : std::string("ALERTS");
-    if (others) title += "  (" + std::to_string(others) + " recent of other runs: Tab)";
+    if (others) title += "  (+" + std::to_string(others) + " of other runs; top --once lists all)";
     Put(y++, 0, title, A_BOLD, kHead);
     if (mine.empty()) Put(y, 0, " (none yet)", A_NORMAL, kDim);
     for (const AlertRow* ap : mine) {
