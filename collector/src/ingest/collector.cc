@@ -362,6 +362,7 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
   std::string claim_error;
   if (claims.Refuse(env, now, &claim_error)) {
     Bump(n.rejected);
+    Bump(n.rejected_by[static_cast<size_t>(Reject::kRunClaimed)]);
     if (!claim_error.empty()) spdlog::error("{}", claim_error);
     return;
   }
