@@ -180,6 +180,7 @@ class Monitor:
         self._calls = {}    # module name -> calls in this micro step
         self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
+        self._next_delivery_check = self._t_last + 1.0  # None once warned
         self.enabled = True
         _live.add(self)
 
@@ -238,9 +239,14 @@ class Monitor:
                 "grad_norm": _host_scalar(grad_norm), "loss_scale": _loss_scale(loss_scale),
                 "step_time_s": step_time, "micro_steps": rec.micro + 1,
                 "samples": int(samples or 0),
+                # Which scalars the caller gave: a given NaN loss is sent as NaN, not "none".
+                "given": (loss is not None) | (lr is not None) << 1
+                         | (grad_norm is not None) << 2 | (loss_scale is not None) << 3,
                 "host_grad_sq": rec.grad_sq if rec.grad_count else None,
             }
             self._end_step(s, scalars)
+            if self._next_delivery_check is not None and now >= self._next_delivery_check:
+                self._check_delivery(now)
             if self._tuner is not None and self._active and rec.t_first is not None:
                 self._tuner.add(rec._threaded, now - rec.t_first)
         except Exception as e:  # pylint: disable=broad-except
@@ -386,6 +392,15 @@ class Monitor:
     def _on_backward_marker(self, _grad):
         self._bwd = True
 
+    def _check_delivery(self, now):
+        """Warns once when nothing reached a collector (the agent's sender thread decides
+        and names the endpoint); at most one cheap call a second."""
+        self._next_delivery_check = now + 1.0
+        problem = self._agent.delivery_problem()
+        if problem:
+            self._next_delivery_check = None
+            self._guard.warn(problem)
+
     def _end_step(self, step, scalars):
         p = self._pipeline
         device_scalar = any(isinstance(v, torch.Tensor) for v in scalars.values())
@@ -411,5 +426,5 @@ class Monitor:
             agent.record_scalars(step, scalars.get("loss", nan), scalars.get("lr", nan),
                                  grad_norm, scalars.get("loss_scale", nan),
                                  scalars.get("step_time_s", nan), micro_steps,
-                                 scalars.get("samples", 0))
+                                 scalars.get("samples", 0), scalars.get("given", 0))
         agent.end_step(step)

@@ -71,6 +71,9 @@ py::dict CountersToDict(const PyAgent& a) {
   d["errors"] = c.errors;
   d["queue_depth"] = c.queue_depth;
   d["reconnects"] = c.reconnects;
+  d["handshakes"] = c.handshakes;
+  d["handshake_failures"] = c.handshake_failures;
+  d["delivery_problem"] = c.delivery_problem;
   d["host_stats_errors"] = a.host_stats_errors();
   d["packed_errors"] = a.packed_errors();
   return d;
@@ -343,7 +346,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("rows"))
       .def("record_scalars",
            [](PyAgent& a, uint64_t step, double loss, double lr, double grad_norm,
-              double loss_scale, double step_time_s, uint32_t micro_steps, uint64_t samples) {
+              double loss_scale, double step_time_s, uint32_t micro_steps, uint64_t samples,
+              uint8_t given) {
              StepScalars s;
              s.loss = loss;
              s.lr = lr;
@@ -352,12 +356,14 @@ PYBIND11_MODULE(_core, m) {
              s.step_time_s = step_time_s;
              s.micro_steps = micro_steps;
              s.samples = samples;
+             s.given = given;
              py::gil_scoped_release release;
              return a.RecordScalars(step, s);
            },
            py::arg("step"), py::arg("loss") = NAN, py::arg("lr") = NAN,
            py::arg("grad_norm") = NAN, py::arg("loss_scale") = NAN,
-           py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0)
+           py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0,
+           py::arg("given") = 0)
       .def("end_step", &PyAgent::EndStep, py::arg("step"),
            py::call_guard<py::gil_scoped_release>())
       .def("flush",
@@ -373,6 +379,8 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("timeout_s") = 5.0)
       .def("counters", &CountersToDict)
+      // "" while delivery looks fine; else one sentence naming the endpoint (once set, kept).
+      .def("delivery_problem", &PyAgent::DeliveryProblem)
       .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.stats_config().sketch_k; })
       .def_property_readonly("hist_bins",
                              [](const PyAgent& a) { return a.stats_config().hist_bins; });

@@ -94,6 +94,7 @@ class PyAgent {
   bool Close(std::chrono::milliseconds timeout) noexcept;
 
   AgentCounters Counters() const noexcept;
+  std::string DeliveryProblem() const noexcept { return agent_->DeliveryProblem(); }
   uint64_t host_stats_errors() const noexcept {
     return host_stats_errors_.load(std::memory_order_relaxed);
   }

@@ -217,7 +217,20 @@ AgentCounters AgentImpl::Counters() const noexcept {
   out.queue_depth = shared_.queue.size_approx();
   out.reconnects = s.reconnects.load(std::memory_order_relaxed);
   out.other_dropped = shared_.slots.Sum(p, &ProducerCounters::other_refused);
+  out.handshakes = s.handshakes.load(std::memory_order_relaxed);
+  out.handshake_failures = s.handshake_failures.load(std::memory_order_relaxed);
+  out.delivery_problem = shared_.delivery_problem.load(std::memory_order_acquire);
   return out;
+}
+
+std::string AgentImpl::DeliveryProblem() const noexcept {
+  if (!shared_.delivery_problem.load(std::memory_order_acquire)) return {};
+  try {
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    return shared_.delivery_message;
+  } catch (...) {
+    return {};
+  }
 }
 
 }  // namespace lockstep::engine

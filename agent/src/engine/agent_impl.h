@@ -35,6 +35,7 @@ class AgentImpl final : public Agent {
   bool Flush(std::chrono::milliseconds timeout) noexcept override;
   bool Close(std::chrono::milliseconds timeout) noexcept override;
   AgentCounters Counters() const noexcept override;
+  std::string DeliveryProblem() const noexcept override;
   const AgentOptions& options() const noexcept override { return options_; }
 
  private:

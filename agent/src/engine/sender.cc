@@ -1,6 +1,8 @@
 #include "engine/sender.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 namespace lockstep::engine {
 namespace {
@@ -73,6 +75,7 @@ void Sender::Loop() {
   auto now = Clock::now();
   next_heartbeat_ = now + options_.heartbeat_interval;
   next_connect_poll_ = now;
+  if (started_ == Clock::time_point()) started_ = now;
   EnsurePreamble();
   for (;;) {
     now = Clock::now();
@@ -81,6 +84,7 @@ void Sender::Loop() {
 
     if (now >= next_connect_poll_) {
       PollConnections();
+      CheckDelivery(now);
       next_connect_poll_ = now + kConnectPollEvery;
     }
     if (!batch_stats_.empty() && now >= batch_deadline_) ShipBatch();
@@ -290,6 +294,44 @@ void Sender::PollConnections() {
   hello_pending_ = true;
   directory_sent_ = 0;
   EnsurePreamble();
+}
+
+void Sender::CheckDelivery(Clock::time_point now) {
+  const Transport::PeerStatus peer = transport_->Peer();
+  shared_->sender.handshakes.store(peer.handshakes_ok, std::memory_order_relaxed);
+  shared_->sender.handshake_failures.store(peer.handshakes_failed, std::memory_order_relaxed);
+  if (delivery_checked_ || !peer.known || options_.delivery_warn_after.count() <= 0) return;
+  if (peer.handshakes_ok > 0) {
+    delivery_checked_ = true;  // a collector took the connection: nothing to say, ever
+    return;
+  }
+  if (now - started_ < options_.delivery_warn_after) return;
+  delivery_checked_ = true;
+  const double secs = std::chrono::duration<double>(options_.delivery_warn_after).count();
+  char after[32];
+  std::snprintf(after, sizeof after, "%.3g s", secs);
+  const std::string& ep = options_.endpoint;
+  std::string msg;
+  if (peer.handshakes_failed > 0) {
+    msg = "nothing reached a collector at " + ep + " in " + after + ": the peer there refused the ZeroMQ handshake (" +
+          std::to_string(peer.handshakes_failed) + (peer.handshakes_failed == 1 ? " time" : " times") +
+          "), so it is not a collector's ingest port (the view feed, --view-listen, is 6201; ingest, "
+          "--listen, is 6200) or the CURVE keys do not match; fix endpoint= or LOCKSTEP_ENDPOINT. The job goes on; "
+          "lockstep keeps retrying";
+  } else if (peer.connects > 0) {
+    msg = "nothing reached a collector at " + ep + " in " + after +
+          ": a connection was made but no handshake completed; is 'lockstep collect' listening there? "
+          "The job goes on; lockstep keeps retrying";
+  } else {
+    msg = "nothing reached a collector at " + ep + " in " + after +
+          ": no connection could be made (is 'lockstep collect --listen " + ep +
+          "' running? check endpoint= or LOCKSTEP_ENDPOINT). The job goes on; lockstep keeps retrying";
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->delivery_message = std::move(msg);
+  }
+  shared_->delivery_problem.store(true, std::memory_order_release);
 }
 
 void Sender::SendHeartbeat() {

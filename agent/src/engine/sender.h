@@ -74,6 +74,9 @@ class Sender {
   bool SendMessage(Bytes bytes, uint64_t records);
   void EnsurePreamble();
   void PollConnections();
+  // Once, delivery_warn_after past the start with no handshake: publishes the sentence
+  // Agent::DeliveryProblem() returns (the Python package turns it into a warning).
+  void CheckDelivery(Clock::time_point now);
   void SendHeartbeat();
   void PublishDone();
 
@@ -105,6 +108,8 @@ class Sender {
   uint64_t published_done_ = 0;
   Clock::time_point next_heartbeat_;
   Clock::time_point next_connect_poll_;
+  Clock::time_point started_;
+  bool delivery_checked_ = false;
 };
 
 }  // namespace lockstep::engine

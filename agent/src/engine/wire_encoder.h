@@ -66,6 +66,7 @@ class WireEncoder {
 
   std::string run_id_;
   uint32_t rank_;
+  uint64_t session_;  // random, never 0: Envelope.session
   std::unique_ptr<PooledAllocator> allocator_;  // before fbb_: outlives it
   flatbuffers::FlatBufferBuilder fbb_;
 };

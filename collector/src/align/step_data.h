@@ -62,6 +62,7 @@ struct ScalarRow {
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
   double loss_scale = std::numeric_limits<double>::quiet_NaN();
   double step_time_s = std::numeric_limits<double>::quiet_NaN();
+  bool loss_given = false;  // true: `loss` is the job's value, NaN included
 };
 
 struct StepData {

@@ -44,6 +44,7 @@ using collector::PairReport;
 
 std::string G(double x, const char* fmt = "%.4g") {
   if (std::isnan(x)) return "-";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char buf[48];
   std::snprintf(buf, sizeof buf, fmt, x);
   return buf;
@@ -110,8 +111,11 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   std::printf("steps compared: %llu  (only in baseline: %llu, only in candidate: %llu, not compared: %llu)\n",
               static_cast<unsigned long long>(r.steps_compared), static_cast<unsigned long long>(r.steps_only_baseline),
               static_cast<unsigned long long>(r.steps_only_candidate), static_cast<unsigned long long>(r.steps_evicted));
-  if (!std::isnan(r.loss_b)) {
-    std::printf("loss at the last compared step: %s vs %s\n", G(r.loss_b, "%.6g").c_str(), G(r.loss_c, "%.6g").c_str());
+  if (r.loss_b_given || r.loss_c_given) {
+    // A NaN loss the job gave is "NaN"; "-" is a run that gave none.
+    auto loss = [](double v, bool given) { return !given ? std::string("-") : std::isnan(v) ? "NaN" : G(v, "%.6g"); };
+    std::printf("loss at the last compared step: %s vs %s\n", loss(r.loss_b, r.loss_b_given).c_str(),
+                loss(r.loss_c, r.loss_c_given).c_str());
   }
   if (r.diverged) {
     const auto& a = r.first_divergence;

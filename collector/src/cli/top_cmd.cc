@@ -24,6 +24,8 @@ int TopCommand(int argc, const char* const* argv) {
   flags.Double("unreachable-after-s", &unreachable_s,
                "say the collector is not reachable after this long without a snapshot", "S");
   flags.Bool("no-color", &no_color, "monochrome, even on a colour terminal");
+  int64_t width = 100;
+  flags.Int("width", &width, "--once: line width in columns, 60 to 1000 (e.g. 80 for an 80x24 terminal)", "COLS");
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep top: %s\n", s.message().c_str());
@@ -42,6 +44,11 @@ int TopCommand(int argc, const char* const* argv) {
     std::fprintf(stderr, "lockstep top: --timeout-s and --unreachable-after-s must be more than 0\n");
     return kExitUsage;
   }
+  if (width < 60 || width > 1000) {
+    std::fprintf(stderr, "lockstep top: --width must be from 60 to 1000 columns\n");
+    return kExitUsage;
+  }
+  opt.once_width = static_cast<int>(width);
   opt.once_timeout_ms = static_cast<int64_t>(timeout_s * 1000);
   opt.unreachable_after_ms = static_cast<int64_t>(unreachable_s * 1000);
   opt.monochrome = no_color || std::getenv("NO_COLOR") != nullptr;

@@ -62,6 +62,7 @@ struct Analyzer::PairState {
   bool diverged = false;
   alerting::Alert first_divergence;
   double loss_b = std::nan(""), loss_c = std::nan("");
+  bool loss_b_given = false, loss_c_given = false;
 };
 
 namespace {
@@ -128,13 +129,24 @@ void Analyzer::OverrideRun(const std::string& run, const std::string& experiment
   r->fixed = true;
 }
 
+namespace {
+const char* RoleName(RunRole r) {
+  switch (r) {
+    case RunRole::kBaseline: return "baseline";
+    case RunRole::kCandidate: return "candidate";
+    case RunRole::kSolo: return "solo";
+    default: return "unknown";
+  }
+}
+}  // namespace
+
 void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role) {
   if (r->fixed) return;
   if (r->role == role && r->experiment == experiment) return;
   if (r->role != RunRole::kUnknown) {
     if (r->role != role || r->experiment != experiment) {
       spdlog::warn("run {} announced experiment '{}' role {} after '{}' role {}; keeping the first", r->id,
-                   experiment, static_cast<int>(role), r->experiment, static_cast<int>(r->role));
+                   experiment, RoleName(role), r->experiment, RoleName(r->role));
     }
     return;
   }
@@ -168,14 +180,36 @@ void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role)
       return;
     }
     baseline_of_[experiment] = r->id;
+    std::string waiting;  // unpaired candidates of other experiments (a typo on either side)
+    bool paired = false;
     for (auto& [id, other] : runs_) {
-      if (other->role == RunRole::kCandidate && other->experiment == experiment && other->pairs.empty()) {
+      if (other->role != RunRole::kCandidate || !other->pairs.empty()) continue;
+      if (other->experiment == experiment) {
         make_pair(r, other.get());
+        paired = true;
+      } else {
+        waiting += (waiting.empty() ? "" : ", ") + other->id + " ('" + other->experiment + "')";
       }
+    }
+    if (!paired && !waiting.empty()) {
+      spdlog::warn("baseline {} of experiment '{}' has no candidate; candidates still waiting for a baseline: {} — "
+                   "check experiment= of both runs",
+                   r->id, experiment, waiting);
     }
   } else if (role == RunRole::kCandidate) {
     auto it = baseline_of_.find(experiment);
-    if (it != baseline_of_.end()) make_pair(runs_.at(it->second).get(), r);
+    if (it != baseline_of_.end()) {
+      make_pair(runs_.at(it->second).get(), r);
+    } else {
+      // Waiting for its baseline is normal at start; a typo in the experiment name
+      // waits forever. Name the experiments that do have a baseline, so it shows.
+      std::string known;
+      for (const auto& [exp, run] : baseline_of_) known += (known.empty() ? "'" : ", '") + exp + "' (" + run + ")";
+      spdlog::warn("candidate {} of experiment '{}' is not paired: no baseline of that experiment yet{}", r->id,
+                   experiment,
+                   known.empty() ? std::string(" (none of any experiment)")
+                                 : "; experiments with a baseline: " + known + " — check experiment= of both runs");
+    }
   } else {
     r->buffer.clear();
   }
@@ -597,6 +631,8 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
   if (bs.has_scalars && cs.has_scalars) {
     p->loss_b = bs.scalars.loss;
     p->loss_c = cs.scalars.loss;
+    p->loss_b_given = bs.scalars.loss_given;
+    p->loss_c_given = cs.scalars.loss_given;
   }
   ++p->steps_compared;
   ++counters_.steps_compared;
@@ -617,6 +653,8 @@ std::vector<PairReport> Analyzer::Reports() const {
     r.steps_evicted = p->evicted;
     r.loss_b = p->loss_b;
     r.loss_c = p->loss_c;
+    r.loss_b_given = p->loss_b_given;
+    r.loss_c_given = p->loss_c_given;
     r.diverged = p->diverged;
     if (p->diverged) r.first_divergence = p->first_divergence;
     for (const auto& [key, t] : p->tracks) {

@@ -109,6 +109,7 @@ struct PairReport {
   std::vector<TensorReport> tensors;     // in execution order
   std::vector<UnmatchedReport> unmatched;
   double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)
+  bool loss_b_given = false, loss_c_given = false;  // false: no loss; true: loss_b/c, NaN included
 };
 
 class Analyzer : public MessageSink {

@@ -209,7 +209,9 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
     v.lines.push_back("first NaN/Inf: " + nf->message);
   }
   // Loss gap.
-  if (std::isnan(r.loss_b) && std::isnan(r.loss_c)) {
+  // "-" is a run that gave no loss; a NaN the job gave is spelt NaN (G).
+  auto loss = [](double x, bool given) { return given ? G(x) : std::string("-"); };
+  if (!r.loss_b_given && !r.loss_c_given) {
     v.lines.push_back("loss: not recorded at the compared steps");
   } else {
     std::string gap;
@@ -217,7 +219,8 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
       const double d = std::fabs(r.loss_c - r.loss_b);
       gap = ", relative gap " + G(d == 0 ? 0 : d / std::max(std::fabs(r.loss_b), 1e-12), "%.3g");
     }
-    v.lines.push_back("loss at the last compared step: " + G(r.loss_b) + " (baseline) vs " + G(r.loss_c) +
+    v.lines.push_back("loss at the last compared step: " + loss(r.loss_b, r.loss_b_given) + " (baseline) vs " +
+                    loss(r.loss_c, r.loss_c_given) +
                       " (candidate)" + gap);
   }
   v.lines.push_back("steps compared: " + std::to_string(v.steps_compared) + " of " +

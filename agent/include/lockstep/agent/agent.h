@@ -53,6 +53,9 @@ struct AgentOptions {
   // A partly filled batch ships at the latest this long after its first record (EndStep
   // and a full batch ship at once).
   std::chrono::milliseconds batch_linger{5};
+  // No collector has taken the connection (ZeroMQ handshake) this long after Create():
+  // DeliveryProblem() says so, once, naming the endpoint. 0 = never.
+  std::chrono::milliseconds delivery_warn_after{5000};
   // Optional ZeroMQ CURVE: the collector's public key and this agent's key pair (Z85).
   std::string curve_server_key, curve_public_key, curve_secret_key;
 };
@@ -94,6 +97,10 @@ class Agent {
   virtual bool Close(std::chrono::milliseconds timeout) noexcept = 0;
 
   virtual AgentCounters Counters() const noexcept = 0;
+  // Empty while delivery looks fine; else one sentence (naming the endpoint) saying
+  // that nothing reached a collector within delivery_warn_after and the likely cause.
+  // Set once by the sender thread and never cleared. Cheap (a relaxed load when empty).
+  virtual std::string DeliveryProblem() const noexcept { return {}; }
   virtual const AgentOptions& options() const noexcept = 0;
 
  protected:

@@ -10,7 +10,14 @@
 namespace lockstep {
 
 inline constexpr uint16_t kSchemaMajor = 1;
-inline constexpr uint16_t kSchemaMinor = 0;
+inline constexpr uint16_t kSchemaMinor = 1;  // 1: StepScalars.given
+
+// Whether a StepScalars field was given, from the message's `given` mask (the schema's
+// ScalarGiven bits; bit 7 = the mask is authoritative) and the field's value. Messages
+// of older agents carry no mask: there a NaN field means "not given".
+inline constexpr bool ScalarIsGiven(uint8_t given_mask, uint8_t bit, double value) {
+  return (given_mask & 0x80u) ? (given_mask & bit) != 0 : value == value;
+}
 
 // Largest message the collector accepts (and the agent builds): 16 MiB.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
