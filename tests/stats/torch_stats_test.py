@@ -392,8 +392,10 @@ def test_every_dtype_at_its_limits_in_one_call_with_every_sketch_width(device):
 def test_many_tensors_of_mixed_sizes_in_one_call(device, monkeypatch):
     """Dozens of tensors from 0 to a few thousand elements, mixed dtypes, in one call
     (several levels of the row-to-tensor reduction tree, PIECE shrunk so the small ones
-    have many rows), each row against the reference."""
+    have many rows; the counting and the sketch in pieces of a few rows), each row
+    against the reference."""
     monkeypatch.setattr(ts, "PIECE", 16)
+    monkeypatch.setattr(ts, "_WORK_ELEMENTS", 1000)
     g = torch.Generator().manual_seed(11)
     sizes = torch.randint(0, 1500, (40,), generator=g).tolist() + [0, 1, 15, 16, 17, 4000]
     dts = [torch.float32, torch.bfloat16, torch.float16]
@@ -405,6 +407,7 @@ def test_many_tensors_of_mixed_sizes_in_one_call(device, monkeypatch):
 
 def test_a_large_tensor_in_passes_with_a_wide_sketch(monkeypatch):
     monkeypatch.setattr(ts, "CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(ts, "_WORK_ELEMENTS", 2048)
     t = specials_tensor(11_111, torch.float32, 5)
     for k in (256, 5):
         whole = ts.device_stats([t, t[:10]], k, 16)  # two tensors: not in passes

@@ -204,9 +204,14 @@ class _IndexCache:
 
 INDEX_CACHE = _IndexCache(256 << 20)
 # Elements per batched group and per pass of a larger tensor: bounds the working set
-# (about 24 bytes per element at once at K = 32: the work-dtype copy, the scaled copy,
-# the slot codes, the signed and the rotated values of the sketch).
+# (8 bytes per element: the work-dtype copy and its zeroed, scaled copy, plus the
+# input when a group is concatenated).
 CHUNK_ELEMENTS = 1 << 26
+# Elements per piece of the slot counting and of the sketch, whose temporaries are
+# larger (about 40 bytes per element at K = 32: the int32 slots and packed int64
+# counts; the signs, signed values, rotation index and rotated values): at most
+# ~170 MB at once, in CHUNK_ELEMENTS / _WORK_ELEMENTS pieces per group at most.
+_WORK_ELEMENTS = 1 << 22
 # The working layout: every tensor starts a new row of U = _unit(K) >= PIECE elements
 # (rows padded with NaN, which is counted and then taken off the NaN count). Per-row
 # figures come from plain dim-1 reductions; rows go to their tensor through a
@@ -500,16 +505,20 @@ def _pass1(buf, codes, dtype, work, k, bins, device):
     bound = torch.maximum(minmax[:, 0], minmax[:, 1])  # -inf where nothing is finite
     scale = _pow2_scale(bound, work)
     # counts: one bucketing of |x|, counted per row in packed int64 fields
-    slot = torch.bucketize(x.abs(), edges, out_int32=True)
-    counts = _row_counts(slot, s, u, device)
-    del slot
+    step = max(1, _WORK_ELEMENTS // u)
+    counts = [_row_counts(torch.bucketize(x[a:a + step].abs(), edges, out_int32=True),
+                          s, u, device) for a in range(0, max(p, 1), step)]
+    counts = counts[0] if len(counts) == 1 else torch.cat(counts)
     xs = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
     if scale is not None:  # exact: a power of two per segment
         xs.mul_(scale.index_select(0, buf.rowseg).unsqueeze(1))
     parts = [_partial_sums(xs, p, False).unsqueeze(1), _partial_sums(xs, p, True).unsqueeze(1),
              counts.to(f64)]
     if k:
-        parts.append(_row_sketch(xs, codes, k, p, u, work, device).to(f64))
+        bpr = u // k  # blocks per row
+        sk = [_row_sketch(xs[a:a + step], codes[:, a * bpr:(a + step) * bpr], k,
+                          min(step, p - a), u, work, device) for a in range(0, max(p, 1), step)]
+        parts.append((sk[0] if len(sk) == 1 else torch.cat(sk)).to(f64))
     del xs
     seg = _seg_reduce(torch.cat(parts, dim=1), buf.plan, "sum")
     counts = seg[:, 2:2 + s] - torch.nn.functional.pad(buf.pads_t.unsqueeze(1), (s - 1, 0))
