@@ -321,20 +321,24 @@ def _slot_table(dtype, work, bins, device):
 
 
 def _pack_table(s, u, device):
-    """Counting slots without a histogram: each element's slot selects a row of
-    table [s, W] int64 with a 1 in the slot's bit field (fields of ``bits`` bits, wide
-    enough for U, ``per`` fields to a word); a row's sum over its U elements is then
-    every slot count of the row at once, exact, packed in W words. Returns (table,
-    shifts [per], mask, W, per)."""
+    """Counting slots without a histogram: each element's slot has a packed int64 code
+    with a 1 in the slot's bit field (fields of ``bits`` bits, wide enough for U,
+    ``per`` fields to a word, W words), so the sum of a row's codes is every slot count
+    of the row at once, exact. Four consecutive elements share one code: table
+    [s^4, W] holds the sum of the codes of every quadruple of slots (s <= 20: at most
+    160000 rows, 3.8 MB), which quarters the gathered and summed bytes. Returns
+    (table, shifts [per], mask, W, per)."""
     def build():
         bits = u.bit_length()
         per = 63 // bits
         w = -(-s // per)
-        table = np.zeros((s, w), dtype=np.int64)
+        one = np.zeros((s, w), dtype=np.int64)
         for i in range(s):
-            table[i, i // per] = 1 << (bits * (i % per))
+            one[i, i // per] = 1 << (bits * (i % per))
+        quad = (one[:, None, None, None] + one[None, :, None, None] +
+                one[None, None, :, None] + one[None, None, None, :]).reshape(s ** 4, w)
         shifts = np.arange(per, dtype=np.int64) * bits
-        return (_to_device(table, torch.int64, device), _to_device(shifts, torch.int64, device),
+        return (_to_device(quad, torch.int64, device), _to_device(shifts, torch.int64, device),
                 (1 << bits) - 1, w, per)
     return _cached(("pack", s, u, str(device)), build)
 
@@ -343,7 +347,10 @@ def _row_counts(slot, s, u, device):
     """int64 [P, s]: per row of slot int32 [P, U], how many elements fall in each slot."""
     p = slot.shape[0]
     table, shifts, mask, w, per = _pack_table(s, u, device)
-    words = table.index_select(0, slot.view(-1)).view(p, u, w).sum(1)  # [P, W]
+    pair = slot.view(-1, 2)
+    pair = torch.add(pair[:, 1], pair[:, 0], alpha=s).view(-1, 2)  # s0 * s + s1
+    quad = torch.add(pair[:, 1], pair[:, 0], alpha=s * s)  # index of (s0, s1, s2, s3)
+    words = table.index_select(0, quad).view(p, u // 4, w).sum(1)  # [P, W]
     return ((words.unsqueeze(2) >> shifts) & mask).view(p, w * per)[:, :s]
 
 
