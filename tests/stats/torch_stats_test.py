@@ -282,8 +282,9 @@ def test_cuda_device_stats_never_synchronizes():
     tensors = [specials_tensor(n, dt, n).cuda() for n, dt in
                ((3000, torch.float32), (70_000, torch.bfloat16), (100, torch.float16),
                 (5, torch.float32), (0, torch.float32))]
-    ts.INDEX_CACHE.items.clear()
-    ts.INDEX_CACHE.bytes = 0
+    for cache in (ts.INDEX_CACHE, ts.PLAN_CACHE):
+        cache.items.clear()
+        cache.bytes = 0
     ts._small_cache.clear()
     torch.cuda.synchronize()
     old = _sync_debug("error")

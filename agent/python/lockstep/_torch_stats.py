@@ -185,12 +185,16 @@ class _IndexCache:
 
     def get(self, build, numel, k, device):
         key = (build.__name__, numel, k, _unit(k), str(device))
+        return self.get_key(key, lambda: build(numel, k, device))
+
+    def get_key(self, key, build):
+        """The entry (a tuple of tensors) under `key`, built by build() on a miss."""
         with self.lock:
             hit = self.items.get(key)
             if hit is not None:
                 self.items.move_to_end(key)
                 return hit[0]
-        entry = build(numel, k, device)
+        entry = build()
         size = sum(t.numel() * t.element_size() for t in entry)
         if size <= self.max_bytes:
             with self.lock:
@@ -203,6 +207,9 @@ class _IndexCache:
 
 
 INDEX_CACHE = _IndexCache(256 << 20)
+# Reduction plans and row-to-tensor indices per group layout (the tuple of row counts):
+# a model's groups recur every step; dynamic shapes make new ones, so bounded in bytes.
+PLAN_CACHE = _IndexCache(64 << 20)
 # Elements per batched group and per pass of a larger tensor: bounds the working set
 # (8 bytes per element: the work-dtype copy and its zeroed, scaled copy, plus the
 # input when a group is concatenated).
@@ -398,8 +405,8 @@ def _seg_plan(rows, device):
             levels.append(_to_device(np.where(pos < np.repeat(cur, width), src, n_in),
                                      torch.int64, device))
             cur = out
-        return levels
-    return _cached(("plan", tuple(rows), str(device)), build)
+        return tuple(levels)
+    return PLAN_CACHE.get_key(("plan", tuple(rows), str(device)), build)
 
 
 def _seg_reduce(v, plan, op):
@@ -481,8 +488,8 @@ class _Buffer:
             small = _to_device(np.repeat(np.arange(g, dtype=np.int64), rows), torch.int64,
                                device)
             return small, _to_device([float(p) for p in pads], torch.float64, device)
-        self.rowseg, self.pads_t = _cached(("rowseg", tuple(rows), tuple(pads), str(device)),
-                                           build)
+        self.rowseg, self.pads_t = PLAN_CACHE.get_key(
+            ("rowseg", tuple(rows), tuple(pads), str(device)), build)
 
 
 def _row_sketch(xs, codes, k, p, u, work, device):
