@@ -128,12 +128,13 @@ def test_a_repeated_record_ships_the_row_it_repeats_without_computing_it(monkeyp
     pipe.end_step(0, {})
     FakeEvent.instances[0].done = True
     pipe.poll()
-    assert batches == [2, 1]  # three tensors computed, five rows shipped
+    assert batches == [1, 2]  # three tensors computed, five rows shipped
     _, rows, micros, ids, orders, grad_sq, _ = shipped[0]
-    assert list(ids) == [7, 8, 5, 6, 4] and list(orders) == [0, 1, 2, 3, 4]
-    assert list(rows[:, 0]) == [4, 4, 9, 3, 3]
-    assert rows[0, 5] == rows[1, 5] == 4.0 and rows[3, 5] == rows[4, 5] == math.sqrt(3)
-    assert grad_sq == 9.0  # the param_grad row, found after the repeat shifted the rows
+    # rows in the order they were computed; each carries its own order
+    assert list(ids) == [6, 4, 7, 8, 5] and list(orders) == [3, 4, 0, 1, 2]
+    assert list(rows[:, 0]) == [3, 3, 4, 4, 9]
+    assert rows[0, 5] == rows[1, 5] == math.sqrt(3) and rows[2, 5] == rows[3, 5] == 4.0
+    assert grad_sq == 9.0  # the param_grad row, found after the repeats shifted the rows
     # a new step starts without a tensor to repeat
     assert not pipe.add_repeat(8, 0, 0)
 
@@ -204,3 +205,26 @@ def test_device_path_computes_a_tensor_once_under_several_names(monkeypatch):
             assert recs[(step, "block", kind)] == recs[(step, "block.act", kind)]
             assert recs[(step, "<root>", kind)]["l2"] == pytest.approx(
                 hrecs[(step, "<root>", kind)]["l2"], rel=1e-5)
+
+
+def test_a_failed_batch_drops_its_records_and_its_repeats_only(monkeypatch):
+    pipe, shipped = make_pipeline(monkeypatch)
+
+    def failing(tensors, k, bins):
+        if any(t.numel() == 5 for t in tensors):
+            raise ValueError("device_stats got tensors on cuda:0 and cuda:1")
+        return fake_device_stats(tensors, k, bins)
+
+    pipe._device_stats = failing
+    pipe.add(torch.ones(5), 1, 0, 0, False, defer=True)
+    assert pipe.add_repeat(2, 1, 0)
+    with pytest.raises(ValueError):
+        pipe.flush_deferred()
+    assert not pipe.add_repeat(3, 2, 0)  # the tensor it would repeat has no row
+    pipe.add(torch.ones(2), 4, 3, 0, False, defer=True)
+    assert pipe.add_repeat(5, 4, 0)
+    pipe.end_step(0, {})
+    FakeEvent.instances[0].done = True
+    pipe.poll()
+    _, rows, _, ids, orders, _, _ = shipped[0]
+    assert list(ids) == [4, 5] and list(orders) == [3, 4] and list(rows[:, 0]) == [2, 2]
