@@ -371,15 +371,6 @@ def _sign_table(k, work, device):
     return _cached(("signs", k, str(work), str(device)), build)
 
 
-def _rot_table(k, device):
-    """[K, K] int64: row r holds (j - r) mod K: bucket j of a block with rotation r
-    takes the element at offset (j - r) mod K."""
-    def build():
-        r = np.arange(k, dtype=np.int64)
-        return _to_device((r[None, :] - r[:, None]) % k, torch.int64, device)
-    return _cached(("rot", k, str(device)), build)
-
-
 def _seg_plan(rows, device):
     """The reduction tree from rows to segments (rows: the row count of each segment,
     consecutive): a list of int64 gather indices, one per level. A level takes each
@@ -494,11 +485,15 @@ class _Buffer:
 
 def _row_sketch(xs, codes, k, p, u, work, device):
     """[P, K] (work dtype): per row, sketch bucket j = the sum over the row's blocks of
-    sign * x at offset (j - r(b)) mod K. Signs from a [512, K] table per block, the
-    rotation as a gather within each block: no scatter."""
+    sign * x at offset (j - r(b)) mod K. Signs from a [512, K] table per block; the
+    rotation without a per-element index: each signed block is written twice in a row
+    ([nb, 2K]), and block b reads the window of K starting at K - r(b) (an index per
+    block). No scatter."""
     nb = p * (u // k)
-    y = xs.reshape(nb, k) * _sign_table(k, work, device).index_select(0, codes[1])
-    z = torch.gather(y, 1, _rot_table(k, device).index_select(0, codes[0]))
+    signs = _sign_table(k, work, device).index_select(0, codes[1]).unsqueeze(1)
+    doubled = (xs.reshape(nb, 1, k).expand(nb, 2, k) * signs).view(nb, 2 * k)
+    block = torch.arange(nb, dtype=torch.int64, device=device)
+    z = doubled.unfold(1, k, 1)[block, k - codes[0]]  # [nb, K]
     return z.view(p, u // k, k).sum(1)
 
 
