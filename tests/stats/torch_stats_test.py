@@ -506,3 +506,25 @@ def test_no_atomics_no_matmul_no_float64_per_element_and_launches_bounded_per_gr
         ops = _dispatched_ops(lambda few=few: ts.device_stats(few))
         counts.append(sum(1 for name, _ in ops if name not in _VIEWS))
     assert counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_min_and_max_of_rows_with_nan_or_inf_and_no_zero(device):
+    """NaN/Inf read as 0 in the per-row min/max and are corrected where a row has no
+    finite zero: all-positive and all-negative finite values beside NaN/Inf, a row of
+    nothing but NaN/Inf beside finite rows, and a true zero beside NaN."""
+    nan, inf = math.nan, math.inf
+    pos = torch.rand(600, generator=torch.Generator().manual_seed(1)) + 1.0
+    pos[::97] = nan
+    pos[5] = inf
+    first_row_nan = torch.rand(600, generator=torch.Generator().manual_seed(2)) + 0.5
+    first_row_nan[:256] = nan
+    tensors = [torch.tensor([3.0, nan, 5.0, inf, 2.5]), torch.tensor([-3.0, -inf, -7.0, nan]),
+               torch.tensor([nan, inf, -inf]), torch.tensor([0.0, nan, 4.0]),
+               torch.tensor([-0.0, -inf, -2.0]), pos, -pos, first_row_nan]
+    tensors += [t.to(torch.bfloat16) for t in tensors[:2]] + [t.double() for t in tensors[:2]]
+    rows = rows_on(tensors, device, 32, 16)
+    for i, t in enumerate(tensors):
+        check_row(rows[i].numpy(), t, 32, 16)
+        check_row(rows_on([t], device, 32, 16)[0].numpy(), t, 32, 16)
+    assert rows[0, C["min"]] == 2.5 and rows[1, C["max"]] == -3.0

@@ -413,6 +413,13 @@ def _seg_reduce(v, plan, op):
     return v
 
 
+def _aminmax(v):
+    """(min, max) of each row of v [P, U] (one pass where torch has aminmax)."""
+    if hasattr(torch, "aminmax"):
+        return torch.aminmax(v, dim=1)
+    return v.amin(1), v.amax(1)
+
+
 def _work_dtype(dtype):
     """float32 for every float type it holds exactly, float64 otherwise."""
     if dtype in (torch.float16, torch.bfloat16, torch.float32) or dtype in (_F8E4M3, _F8E5M2):
@@ -507,18 +514,35 @@ def _pass1(buf, codes, dtype, work, k, bins, device):
     p, u, x = buf.p, buf.u, buf.x
     edges, fold = _slot_table(dtype, work, bins, device)
     s = fold.shape[0]
-    # min / max of the finite values per row, then per segment (exact)
-    lo = torch.nan_to_num(x, nan=inf, posinf=inf, neginf=inf).amin(1)
-    hi = torch.nan_to_num(x, nan=-inf, posinf=-inf, neginf=-inf).amax(1)
+    xs = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    lo, hi = _aminmax(xs)  # per row; a non-finite value reads as 0 here (fixed below)
+    # counts: one bucketing of |x|, counted per row in packed int64 fields; and the
+    # smallest finite |x| per row: as integers, |x|'s bits order every finite value
+    # below +Inf and NaN (abs clears the sign bit, IEEE 754)
+    step = max(1, _WORK_ELEMENTS // u)
+    bits = torch.int32 if work == torch.float32 else torch.int64
+    counts, min_abs = [], []
+    for a in range(0, max(p, 1), step):
+        ab = x[a:a + step].abs()
+        min_abs.append(ab.view(bits).amin(1))
+        counts.append(_row_counts(torch.bucketize(ab, edges, out_int32=True), s, u, device))
+        del ab
+    counts = counts[0] if len(counts) == 1 else torch.cat(counts)
+    min_abs = (min_abs[0] if len(min_abs) == 1 else torch.cat(min_abs)).view(work)
+    # min / max of the finite values per row, then per segment (exact). The zeros that
+    # stand for NaN/Inf in xs matter only in a row with NaN/Inf and no finite zero
+    # whose min (max) came out 0: all its finite values are > 0 (< 0), so its min (max)
+    # is +min|x| (-min|x|); a row without finite values has none (+Inf, -Inf).
+    n_nonfinite = counts[:, s - 1] + counts[:, s - 2]
+    fake = (n_nonfinite > 0) & (counts[:, 0] == 0)
+    lo = torch.where(fake & (lo == 0), min_abs, lo)
+    hi = torch.where(fake & (hi == 0), -min_abs, hi)
+    none = n_nonfinite == u
+    lo = torch.where(none, _const(inf, device, work), lo)
+    hi = torch.where(none, _const(-inf, device, work), hi)
     minmax = _seg_reduce(torch.stack([-lo, hi], dim=1), buf.plan, "max")
     bound = torch.maximum(minmax[:, 0], minmax[:, 1])  # -inf where nothing is finite
     scale = _pow2_scale(bound, work)
-    # counts: one bucketing of |x|, counted per row in packed int64 fields
-    step = max(1, _WORK_ELEMENTS // u)
-    counts = [_row_counts(torch.bucketize(x[a:a + step].abs(), edges, out_int32=True),
-                          s, u, device) for a in range(0, max(p, 1), step)]
-    counts = counts[0] if len(counts) == 1 else torch.cat(counts)
-    xs = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
     if scale is not None:  # exact: a power of two per segment
         xs.mul_(scale.index_select(0, buf.rowseg).unsqueeze(1))
     parts = [_partial_sums(xs, p, False).unsqueeze(1), _partial_sums(xs, p, True).unsqueeze(1),
