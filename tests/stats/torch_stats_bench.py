@@ -68,18 +68,21 @@ def step_tensors(device, scale):
 
 def timed(fns, device, reps):
     """Median seconds per call of each of `fns`, called in turn (a, b, a, b, ...) so
-    that a load change on a shared machine hits all of them alike."""
+    that a load change on a shared machine hits all of them alike. On the CPU the
+    process's CPU time (what other jobs on a shared machine change least), on CUDA wall
+    time to a synchronize."""
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
     times = [[] for _ in fns]
     for rep in range(reps + 1):
         for fn, out in zip(fns, times):
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if rep:  # the first round warms the hash caches and slot tables
-                out.append(time.perf_counter() - t0)
+                out.append(clock() - t0)
     return [statistics.median(t) for t in times]
 
 
