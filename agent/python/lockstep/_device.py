@@ -154,6 +154,10 @@ class DevicePipeline:
             if self._last in items:
                 self._last = None
             raise
+        if rows is None:  # statistics skipped for this batch: nothing to record
+            if self._last in items:
+                self._last = None
+            return
         for i, item in enumerate(items):
             item.row = self._n_rows + i
             item.tensor = None
