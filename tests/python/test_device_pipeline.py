@@ -228,3 +228,19 @@ def test_a_failed_batch_drops_its_records_and_its_repeats_only(monkeypatch):
     pipe.poll()
     _, rows, _, ids, orders, _, _ = shipped[0]
     assert list(ids) == [4, 5] and list(orders) == [3, 4] and list(rows[:, 0]) == [2, 2]
+
+
+def test_a_skipped_batch_records_nothing(monkeypatch):
+    """A batch whose statistics are skipped (device_stats gives None, as during CUDA
+    graph capture) records nothing, and nothing repeats it."""
+    pipe, shipped = make_pipeline(monkeypatch)
+    pipe._device_stats = lambda tensors, k, bins: None
+    pipe.add(torch.ones(5), 1, 0, 0, False, defer=True)
+    pipe.flush_deferred()
+    assert not pipe.add_repeat(2, 1, 0)
+    pipe._device_stats = fake_device_stats
+    pipe.add(torch.ones(2), 3, 2, 0, False)
+    pipe.end_step(0, {})
+    FakeEvent.instances[0].done = True
+    pipe.poll()
+    assert list(shipped[0][3]) == [3]
