@@ -215,9 +215,9 @@ PLAN_CACHE = _IndexCache(64 << 20)
 # input when a group is concatenated).
 CHUNK_ELEMENTS = 1 << 26
 # Elements per piece of the slot counting and of the sketch, whose temporaries are
-# larger (about 40 bytes per element at K = 32: the int32 slots and packed int64
-# counts; the signs, signed values, rotation index and rotated values): at most
-# ~170 MB at once, in CHUNK_ELEMENTS / _WORK_ELEMENTS pieces per group at most.
+# larger (about 20 bytes per element at K = 32: |x|, the int32 slots and quad indices,
+# the packed int64 codes; the signs, the doubled signed blocks, the rotated values):
+# ~80 MB at once, in CHUNK_ELEMENTS / _WORK_ELEMENTS pieces per group at most.
 _WORK_ELEMENTS = 1 << 22
 # The working layout: every tensor starts a new row of U = _unit(K) >= PIECE elements
 # (rows padded with NaN, which is counted and then taken off the NaN count). Per-row
