@@ -5,7 +5,7 @@ the tensors' device, computed with a fixed number of batched torch ops per (dtyp
 chunk) group: no host sync, no ``.item()``, no per-tensor ``.cpu()``. It is the path
 of every device without a fused kernel (an Ascend NPU through torch_npu, ROCm without
 Triton, CUDA with the kernel off), so it uses only dense element-wise ops, dense
-reductions along a dimension, ``index_select``/``gather`` and ``bucketize``: no
+reductions along a dimension, ``index_select``, reading indexing and ``bucketize``: no
 ``histc``, ``bincount``, ``index_add_``, ``scatter_*`` or ``index_put_`` (atomics into
 repeated targets: serial or an error in torch's deterministic mode, and an order that
 depends on timing), no matmul (cuBLAS asks for a workspace setting in deterministic
