@@ -349,9 +349,10 @@ def test_device_path_batches_gradients_at_the_end_of_backward(monkeypatch):
     model = mlp()
     mon.watch(model)
     model(torch.randn(2, 4)).sum().backward()
-    # 4 outputs (copied in forward), 4 parameter gradients and 4 output gradients: one
-    # batch when backward ended (before step(): none waits)
-    assert calls == [12]
+    # 4 outputs (copied in forward), 4 parameter gradients and 4 output gradients, less
+    # the root's output and output gradient (those of "2", recorded again): one batch
+    # when backward ended (before step(): none waits)
+    assert calls == [10]
     assert mon._pipeline._deferred == []
     mon.step(loss=1.0)
     assert len(fake.records) == 4 + 8 and fake.ended == [0]  # a float loss: no loss record
@@ -361,7 +362,7 @@ def test_device_path_batches_gradients_at_the_end_of_backward(monkeypatch):
     calls.clear()
     model(torch.randn(2, 4)).sum().backward()
     mon.step(loss=torch.tensor(2.0))
-    assert calls == [5, 5, 2, 1] and sum(calls) == 13  # the loss at step()
+    assert calls == [5, 5, 1] and sum(calls) == 11  # the last batch holds the loss, at step()
 
 
 def test_device_path_records_an_output_before_an_inplace_op_changes_it():

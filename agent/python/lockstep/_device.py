@@ -16,6 +16,10 @@ step is handed to the C++ agent when that event has completed — normally at th
 the next step, never by blocking the training thread — and at ``drain()`` (close)
 within a deadline.
 
+A tensor recorded again under another name (``add_repeat``: the recorder found it is
+the same memory, layout and version as the tensor just added) adds no statistics work:
+its row is an alias of that tensor's row, copied from it on the host when the step ships.
+
 Called from the Monitor on the training thread and from autograd hooks (under the
 GIL); not for use from several Python threads at once.
 """
@@ -37,9 +41,20 @@ _DEFER_MAX_TENSORS = 256
 _DEFER_MAX_BYTES = 256 << 20
 
 
+class _Item:
+    """A tensor handed to the pipeline and its records: its own first, then those of
+    add_repeat; ``row`` is its computed row once its batch has run."""
+    __slots__ = ("tensor", "metas", "row")
+
+    def __init__(self, tensor, meta):
+        self.tensor = tensor
+        self.metas = [meta]
+        self.row = None
+
+
 class _Step:
     __slots__ = ("step", "event", "host", "n_rows", "width", "micros", "ids", "orders",
-                 "grad_rows", "scalars", "device_scalar_names", "buf_key")
+                 "grad_rows", "scalars", "device_scalar_names", "buf_key", "row_src")
 
 
 def _on_device(value):
@@ -68,8 +83,11 @@ class DevicePipeline:
         self._ids = []
         self._orders = []
         self._grad_rows = []  # indices of param_grad rows (for the global grad norm)
-        self._n_rows = 0
-        self._deferred = []   # (tensor, id, order, micro, is_param_grad) awaiting a batch
+        self._n_rows = 0      # rows computed this step
+        self._row_src = []    # per record: the computed row it ships (repeats share one)
+        self._repeats = 0
+        self._last = None     # the _Item added last this step: what add_repeat repeats
+        self._deferred = []   # _Items awaiting a batch
         self._deferred_bytes = 0
         self._pending = collections.deque()
         self._free = {}  # (device, numel) -> pinned host buffers to reuse
@@ -99,32 +117,68 @@ class DevicePipeline:
         other deferred tensors until flush_deferred(): at the end of the backward pass,
         at the size bound, or at end_step. The caller passes a tensor nobody changes in
         place until then (a copy of a module output)."""
+        item = _Item(tensor, (tensor_id, order, micro, is_param_grad))
+        self._last = item
         if defer:
-            self._deferred.append((tensor, tensor_id, order, micro, is_param_grad))
+            self._deferred.append(item)
             self._deferred_bytes += tensor.numel() * tensor.element_size()
             if (len(self._deferred) >= _DEFER_MAX_TENSORS
                     or self._deferred_bytes >= _DEFER_MAX_BYTES):
                 self.flush_deferred()
             return
-        self._append(self._stats([tensor]), ((tensor_id, order, micro, is_param_grad),))
+        self._run([item])
+
+    def add_repeat(self, tensor_id, order, micro):
+        """Records the tensor added last (this step) again, under another id: its row is
+        shipped twice, computed once. False when there is none to repeat (nothing added
+        this step, or its batch failed)."""
+        item = self._last
+        if item is None:
+            return False
+        meta = (tensor_id, order, micro, False)
+        if item.row is None:  # still deferred: recorded with it when its batch runs
+            item.metas.append(meta)
+        else:
+            self._record(item.row, meta)
+        self._repeats += 1
+        return True
+
+    def _record(self, row, meta):
+        tensor_id, order, micro, is_param_grad = meta
+        if is_param_grad:
+            self._grad_rows.append(len(self._ids))
+        self._row_src.append(row)
+        self._micros.append(micro)
+        self._ids.append(tensor_id)
+        self._orders.append(order)
+
+    def _run(self, items):
+        """Computes the rows of `items` (one device_stats call) and records them. If
+        that raises, their records are dropped (nothing shipped for them) and the
+        exception goes to the caller."""
+        try:
+            rows = self._stats([it.tensor for it in items])
+        except Exception:
+            if self._last in items:
+                self._last = None
+            raise
+        if rows is None:  # statistics skipped for this batch: nothing to record
+            if self._last in items:
+                self._last = None
+            return
+        for i, item in enumerate(items):
+            item.row = self._n_rows + i
+            item.tensor = None
+            for meta in item.metas:
+                self._record(item.row, meta)
+        self._n_rows += len(items)
+        self._rows.append(rows)
 
     def flush_deferred(self):
         if not self._deferred:
             return
         items, self._deferred, self._deferred_bytes = self._deferred, [], 0
-        self._append(self._stats([it[0] for it in items]), [it[1:] for it in items])
-
-    def _append(self, rows, metas):
-        if rows is None:  # skipped (CUDA graph capture)
-            return
-        for tensor_id, order, micro, is_param_grad in metas:
-            if is_param_grad:
-                self._grad_rows.append(self._n_rows)
-            self._n_rows += 1
-            self._micros.append(micro)
-            self._ids.append(tensor_id)
-            self._orders.append(order)
-        self._rows.append(rows)
+        self._run(items)
 
     def has_rows(self):
         return bool(self._rows) or bool(self._deferred)
@@ -139,6 +193,8 @@ class DevicePipeline:
         p = _Step()
         p.step = step
         p.n_rows = self._n_rows
+        p.row_src = np.asarray(self._row_src, dtype=np.int64) if self._repeats else None
+        self._last = None
         p.width = self._width
         p.micros = np.asarray(self._micros, dtype=np.uint32)
         p.ids = np.asarray(self._ids, dtype=np.uint32)
@@ -169,6 +225,8 @@ class DevicePipeline:
                 p.event.record()
         self._rows, self._micros, self._ids, self._orders, self._grad_rows = [], [], [], [], []
         self._n_rows = 0
+        self._row_src = []
+        self._repeats = 0
         self._pending.append(p)
         while len(self._pending) > _MAX_PENDING:
             self._finish(self._pending.popleft(), wait=True)
@@ -222,6 +280,8 @@ class DevicePipeline:
             free = self._free.setdefault(p.buf_key, [])
             if len(free) < _MAX_PENDING + 1:
                 free.append(p.host)
+        if p.row_src is not None:  # repeated records: copies of the row they repeat
+            rows = rows[p.row_src]
         grad_sq = None
         if p.grad_rows:
             l2 = rows[p.grad_rows, _L2_COLUMN]
