@@ -623,7 +623,9 @@ std::vector<PairReport> Analyzer::Reports() const {
     if (p->diverged) r.first_divergence = p->first_divergence;
     for (const auto& [key, t] : p->tracks) {
       TensorReport tr;
-      tr.name = names_.Label(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));  // with its aliases, if any
+      tr.name = names_.Name(KeyNameId(key));
+      tr.label = names_.Label(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));
+      tr.aliases = names_.Aliases(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));
       tr.kind = KindName(KeyKind(key));
       tr.micro_step = KeyMicroStep(key);
       tr.order = t.order;
