@@ -183,8 +183,10 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
   o.spool_dir = f.spool_dir.empty() ? default_spool_dir : f.spool_dir;
   o.spool_max_bytes = static_cast<uint64_t>(f.spool_max_mb) << 20;
   o.dedup_cooldown = Ms(f.cooldown_s);
-  if (f.incident_digest_interval_s < 0 || f.incident_resolve_s < 0)
-    return Status::InvalidArgument("--incident-digest-interval-s and --incident-resolve-s must not be negative");
+  if (f.incident_digest_interval_s < 0)
+    return Status::InvalidArgument("--incident-digest-interval-s must not be negative (0 = no digests)");
+  if (f.incident_resolve_s < 0)
+    return Status::InvalidArgument("--incident-resolve-s must not be negative (0 = incidents never resolve)");
   o.group_incidents = f.incidents;
   o.incident_digest_interval = Ms(f.incident_digest_interval_s);
   o.incident_resolve_after = Ms(f.incident_resolve_s);
