@@ -32,7 +32,9 @@ std::string Runs(const Alert& a, const char* sep) {
 }
 
 std::string Title(const Alert& a) {
-  std::string t = "[" + std::string(SeverityName(a.severity)) + "] lockstep " + a.rule;
+  std::string t = "[" + std::string(SeverityName(a.severity)) + "] lockstep ";
+  if (!a.notification.empty()) t += "incident " + a.notification + ": ";
+  t += a.rule;
   if (!a.experiment.empty()) t += " in " + a.experiment;
   return t;
 }
@@ -50,9 +52,30 @@ std::string Details(const Alert& a, const std::string& b) {
   if (!std::isnan(a.baseline_value) || !std::isnan(a.candidate_value))
     s += b + "baseline" + b + ": " + Fmt(a.baseline_value) + "  " + b + "candidate" + b + ": " +
          Fmt(a.candidate_value) + "\n";
+  if (!a.notification.empty()) {
+    s += b + "incident" + b + ": " + a.incident + "  (" + std::to_string(a.incident_alerts) +
+         " alert(s); every one is in the alerts file)\n";
+    for (const auto& f : a.facts)
+      s += "- " + b + f.rule + b + " (" + SeverityName(f.severity) + ", step " + std::to_string(f.step) + "): " +
+           f.message + "\n";
+    return s + b + "dedup key" + b + ": " + a.DedupKey();
+  }
   s += b + "dedup key" + b + ": " + a.DedupKey();
   if (a.repeat_count > 1) s += "  (seen " + std::to_string(a.repeat_count) + " times)";
   return s;
+}
+
+json FactsJson(const Alert& a) {
+  json facts = json::array();
+  for (const auto& f : a.facts)
+    facts.push_back({{"rule", f.rule},
+                     {"severity", SeverityName(f.severity)},
+                     {"step", f.step},
+                     {"run", f.run},
+                     {"tensor", f.tensor},
+                     {"kind", f.kind},
+                     {"message", f.message}});
+  return facts;
 }
 
 std::string Base64(const unsigned char* data, size_t n) {
@@ -143,6 +166,12 @@ std::string AlertToJson(const Alert& a, int64_t now_unix_ms) {
       {"message", a.message},
       {"dedup_key", a.DedupKey()},
   };
+  if (!a.incident.empty()) j["incident"] = a.incident;
+  if (!a.notification.empty()) {
+    j["notification"] = a.notification;
+    j["incident_alerts"] = a.incident_alerts;
+    j["facts"] = FactsJson(a);
+  }
   return Dump(j);
 }
 
@@ -176,6 +205,25 @@ StatusOr<Alert> AlertFromJson(const std::string& text) {
     a.first_seen_unix_ns = j.value("first_seen_unix_ns", int64_t{0});
     a.repeat_count = j.value("repeat_count", uint64_t{1});
     a.message = str("message");
+    a.incident = str("incident");
+    a.notification = str("notification");
+    a.incident_alerts = j.value("incident_alerts", uint64_t{0});
+    if (j.contains("facts") && j["facts"].is_array()) {
+      for (const auto& fj : j["facts"]) {
+        if (!fj.is_object()) continue;
+        IncidentFact f;
+        auto fs = [&](const char* k) { return fj.contains(k) && fj[k].is_string() ? fj[k].get<std::string>() : ""; };
+        f.rule = fs("rule");
+        auto fsev = ParseSeverity(fs("severity"));
+        f.severity = fsev.ok() ? *fsev : Severity::kWarning;
+        f.step = fj.value("step", uint64_t{0});
+        f.run = fs("run");
+        f.tensor = fs("tensor");
+        f.kind = fs("kind");
+        f.message = fs("message");
+        a.facts.push_back(std::move(f));
+      }
+    }
   } catch (const std::exception& e) {
     return Status::Corruption(std::string("spooled alert has a field of the wrong type: ") + e.what());
   }
@@ -184,6 +232,7 @@ StatusOr<Alert> AlertFromJson(const std::string& text) {
 
 std::string AlertToLogLine(const Alert& a) {
   std::string s = Title(a) + ": " + a.message;
+  if (!a.incident.empty()) s += " incident=" + a.incident;
   if (!a.tensor.empty()) s += " tensor=" + a.tensor;
   if (!a.kind.empty()) s += " kind=" + a.kind;
   s += " step=" + std::to_string(a.step) + " rank=" + std::to_string(a.rank);
@@ -256,8 +305,17 @@ Payload FormatAlert(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms
       auto put = [&](const char* k, const std::string& v) { if (!v.empty()) labels[k] = v; };
       put("experiment", a.experiment);
       put("run", Runs(a, ","));
-      put("tensor", a.tensor);
-      put("kind", a.kind);
+      if (a.notification.empty()) {
+        put("tensor", a.tensor);
+        put("kind", a.kind);
+      } else {
+        // One incident is one Alertmanager alert: its labels stay the same from opened
+        // to resolved (the tensor of each message is in the annotations).
+        labels["alertname"] = "LockstepIncident";
+        labels.erase("rule");
+      }
+      // Alertmanager groups by labels: the incident key makes one cause one group.
+      put("incident", a.incident);
       json annotations = {{"summary", a.message.empty() ? Title(a) : a.message},
                           {"description", Details(a, "")},
                           {"step", std::to_string(a.step)},
@@ -265,9 +323,15 @@ Payload FormatAlert(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms
                           {"dedup_key", a.DedupKey()},
                           {"repeat_count", std::to_string(a.repeat_count)}};
       if (!a.metric.empty()) annotations["metric"] = a.metric + "=" + Fmt(a.error);
+      if (!a.notification.empty()) {
+        annotations["notification"] = a.notification;
+        annotations["rule"] = a.rule;
+        if (!a.tensor.empty()) annotations["tensor"] = a.tensor;
+      }
       int64_t first = a.first_seen_unix_ns ? a.first_seen_unix_ns : now_unix_ms * 1000000;
       json one = {{"labels", labels}, {"annotations", annotations}, {"startsAt", Rfc3339(first)}};
       if (!sink.generator_url.empty()) one["generatorURL"] = sink.generator_url;
+      if (a.notification == "resolved") one["endsAt"] = Rfc3339(now_unix_ms * 1000000);
       p.body = Dump(json::array({one}));
       break;
     }

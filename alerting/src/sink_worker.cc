@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "lockstep/common/thread_name.h"
@@ -13,6 +14,9 @@ using SteadyClock = std::chrono::steady_clock;
 
 // Repeated failure lines of one sink: at most one per this interval (the rest counted).
 constexpr auto kWarnInterval = std::chrono::seconds(10);
+// While incidents are open the worker looks at them at least this often, so a test's
+// injected clock is noticed without a real wait of the digest interval.
+constexpr auto kIncidentPoll = std::chrono::milliseconds(100);
 
 std::chrono::nanoseconds SteadyNow() { return SteadyClock::now().time_since_epoch(); }
 
@@ -66,7 +70,8 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
                       e.first_seen_unix_ns);
   }
   w->rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
-  w->critical_rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
+  if (all.group_incidents && IsHttpKind(sink.kind))
+    w->incidents_ = std::make_unique<IncidentGrouper>(all.incident_digest_interval, all.incident_resolve_after);
   w->next_attempt_ = SteadyClock::now();
   w->thread_ = std::thread([p = w.get()] {
     SetCurrentThreadName("ls-alert-sink");
@@ -97,9 +102,8 @@ bool SinkWorker::Enqueue(const Alert& alert) noexcept {
 
 bool SinkWorker::WaitIdle(SteadyClock::time_point deadline) {
   std::unique_lock<std::mutex> lk(mu_);
-  return idle_cv_.wait_until(lk, deadline,
-                             [&] { return stop_ || (queue_.empty() && spool_size_ == 0 && !busy_); }) &&
-         queue_.empty() && spool_size_ == 0 && !busy_;
+  auto idle = [&] { return queue_.empty() && spool_size_ == 0 && held_ == 0 && !busy_; };
+  return idle_cv_.wait_until(lk, deadline, [&] { return stop_ || idle(); }) && idle();
 }
 
 void SinkWorker::Stop() noexcept {
@@ -127,13 +131,14 @@ SinkCounters SinkWorker::Snapshot() const {
   s.spool_dropped = r(c_.spool_dropped);
   s.deduped = r(c_.deduped);
   s.rate_limited = r(c_.rate_limited);
+  s.rate_held = r(c_.rate_held);
   s.filtered = r(c_.filtered);
   s.queue_dropped = r(c_.queue_dropped);
   s.already_sent = r(c_.already_sent);
   std::lock_guard<std::mutex> lk(mu_);
   // in_hand_ too: while the worker spools a batch (slow with an on-disk spool), those
   // alerts are in neither queue_ nor spool_size_, and pending read 0.
-  s.pending = queue_.size() + in_hand_ + spool_size_;
+  s.pending = queue_.size() + in_hand_ + spool_size_ + held_;
   s.last_error = last_error_;
   return s;
 }
@@ -184,17 +189,42 @@ void SinkWorker::Accept(Alert alert) {
     return;
   }
   auto now = clock_();
+  if (incidents_ && !alert.incident.empty()) {
+    // Handled once grouped: a restart's replay does not group it again (the incident's
+    // messages already went, or wait in the spool).
+    Journal(alert, true);
+    std::vector<Alert> notes;
+    incidents_->Add(alert, now, &notes);
+    for (auto& n : notes) Offer(std::move(n), now);
+    return;
+  }
   if (!dedup_->Admit(&alert, now)) {
     c_.deduped.fetch_add(1, std::memory_order_relaxed);
     Journal(alert, false);
     return;
   }
-  RateLimiter& bucket = alert.severity == Severity::kCritical ? *critical_rate_ : *rate_;
-  if (!bucket.Admit(now)) {
+  Offer(std::move(alert), now);
+}
+
+void SinkWorker::Offer(Alert alert, std::chrono::nanoseconds now) {
+  // Critical news is never refused: it takes a token when there is one. A digest or a
+  // resolution is not news, even of a critical incident.
+  const bool urgent = alert.severity == Severity::kCritical && alert.notification != "update" &&
+                      alert.notification != "resolved";
+  if (urgent) {
+    rate_->Take(now);
+  } else if (!rate_->Admit(now)) {
+    if (incidents_ && !alert.notification.empty()) {
+      // Held, not dropped: merged into the incident's next message, sent when the
+      // bucket has a token again (TickIncidents).
+      c_.rate_held.fetch_add(1, std::memory_order_relaxed);
+      incidents_->Hold(alert);
+      return;
+    }
     c_.rate_limited.fetch_add(1, std::memory_order_relaxed);
     Journal(alert, false);
     Warn("rate limit reached (" + std::to_string(sink_.rate_per_min) + "/min, burst " +
-         std::to_string(sink_.burst) + "); dropping alerts until it refills");
+         std::to_string(sink_.burst) + "); dropping non-critical alerts until it refills");
     return;
   }
   Status write_error;
@@ -208,6 +238,25 @@ void SinkWorker::Accept(Alert alert) {
     Warn("spool full; dropped the " + std::to_string(dropped) + " oldest undelivered alert(s)");
   }
   if (down_) c_.spooled.fetch_add(1, std::memory_order_relaxed);
+}
+
+void SinkWorker::TickIncidents() {
+  if (!incidents_) return;
+  auto now = clock_();
+  const auto to_token = rate_->TimeToToken(now);
+  std::vector<Alert> notes;
+  incidents_->Tick(now, to_token.count() == 0, &notes);
+  for (auto& n : notes) Offer(std::move(n), now);
+  if (incidents_->open() == 0) {
+    incident_wake_ = SteadyClock::time_point::max();
+    return;
+  }
+  // Clock time until the next digest or resolution (or a token, for a held message),
+  // slept on the steady clock; at most kIncidentPoll.
+  std::chrono::nanoseconds wait = incidents_->NextDue() - clock_();
+  if (incidents_->held() > 0) wait = rate_->TimeToToken(clock_());
+  wait = std::clamp<std::chrono::nanoseconds>(wait, std::chrono::milliseconds(1), kIncidentPoll);
+  incident_wake_ = SteadyClock::now() + wait;
 }
 
 void SinkWorker::AttemptHead() {
@@ -269,9 +318,12 @@ void SinkWorker::Run() noexcept {
     std::unique_lock<std::mutex> lk(mu_);
     while (true) {
       auto due = [&] { return spool_size_ > 0 && SteadyClock::now() >= next_attempt_; };
-      if (!stop_ && queue_.empty() && !due()) {
-        if (spool_size_ > 0) {
-          wake_cv_.wait_until(lk, next_attempt_, [&] { return stop_ || !queue_.empty() || due(); });
+      auto incidents_due = [&] { return SteadyClock::now() >= incident_wake_; };
+      if (!stop_ && queue_.empty() && !due() && !incidents_due()) {
+        auto until = incident_wake_;
+        if (spool_size_ > 0) until = std::min(until, next_attempt_);
+        if (until != SteadyClock::time_point::max()) {
+          wake_cv_.wait_until(lk, until, [&] { return stop_ || !queue_.empty() || due() || incidents_due(); });
         } else {
           wake_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
         }
@@ -283,17 +335,22 @@ void SinkWorker::Run() noexcept {
       busy_ = true;
       lk.unlock();
       for (auto& a : batch) Accept(std::move(a));
+      if (!stopping) TickIncidents();
       if (!stopping && !spool_->Empty() && SteadyClock::now() >= next_attempt_) AttemptHead();
       lk.lock();
       spool_size_ = spool_->Size();
+      held_ = incidents_ ? incidents_->held() : 0;
       in_hand_ = 0;
       busy_ = false;
-      if (queue_.empty() && spool_size_ == 0) idle_cv_.notify_all();
+      if (queue_.empty() && spool_size_ == 0 && held_ == 0) idle_cv_.notify_all();
       if (stopping && queue_.empty()) break;
     }
     if (spool_size_ > 0 && !spool_->on_disk())
       spdlog::warn("alerting: sink {} stops with {} undelivered alert(s) (no --alert-spool-dir, so they "
                    "are lost)", name_, spool_size_);
+    if (held_ > 0)
+      spdlog::warn("alerting: sink {} stops with {} incident message(s) still held by its rate limit "
+                   "(every alert is in the alerts file and the log)", name_, held_);
   } catch (const std::exception& e) {
     spdlog::error("alerting: sink {} worker stopped by an internal error: {}", name_, e.what());
   } catch (...) {

@@ -1,5 +1,9 @@
 // SinkWorker: one sink's thread. Takes alerts from its bounded queue, filters them
-// (min severity, dedup cooldown, rate limit), appends them to its spool, and
+// (min severity; then, for an alert with an incident key on a grouping sink, the
+// IncidentGrouper, which makes the few notifications of each incident; otherwise the
+// dedup cooldown), rate-limits what is left (critical news always passes; the rest is
+// held back and merged into the incident's next message, or for ungrouped alerts
+// dropped and counted), appends it to its spool, and
 // delivers the spool's head through its Transport — retrying with exponential
 // backoff and jitter while the receiver fails in a way that may pass, dropping
 // (with one clear log line) what a 4xx says will never succeed.
@@ -23,6 +27,7 @@
 
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/alerting/options.h"
+#include "incidents.h"
 #include "sent_journal.h"
 #include "spool.h"
 #include "throttle.h"
@@ -53,6 +58,10 @@ class SinkWorker {
   SinkWorker() = default;
   void Run() noexcept;
   void Accept(Alert alert);
+  // Rate limit, then spool: `n` is a notification or an ungrouped alert.
+  void Offer(Alert n, std::chrono::nanoseconds now);
+  // Digests, resolutions and held notifications due now; sets incident_wake_.
+  void TickIncidents();
   void AttemptHead();
   std::chrono::milliseconds Backoff(int attempt);
   void Warn(const std::string& line);
@@ -68,10 +77,11 @@ class SinkWorker {
   std::unique_ptr<SentJournal> journal_;  // null without a spool dir
   bool journal_warned_ = false;
   std::unique_ptr<DedupFilter> dedup_;
-  // Two token buckets of the same size: critical alerts draw on their own, so a flood
-  // of warnings can never use up the rate that a NaN or a first divergence needs.
+  std::unique_ptr<IncidentGrouper> incidents_;  // null: this sink sends every alert
+  // One bucket for everything this sink sends. Critical news (an alert, or an incident
+  // opened or escalated to critical) takes a token when there is one but is never
+  // refused, so a flood of warnings can never cost a NaN or a first divergence.
   std::unique_ptr<RateLimiter> rate_;
-  std::unique_ptr<RateLimiter> critical_rate_;
   std::mt19937_64 rng_{std::random_device{}()};
 
   // Worker-thread state.
@@ -79,6 +89,8 @@ class SinkWorker {
   bool down_ = false;
   std::chrono::steady_clock::time_point next_attempt_{};
   std::chrono::steady_clock::time_point last_warn_{};
+  // When the incidents next need a look (digest, resolution, a held message).
+  std::chrono::steady_clock::time_point incident_wake_ = std::chrono::steady_clock::time_point::max();
   uint64_t warns_suppressed_ = 0;
 
   mutable std::mutex mu_;
@@ -88,12 +100,13 @@ class SinkWorker {
   size_t spool_size_ = 0;            // guarded by mu_; mirrors spool_->Size()
   size_t in_hand_ = 0;               // guarded by mu_: taken from queue_, not yet in spool_size_
   bool busy_ = false;                // guarded by mu_: alerts held outside queue_
+  size_t held_ = 0;                  // guarded by mu_: incidents with a held message
   bool stop_ = false;                // guarded by mu_
   std::string last_error_;           // guarded by mu_
 
   struct Counters {
     std::atomic<uint64_t> delivered{0}, failed{0}, retried{0}, spooled{0}, spool_dropped{0},
-        deduped{0}, rate_limited{0}, filtered{0}, queue_dropped{0}, already_sent{0};
+        deduped{0}, rate_limited{0}, rate_held{0}, filtered{0}, queue_dropped{0}, already_sent{0};
   } c_;
   std::thread thread_;  // started last
 };

@@ -54,8 +54,7 @@ void DedupFilter::Seed(const std::string& key, Severity severity, std::chrono::n
   k.last_sent = std::max(k.last_sent, last_sent);
 }
 
-bool RateLimiter::Admit(std::chrono::nanoseconds now) {
-  if (per_min_ <= 0) return true;
+void RateLimiter::Refill(std::chrono::nanoseconds now) {
   if (!started_) {
     started_ = true;
     last_ = now;
@@ -65,9 +64,28 @@ bool RateLimiter::Admit(std::chrono::nanoseconds now) {
     tokens_ = std::min(burst_, tokens_ + minutes * per_min_);
     last_ = now;
   }
+}
+
+bool RateLimiter::Admit(std::chrono::nanoseconds now) {
+  if (per_min_ <= 0) return true;
+  Refill(now);
   if (tokens_ < 1.0) return false;
   tokens_ -= 1.0;
   return true;
+}
+
+void RateLimiter::Take(std::chrono::nanoseconds now) {
+  if (per_min_ <= 0) return;
+  Refill(now);
+  if (tokens_ >= 1.0) tokens_ -= 1.0;
+}
+
+std::chrono::nanoseconds RateLimiter::TimeToToken(std::chrono::nanoseconds now) {
+  if (per_min_ <= 0) return std::chrono::nanoseconds(0);
+  Refill(now);
+  if (tokens_ >= 1.0) return std::chrono::nanoseconds(0);
+  const double seconds = (1.0 - tokens_) / per_min_ * 60.0;
+  return std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9) + 1);
 }
 
 }  // namespace lockstep::alerting

@@ -44,8 +44,13 @@ class RateLimiter {
  public:
   RateLimiter(double per_min, int burst) : per_min_(per_min), burst_(burst), tokens_(burst) {}
   bool Admit(std::chrono::nanoseconds now);
+  // Takes a token if there is one; never refuses (critical news uses one when it can).
+  void Take(std::chrono::nanoseconds now);
+  // How long until Admit(now + result) passes; 0 if a token is there now.
+  std::chrono::nanoseconds TimeToToken(std::chrono::nanoseconds now);
 
  private:
+  void Refill(std::chrono::nanoseconds now);
   double per_min_;
   double burst_;
   double tokens_;

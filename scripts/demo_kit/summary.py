@@ -91,8 +91,8 @@ def main():
         if os.path.exists(hook):
             with open(hook) as f:
                 got = sum(1 for _ in f)
-            print(f"Webhook:           the local receiver got {got} alert(s) "
-                  f"(deduplicated and rate-limited per sink): {hook}")
+            print(f"Webhook:           the local receiver got {got} message(s), one per incident "
+                  f"opened, escalated, updated or resolved: {hook}")
         print(f"Alerts file:       {os.path.join(d, 'alerts.jsonl')}")
         logs = sorted(glob.glob(os.path.join(d, "*.lslog")))
         for i, log in enumerate(logs):

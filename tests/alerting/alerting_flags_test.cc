@@ -84,6 +84,23 @@ TEST(AlertingFlags, TomlConfigSetsSinks) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(AlertingFlags, IncidentFlags) {
+  auto def = Build({"--webhook", "https://a.example/h"});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_TRUE(def->group_incidents);
+  EXPECT_EQ(def->incident_digest_interval, std::chrono::minutes(5));
+  EXPECT_EQ(def->incident_resolve_after, std::chrono::minutes(10));
+  auto set = Build({"--webhook", "https://a.example/h", "--no-incidents", "--incident-digest-interval-s", "60",
+                    "--incident-resolve-s", "0"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_FALSE(set->group_incidents);
+  EXPECT_EQ(set->incident_digest_interval, std::chrono::seconds(60));
+  EXPECT_EQ(set->incident_resolve_after.count(), 0);
+  auto neg = Build({"--incident-resolve-s", "-1"});
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(neg.status().message().find("--incident-resolve-s must not be negative"), std::string::npos);
+}
+
 TEST(AlertingFlags, MistakesAreOneSentence) {
   auto unknown = Build({"--webhook", "https://x.example/h", "--webhook-format", "teams"});
   ASSERT_FALSE(unknown.ok());

@@ -287,7 +287,8 @@ TEST(Dispatcher, RateLimitAndSeverityFilterPerSink) {
   }
   ASSERT_TRUE(d->Flush(5s));
   auto c = d->Counters();
-  // Critical and non-critical alerts draw on separate buckets of burst 3 each.
+  // Criticals are never refused (they take a token while there is one): the five
+  // criticals and the one warning that found the third token.
   EXPECT_EQ(c[0].delivered, 6u);
   EXPECT_EQ(c[0].rate_limited, 4u);
   EXPECT_EQ(c[1].delivered, 5u);
@@ -399,6 +400,89 @@ TEST(SendTestAlert, ReportsPerSink) {
   EXPECT_FALSE((*r)[1].delivered);
   EXPECT_EQ((*r)[1].attempts, 2);
   EXPECT_NE((*r)[1].detail.find("refused"), std::string::npos) << (*r)[1].detail;
+}
+
+// Incidents (docs/alerting.md): a flood of one cause is one message; the rate limit
+// holds back a warning and sends it merged when a token comes, never drops it, and
+// lets a critical through at once.
+TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
+  TestServer srv;
+  SinkOptions s = HttpSink(SinkKind::kWebhook, srv.Url("/hook"));
+  s.rate_per_min = 1;
+  s.burst = 1;
+  AlertingOptions o = One(s);
+  std::atomic<int64_t> now_s{0};
+  o.clock = [&] { return std::chrono::nanoseconds(std::chrono::seconds(now_s.load())); };
+  auto d = Make(o);
+  for (int i = 0; i < 30; ++i) {
+    Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
+    a.rule = i == 0 ? "first_divergence" : "tensor_drift";
+    a.severity = Severity::kWarning;
+    a.incident = "divergence/e/b/c";
+    d->Submit(a);
+  }
+  Alert under = SampleAlert("u", "blocks.1");
+  under.rule = "underflow";
+  under.severity = Severity::kWarning;
+  under.incident = "numerics/e/b";  // another cause: its "opened" finds no token
+  d->Submit(under);
+  Alert nan = SampleAlert("nan", "blocks.2.mlp.fc2");
+  nan.rule = "nonfinite";
+  nan.severity = Severity::kCritical;
+  nan.incident = "numerics/e/c";
+  d->Submit(nan);
+  ASSERT_TRUE(srv.WaitFor(2, 5s));
+  EXPECT_FALSE(d->Flush(300ms));  // the held message is still to come
+  auto c = d->Counters();
+  EXPECT_EQ(c[0].rate_held, 1u);
+  EXPECT_EQ(c[0].rate_limited, 0u);
+  now_s = 61;  // a token
+  ASSERT_TRUE(d->Flush(5s));
+  auto reqs = srv.Requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  auto first = json::parse(reqs[0].body), second = json::parse(reqs[1].body), third = json::parse(reqs[2].body);
+  EXPECT_EQ(first["notification"], "opened");
+  EXPECT_EQ(first["rule"], "first_divergence");
+  EXPECT_EQ(second["notification"], "opened");
+  EXPECT_EQ(second["rule"], "nonfinite");
+  EXPECT_EQ(second["severity"], "critical");
+  ASSERT_EQ(second["facts"].size(), 1u);
+  EXPECT_EQ(second["facts"][0]["tensor"], "blocks.2.mlp.fc2");
+  EXPECT_EQ(third["incident"], "numerics/e/b");
+  EXPECT_EQ(third["notification"], "opened");
+  EXPECT_EQ(d->Counters()[0].delivered, 3u);
+}
+
+// The worker wakes for an incident's digest and its resolution by the (injected) clock,
+// with no alert arriving to wake it.
+TEST(Dispatcher, AnIncidentSendsItsDigestAndResolvesByTheClock) {
+  TestServer srv;
+  AlertingOptions o = One(HttpSink(SinkKind::kWebhook, srv.Url("/hook")));
+  std::atomic<int64_t> now_s{0};
+  o.clock = [&] { return std::chrono::nanoseconds(std::chrono::seconds(now_s.load())); };
+  auto d = Make(o);  // digest every 5 min, resolved after 10 min quiet (the defaults)
+  for (int i = 0; i < 11; ++i) {
+    Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
+    a.rule = i == 0 ? "first_divergence" : "tensor_drift";
+    a.severity = Severity::kWarning;
+    a.incident = "divergence/e/b/c";
+    d->Submit(a);
+  }
+  ASSERT_TRUE(d->Flush(5s));
+  ASSERT_EQ(srv.Count(), 1u);
+  now_s = 301;
+  ASSERT_TRUE(srv.WaitFor(2, 5s));
+  now_s = 901;
+  ASSERT_TRUE(srv.WaitFor(3, 5s));
+  ASSERT_TRUE(d->Flush(5s));
+  auto reqs = srv.Requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  auto digest = json::parse(reqs[1].body), resolved = json::parse(reqs[2].body);
+  EXPECT_EQ(digest["notification"], "update");
+  EXPECT_EQ(digest["incident_alerts"], 11);
+  EXPECT_NE(digest["message"].get<std::string>().find("10 more alert(s)"), std::string::npos) << digest;
+  EXPECT_EQ(resolved["notification"], "resolved");
+  EXPECT_NE(resolved["message"].get<std::string>().find("no new alert for 15 min"), std::string::npos) << resolved;
 }
 
 }  // namespace

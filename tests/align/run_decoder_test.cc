@@ -67,6 +67,33 @@ TEST(RunDecoder, ASparseTensorIdCannotInflateTheDirectory) {
   EXPECT_EQ(f.dec.counters().unknown_ids, 1u);
 }
 
+// The agent says on the wire that a record repeats the one before it (a container whose
+// output is its last child's): the producer's name gets the repeat's name as an alias,
+// found by order and statistics, through a chain of repeats.
+TEST(RunDecoder, ARepeatRecordMakesItsNameAnAliasOfTheProducer) {
+  Fixture f;
+  f.Feed(f.sb.Directory({{"mlp.fc2"}, {"mlp"}, {"block"}}, 3));
+  auto a = FakeStat::Vec(0, {1.0, 2.0});  // "a", order 0
+  auto fc2 = FakeStat::Vec(3, {3.0, 4.0});
+  fc2.order = 1;
+  auto mlp = FakeStat::Vec(4, {3.0, 4.0});
+  mlp.order = 2;
+  mlp.flags = static_cast<uint8_t>(wire::StatFlags::kRepeat);
+  auto block = FakeStat::Vec(5, {3.0, 4.0});
+  block.order = 3;
+  block.flags = static_cast<uint8_t>(wire::StatFlags::kRepeat);
+  auto b = FakeStat::Vec(1, {3.0, 4.0});  // same values, not a repeat: no alias
+  b.order = 4;
+  f.Feed(f.sb.Stats(0, {a, fc2, mlp, block, b}));
+  f.Scalars(0);
+  ASSERT_TRUE(f.IsClosed(0));
+  EXPECT_EQ(f.names.Label(f.names.Intern("mlp.fc2"), 0), "mlp.fc2 (= mlp, block)");
+  EXPECT_EQ(f.names.Label(f.names.Intern("a"), 0), "a");
+  EXPECT_EQ(f.names.Label(f.names.Intern("b"), 0), "b");
+  EXPECT_EQ(f.names.Label(f.names.Intern("mlp"), 0), "mlp");
+  EXPECT_EQ(f.names.Label(f.names.Intern("mlp.fc2"), 1), "mlp.fc2");  // per kind: not the gradient's
+}
+
 TEST(RunDecoder, ScalarsAfterTheStatisticsCloseTheStepAtOnce) {
   Fixture f;
   f.Stats(0, {0});     // shipped by batch linger during the step

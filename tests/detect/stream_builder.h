@@ -33,6 +33,7 @@ struct FakeStat {
   std::vector<float> sketch;   // empty = none
   std::vector<uint32_t> hist;  // empty = none
   uint32_t order = 0;
+  uint8_t flags = 0;           // wire::StatFlags bits (kRepeat)
 
   // Statistics of `v` (finite only), with a K=8 "sketch" that is simply v folded
   // with alternating signs — linear, like the real count-sketch.
@@ -107,7 +108,7 @@ class StreamBuilder {
     uint16_t k = stats.empty() ? 0 : static_cast<uint16_t>(stats[0].sketch.size());
     uint8_t hb = stats.empty() ? 0 : static_cast<uint8_t>(stats[0].hist.size());
     for (const auto& s : stats) {
-      v.emplace_back(s.id, s.micro_step, s.order, s.limit, 0, 0, s.numel, s.min, s.max, s.mean, s.std, s.l2,
+      v.emplace_back(s.id, s.micro_step, s.order, s.limit, s.flags, 0, s.numel, s.min, s.max, s.mean, s.std, s.l2,
                      s.absmax, s.nan, s.inf, s.zero, s.sat, s.subnormal);
       sk.insert(sk.end(), s.sketch.begin(), s.sketch.end());
       hist.insert(hist.end(), s.hist.begin(), s.hist.end());

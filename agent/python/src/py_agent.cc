@@ -83,7 +83,11 @@ double PyAgent::RecordLast(uint64_t step, uint32_t micro, uint32_t id, uint32_t 
 double PyAgent::RecordRepeat(uint64_t step, uint32_t micro, uint32_t id, uint32_t order) noexcept {
   const LastStats& last = t_last;
   if (last.owner != generation_) return -2.0;
-  agent_->RecordStats(step, micro, id, order, last.stats);
+  // Said on the wire: this name is an alias of the record just sent (the collector
+  // reports the producer once, with this name as its alias).
+  TensorStats repeat = last.stats;
+  repeat.flags |= kStatRepeat;
+  agent_->RecordStats(step, micro, id, order, repeat);
   return last.stats.l2;
 }
 

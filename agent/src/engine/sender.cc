@@ -188,7 +188,7 @@ void Sender::AddRecord(const QueueItem& item, Clock::time_point now) {
     batch_deadline_ = now + options_.batch_linger;
   }
   batch_stats_.emplace_back(item.tensor_id, item.micro_step, item.order,
-                            static_cast<wire::DType>(s.limit_dtype), 0, 0, s.numel, s.min, s.max,
+                            static_cast<wire::DType>(s.limit_dtype), s.flags, 0, s.numel, s.min, s.max,
                             s.mean, s.std, s.l2, s.absmax, s.nan_count, s.inf_count, s.zero_count,
                             s.sat_count, s.subnormal_count);
   batch_sketch_.insert(batch_sketch_.end(), s.sketch, s.sketch + k);

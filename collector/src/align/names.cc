@@ -120,4 +120,31 @@ uint32_t NameTable::Intern(const std::string& name) {
   return it->second;
 }
 
+void NameTable::AddAlias(uint32_t producer, uint32_t alias, uint8_t kind) {
+  if (producer == alias) return;
+  auto& v = aliases_[(static_cast<uint64_t>(producer) << 8) | kind];
+  for (uint32_t a : v)
+    if (a == alias) return;
+  v.push_back(alias);
+}
+
+std::vector<std::string> NameTable::Aliases(uint32_t id, uint8_t kind) const {
+  std::vector<std::string> v;
+  auto it = aliases_.find((static_cast<uint64_t>(id) << 8) | kind);
+  if (it != aliases_.end())
+    for (uint32_t a : it->second) v.push_back(names_[a]);
+  return v;
+}
+
+std::string NameTable::Label(uint32_t id, uint8_t kind) const {
+  auto it = aliases_.find((static_cast<uint64_t>(id) << 8) | kind);
+  if (it == aliases_.end() || it->second.empty()) return names_[id];
+  std::string s = names_[id] + " (=";
+  for (size_t i = 0; i < it->second.size(); ++i) {
+    const std::string& a = names_[it->second[i]];
+    s += (i ? ", " : " ") + (a.empty() ? std::string("the model") : a);
+  }
+  return s + ")";
+}
+
 }  // namespace lockstep::collector

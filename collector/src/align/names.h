@@ -51,15 +51,30 @@ class NameCanonicalizer {
 };
 
 // Interns canonical names. Ids are dense from 0 and stable for the table's life.
+// Also remembers aliases: a name whose records repeat another's (the agent says so on
+// the wire, StatFlags::kRepeat: a container whose output is its last child's output)
+// is shown as an alias of the producer, "blocks.0.mlp.fc2 (= blocks.0.mlp)".
 class NameTable {
  public:
   uint32_t Intern(const std::string& name);
   const std::string& Name(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
 
+  // `alias`'s tensor of `kind` (the Kind of align/step_data.h) is `producer`'s: a
+  // container's output is its child's, while one gradient reaches the container first
+  // and then the children (idempotent).
+  void AddAlias(uint32_t producer, uint32_t alias, uint8_t kind);
+  // The name and its aliases for that kind: "blocks.0.mlp.fc2 (= blocks.0.mlp)"; just
+  // the name if none.
+  std::string Label(uint32_t id, uint8_t kind) const;
+  // Just the aliases, in the order learned.
+  std::vector<std::string> Aliases(uint32_t id, uint8_t kind) const;
+
  private:
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<std::string> names_;
+  // (producer << 8 | kind) -> aliases
+  std::unordered_map<uint64_t, std::vector<uint32_t>> aliases_;
 };
 
 }  // namespace lockstep::collector

@@ -87,6 +87,34 @@ void RunDecoder::NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t 
   }
 }
 
+void RunDecoder::NoteAliases(const std::vector<StatRow>& rows) {
+  // A repeat's producer is the record just before it on the agent's thread: the row of
+  // the same kind and micro step with the highest lower order and the same statistics
+  // (a chain of repeats resolves to the first).
+  std::vector<const StatRow*> by_order;
+  for (const StatRow& r : rows) {
+    if (!r.repeat) continue;
+    if (by_order.empty()) {
+      for (const StatRow& x : rows) by_order.push_back(&x);
+      std::sort(by_order.begin(), by_order.end(),
+                [](const StatRow* a, const StatRow* b) { return a->order < b->order; });
+    }
+    auto pos = std::lower_bound(by_order.begin(), by_order.end(), r.order,
+                                [](const StatRow* a, uint32_t o) { return a->order < o; });
+    const StatRow* cur = &r;
+    for (auto it = pos; it != by_order.begin();) {
+      const StatRow* p = *--it;
+      if (KeyKind(p->key) != KeyKind(cur->key) || KeyMicroStep(p->key) != KeyMicroStep(cur->key) ||
+          p->numel != cur->numel || !(p->l2 == cur->l2 || (p->l2 != p->l2 && cur->l2 != cur->l2)))
+        continue;
+      cur = p;
+      if (!p->repeat) break;
+    }
+    if (cur != &r && !cur->repeat)
+      names_->AddAlias(KeyNameId(cur->key), KeyNameId(r.key), static_cast<uint8_t>(KeyKind(r.key)));
+  }
+}
+
 void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
   auto& rows = step->rows;
   std::sort(rows.begin(), rows.end(),
@@ -104,6 +132,7 @@ void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
     }
   }
   rows.resize(w);
+  NoteAliases(rows);
   rs.last_closed = std::max<int64_t>(rs.last_closed, static_cast<int64_t>(step->step));
   ++counters_.steps_closed;
   if (static_cast<int64_t>(step->step) == rs.scalars_step) rs.scalars_step = -1;
@@ -194,6 +223,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         r.zero_count = t->zero_count();
         r.sat_count = t->sat_count();
         r.subnormal_count = t->subnormal_count();
+        r.repeat = (t->flags() & static_cast<uint8_t>(wire::StatFlags::kRepeat)) != 0;
         if (have_sketch) {
           r.sketch_k = k;
           r.sketch_off = static_cast<uint32_t>(sd->sketch.size());

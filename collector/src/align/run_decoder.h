@@ -110,6 +110,8 @@ class RunDecoder {
   std::shared_ptr<StepData> OpenStep(RankState& rs, uint32_t rank, uint64_t step, int64_t sent_ns);
   void CloseThrough(RankState& rs, int64_t through_step, Cause cause);
   void CloseOne(RankState& rs, std::shared_ptr<StepData> step);
+  // Names each repeat row's producer's alias in the NameTable (StatRow::repeat).
+  void NoteAliases(const std::vector<StatRow>& rows);
   void NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t n);
 
   std::string run_id_;

@@ -52,6 +52,10 @@ struct StatRow {
   uint64_t numel = 0;
   double min = 0, max = 0, mean = 0, std = 0, l2 = 0, absmax = 0;
   uint64_t nan_count = 0, inf_count = 0, zero_count = 0, sat_count = 0, subnormal_count = 0;
+  // The agent said this record repeats the one before it (StatFlags::kRepeat): the same
+  // tensor under another name. Rules and tables skip it; its producer carries the name
+  // as an alias (NameTable::Label).
+  bool repeat = false;
 
   bool nonfinite() const { return nan_count + inf_count > 0; }
 };

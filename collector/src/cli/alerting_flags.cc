@@ -154,6 +154,13 @@ void RegisterAlertingFlags(FlagSet* f, AlertingFlags* v) {
   f->Double("alert-backoff-max-s", &v->backoff_max_s, "longest retry delay", "SECONDS");
   f->Double("alert-timeout-s", &v->timeout_s, "HTTP request timeout (TLS, send, answer)", "SECONDS");
   f->Double("alert-connect-timeout-s", &v->connect_timeout_s, "HTTP connect timeout (DNS + TCP)", "SECONDS");
+  f->Bool("incidents", &v->incidents,
+          "webhook, chat and Alertmanager sinks notify per incident (opened, escalated, digest, "
+          "resolved), not per alert; --no-incidents sends every alert");
+  f->Double("incident-digest-interval-s", &v->incident_digest_interval_s,
+            "at most one digest per incident this often while it lasts (0 = no digests)", "SECONDS");
+  f->Double("incident-resolve-s", &v->incident_resolve_s,
+            "an incident no alert joined for this long is resolved (0 = never)", "SECONDS");
 }
 
 StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
@@ -176,6 +183,13 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
   o.spool_dir = f.spool_dir.empty() ? default_spool_dir : f.spool_dir;
   o.spool_max_bytes = static_cast<uint64_t>(f.spool_max_mb) << 20;
   o.dedup_cooldown = Ms(f.cooldown_s);
+  if (f.incident_digest_interval_s < 0)
+    return Status::InvalidArgument("--incident-digest-interval-s must not be negative (0 = no digests)");
+  if (f.incident_resolve_s < 0)
+    return Status::InvalidArgument("--incident-resolve-s must not be negative (0 = incidents never resolve)");
+  o.group_incidents = f.incidents;
+  o.incident_digest_interval = Ms(f.incident_digest_interval_s);
+  o.incident_resolve_after = Ms(f.incident_resolve_s);
   auto secret = Resolve(f.webhook_secret, "--webhook-secret");
   if (!secret.ok()) return secret.status();
   auto token = Resolve(f.webhook_token, "--webhook-token");

@@ -47,6 +47,9 @@ struct AlertingFlags {
   double backoff_max_s = 60;
   double timeout_s = 10;
   double connect_timeout_s = 3;
+  bool incidents = true;                     // --incidents / --no-incidents
+  double incident_digest_interval_s = 300;   // --incident-digest-interval-s
+  double incident_resolve_s = 600;           // --incident-resolve-s
 };
 
 void RegisterAlertingFlags(FlagSet* flags, AlertingFlags* values);

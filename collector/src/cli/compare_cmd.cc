@@ -127,7 +127,7 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   std::printf("\n%5s  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6s  %s\n", "order", "tensor", "kind", "dtype", "l2 base",
               "l2 cand", "rel_l2", "rel_dist", "cosine", "step", "status");
   for (const auto& t : r.tensors) {
-    std::string name = t.name;
+    std::string name = t.label.empty() ? t.name : t.label;
     if (t.micro_step) name += "[micro " + std::to_string(t.micro_step) + "]";
     std::string dtype = t.dtype_b == t.dtype_c ? t.dtype_b : t.dtype_b + "/" + t.dtype_c;
     std::string status = t.status;
@@ -220,6 +220,11 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   for (const auto& t : r.tensors) {
     j.BeginObject();
     j.Key("name").Str(t.name);
+    if (!t.aliases.empty()) {
+      j.Key("aliases").BeginArray();
+      for (const auto& a : t.aliases) j.Str(a);
+      j.EndArray();
+    }
     j.Key("kind").Str(t.kind);
     j.Key("micro_step").Uint(t.micro_step);
     j.Key("order").Uint(t.order);

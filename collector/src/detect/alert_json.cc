@@ -28,6 +28,7 @@ void WriteAlertJson(const alerting::Alert& a, JsonOut* j) {
   j->Key("first_seen_unix_ns").Int(a.first_seen_unix_ns);
   j->Key("repeat_count").Uint(a.repeat_count);
   j->Key("message").Str(a.message);
+  j->Key("incident").Str(a.incident);
   j->EndObject();
 }
 

@@ -569,6 +569,11 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
     } else if (i == br.size() || cr[j].key < br[i].key) {
       NoteUnmatched(p, cr[j].key, false, cs.step);
       ++j;
+    } else if (br[i].repeat || cr[j].repeat) {
+      // The same tensor as the row before it, under another name (a container whose
+      // output is its child's): compared once, as its producer, which shows the alias.
+      ++i;
+      ++j;
     } else {
       const StatRow& b = br[i];
       const StatRow& c = cr[j];
@@ -660,6 +665,8 @@ std::vector<PairReport> Analyzer::Reports() const {
     for (const auto& [key, t] : p->tracks) {
       TensorReport tr;
       tr.name = names_.Name(KeyNameId(key));
+      tr.label = names_.Label(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));
+      tr.aliases = names_.Aliases(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));
       tr.kind = KindName(KeyKind(key));
       tr.micro_step = KeyMicroStep(key);
       tr.order = t.order;

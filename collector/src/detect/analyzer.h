@@ -78,6 +78,8 @@ struct AnalyzerCounters {
 // One row of the compare table: a matched tensor at its worst step.
 struct TensorReport {
   std::string name;
+  std::string label;                 // name with its aliases: "blocks.0.mlp.fc2 (= blocks.0.mlp)"
+  std::vector<std::string> aliases;  // names whose records repeat this one (docs/rules.md)
   std::string kind;
   uint32_t micro_step = 0;
   uint32_t order = 0;

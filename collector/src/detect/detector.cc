@@ -1,9 +1,12 @@
 #include "detect/detector.h"
 
+#include "detect/incident_key.h"
+
 namespace lockstep::collector {
 
 void AlertEmitter::Emit(alerting::Alert a) {
   a.id = a.DedupKey() + "@" + std::to_string(a.step);
+  if (a.incident.empty()) a.incident = IncidentKey(a);
   if (a.first_seen_unix_ns == 0) a.first_seen_unix_ns = clock_ ? clock_() : 0;
   ++by_rule_[a.rule];
   ++by_severity_[static_cast<int>(a.severity)];

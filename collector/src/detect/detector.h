@@ -31,7 +31,8 @@ using ClockFn = std::function<int64_t()>;  // unix ns
 class AlertEmitter {
  public:
   AlertEmitter(AlertFn fn, ClockFn clock) : fn_(std::move(fn)), clock_(std::move(clock)) {}
-  // Stamps id (dedup key @ step) and first_seen, counts, and hands it on.
+  // Stamps id (dedup key @ step), first_seen and the incident key (incident_key.h),
+  // counts, and hands it on.
   void Emit(alerting::Alert a);
   int64_t Now() const { return clock_(); }
   // Alerts emitted so far, by rule and by severity.

@@ -53,7 +53,7 @@ void DescribeTensorPair(const PairCtx& ctx, const PairStepView& v, const Matched
   // report the raw error at score == threshold.
   a->threshold = m.eval.score > 0 && std::isfinite(m.eval.score) ? m.eval.dominant_error * m.threshold / m.eval.score
                                                                   : std::nan("");
-  std::string label = a->tensor + " (" + a->kind;
+  std::string label = ctx.names->Label(KeyNameId(m.c->key), static_cast<uint8_t>(KeyKind(m.c->key))) + " (" + a->kind;
   if (KeyMicroStep(m.c->key) != 0) label += ", micro step " + std::to_string(KeyMicroStep(m.c->key));
   label += ", order " + std::to_string(m.c->order) + ")";
   a->message = label + " at step " + std::to_string(v.step) + " rank " + std::to_string(v.rank) + ": ";

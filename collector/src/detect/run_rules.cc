@@ -17,7 +17,7 @@ std::string Fmt(const char* fmt, double a) {
 }
 
 std::string TensorLabel(const RunCtx& ctx, const StatRow& r) {
-  std::string s = ctx.names->Name(KeyNameId(r.key));
+  std::string s = ctx.names->Label(KeyNameId(r.key), static_cast<uint8_t>(KeyKind(r.key)));
   s += " (";
   s += KindName(KeyKind(r.key));
   if (KeyMicroStep(r.key) != 0) s += ", micro step " + std::to_string(KeyMicroStep(r.key));
@@ -30,11 +30,13 @@ void FillTensor(const RunCtx& ctx, const StatRow& r, alerting::Alert* a) {
   a->kind = KindName(KeyKind(r.key));
 }
 
-// Rows in execution order (rows are stored sorted by key).
+// Rows in execution order (rows are stored sorted by key), without repeats: a tensor
+// seen under several names is judged once, under its producer's name.
 std::vector<const StatRow*> InOrder(const StepData& s) {
   std::vector<const StatRow*> v;
   v.reserve(s.rows.size());
-  for (const StatRow& r : s.rows) v.push_back(&r);
+  for (const StatRow& r : s.rows)
+    if (!r.repeat) v.push_back(&r);
   std::sort(v.begin(), v.end(), [](const StatRow* a, const StatRow* b) { return a->order < b->order; });
   return v;
 }
@@ -56,7 +58,7 @@ void NonfiniteDetector::OnStep(const StepData& s) {
   const StatRow* first = nullptr;
   size_t n_bad = 0;
   for (const StatRow& r : s.rows) {
-    if (!r.nonfinite()) continue;
+    if (!r.nonfinite() || r.repeat) continue;
     ++n_bad;
     if (first == nullptr || r.order < first->order) first = &r;
   }

@@ -317,6 +317,9 @@ std::string CollectorMetrics::Render() {
              [](const SC& s) { return s.deduped; });
     per_sink("lockstep_alert_sink_rate_limited_total", C::kCounter, "Alerts dropped by the sink's rate limit.",
              [](const SC& s) { return s.rate_limited; });
+    per_sink("lockstep_alert_sink_rate_held_total", C::kCounter,
+             "Incident messages the sink's rate limit held back and merged into a later message.",
+             [](const SC& s) { return s.rate_held; });
     per_sink("lockstep_alert_sink_queue_dropped_total", C::kCounter, "Alerts dropped because the sink's queue was full.",
              [](const SC& s) { return s.queue_dropped; });
     per_sink("lockstep_alert_sink_pending", C::kGauge, "Alerts queued or spooled, not yet delivered.",

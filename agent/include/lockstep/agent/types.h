@@ -25,6 +25,8 @@ enum class DType : uint8_t {
 // hot path copies it into a preallocated queue slot without allocating.
 // NaN/Inf are excluded from min..absmax and counted instead; when no finite value
 // exists, min..absmax are NaN.
+constexpr uint8_t kStatRepeat = 1;  // TensorStats::flags (schema StatFlags::kRepeat)
+
 struct TensorStats {
   uint64_t numel = 0;
   double min = 0, max = 0, mean = 0, std = 0, l2 = 0, absmax = 0;
@@ -34,6 +36,9 @@ struct TensorStats {
   DType limit_dtype = DType::kUnknown;  // own dtype if low precision; for fp32: kF16
   uint16_t sketch_k = 0;         // valid entries in sketch[]
   uint8_t hist_bins = 0;         // valid entries in hist[] (0 or kHistBins)
+  // kStatRepeat: the same tensor as the record just before it on this thread, under
+  // another name (the wire's StatFlags; the collector shows the two as one row).
+  uint8_t flags = 0;
   float sketch[kMaxSketchK];     // count-sketch (docs/statistics.md)
   uint32_t hist[kHistBins];      // log2-magnitude histogram
 };

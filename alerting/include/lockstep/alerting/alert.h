@@ -21,6 +21,19 @@ inline const char* SeverityName(Severity s) {
   return "unknown";
 }
 
+// One fact of an incident as its notifications list it: the alert that opened it and
+// every critical alert that brought news (a first divergence, a NaN onset and its
+// producer, the loss turning non-finite).
+struct IncidentFact {
+  std::string rule;
+  Severity severity = Severity::kWarning;
+  uint64_t step = 0;
+  std::string run;     // the run it is about (the candidate for a pair rule)
+  std::string tensor;
+  std::string kind;
+  std::string message;
+};
+
 struct Alert {
   std::string id;          // unique per alert instance (e.g. dedup key + first step)
   std::string rule;        // "first_divergence", "nonfinite", "overflow", ...
@@ -42,6 +55,17 @@ struct Alert {
   // Derived again from the run logs when a restarted collector replays them: a sink
   // drops it if its journal shows it handled this alert before the restart.
   bool replayed = false;
+
+  // The incident it belongs to (docs/alerting.md "Incidents"): alerts that one cause
+  // explains share this key, set by the detectors (collector/src/detect/incident_key.h),
+  // and a grouping sink notifies per incident, not per alert. "" = an incident of its own.
+  std::string incident;
+  // Set only on a notification a grouping sink makes of an incident: "opened",
+  // "escalated", "update" (the digest), "resolved"; then severity is the incident's,
+  // incident_alerts counts the alerts grouped so far and facts lists its facts.
+  std::string notification;
+  uint64_t incident_alerts = 0;
+  std::vector<IncidentFact> facts;
 
   // Receivers may dedup on this too: rule/experiment/tensor (DESIGN.md).
   std::string DedupKey() const { return rule + "/" + experiment + "/" + tensor; }

@@ -38,7 +38,8 @@ struct SinkCounters {
   uint64_t spooled = 0;       // alerts that outlived their first round of retries
   uint64_t spool_dropped = 0; // oldest spooled alerts dropped to respect the size cap
   uint64_t deduped = 0;       // suppressed inside the cooldown
-  uint64_t rate_limited = 0;  // dropped by the token bucket
+  uint64_t rate_limited = 0;  // dropped by the token bucket (ungrouped non-critical alerts)
+  uint64_t rate_held = 0;     // incident messages held by the bucket, merged into a later one
   uint64_t filtered = 0;      // below the sink's min severity
   uint64_t queue_dropped = 0; // Submit found the sink's queue full
   uint64_t pending = 0;       // in the queue or spool now

@@ -43,8 +43,10 @@ struct SinkOptions {
   // Shown in logs and counters; default "<kind>-<index>" (e.g. "slack-0").
   std::string name;
   Severity min_severity = Severity::kInfo;
-  // Token bucket: at most `burst` alerts at once, refilled at `rate_per_min`.
-  // rate_per_min <= 0 turns the limit off.
+  // Token bucket: at most `burst` messages at once, refilled at `rate_per_min`.
+  // rate_per_min <= 0 turns the limit off. Critical news always passes; what the
+  // bucket holds back is merged into the incident's next message (grouping sinks) or
+  // dropped and counted (the others).
   double rate_per_min = 60;
   int burst = 20;
   std::chrono::milliseconds connect_timeout{3000};
@@ -75,6 +77,14 @@ struct AlertingOptions {
   // An alert with the same DedupKey() within this time of the last one sent by a
   // sink is suppressed there (counted; the next one sent carries repeat_count).
   std::chrono::milliseconds dedup_cooldown{std::chrono::minutes(5)};
+  // HTTP sinks (webhooks, chat bots, Alertmanager) notify per incident, not per alert
+  // (docs/alerting.md "Incidents"); log and jsonl sinks keep every alert.
+  bool group_incidents = true;
+  // While an incident lasts, what joined it since its last message is sent as one
+  // digest at most this often (0 = no digests: only open / escalate / resolve).
+  std::chrono::milliseconds incident_digest_interval{std::chrono::minutes(5)};
+  // An incident that no alert joined for this long is resolved (0 = never).
+  std::chrono::milliseconds incident_resolve_after{std::chrono::minutes(10)};
   size_t queue_capacity = 4096;  // per sink; Submit drops (and counts) beyond it
   // Tests inject a clock for dedup and rate limit; default: steady_clock.
   std::function<std::chrono::nanoseconds()> clock;
