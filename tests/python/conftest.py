@@ -155,14 +155,17 @@ class FakeAgent:
         self._check()
         if self._last is None:
             return -2.0
-        self._add(step, micro, tid, order, dict(self._last))
+        self._add(step, micro, tid, order, dict(self._last, repeat=True))  # kStatRepeat
         self.repeats += 1
         return self._last["l2"]
 
-    def record_packed(self, step, micros, ids, orders, rows):
+    def record_packed(self, step, micros, ids, orders, rows, flags=None):
         self._check()
-        for m, i, o, row in zip(micros, ids, orders, rows):
-            self._add(step, int(m), int(i), int(o), _core.unpack_row(row, self.k, self.bins))
+        for j, (m, i, o, row) in enumerate(zip(micros, ids, orders, rows)):
+            stats = _core.unpack_row(row, self.k, self.bins)
+            if flags is not None and flags[j] & _core.STAT_REPEAT:
+                stats["repeat"] = True
+            self._add(step, int(m), int(i), int(o), stats)
         return len(rows)
 
     def record_scalars(self, step, loss, lr, grad_norm, loss_scale, step_time_s, micro_steps,

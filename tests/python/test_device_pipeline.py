@@ -69,7 +69,8 @@ def test_a_step_ships_when_its_copy_completes_in_step_order(monkeypatch):
     FakeEvent.instances[0].done = True
     pipe.poll()
     assert [s[0] for s in shipped] == [0, 1]
-    step, rows, micros, ids, orders, grad_sq, scalars = shipped[0]
+    step, rows, micros, ids, orders, grad_sq, scalars, flags = shipped[0]
+    assert flags is None  # no repeats this step
     assert rows.shape == (2, WIDTH) and list(rows[:, 0]) == [4, 9]
     assert list(ids) == [7, 8] and list(orders) == [0, 1] and list(micros) == [0, 0]
     assert grad_sq == 16.0  # only the param_grad row: ||(2,2,2,2)||^2
@@ -129,9 +130,11 @@ def test_a_repeated_record_ships_the_row_it_repeats_without_computing_it(monkeyp
     FakeEvent.instances[0].done = True
     pipe.poll()
     assert batches == [1, 2]  # three tensors computed, five rows shipped
-    _, rows, micros, ids, orders, grad_sq, _ = shipped[0]
+    _, rows, micros, ids, orders, grad_sq, _, flags = shipped[0]
     # rows in the order they were computed; each carries its own order
     assert list(ids) == [6, 4, 7, 8, 5] and list(orders) == [3, 4, 0, 1, 2]
+    # the repeats are said on the wire (the collector reports them under their producer)
+    assert list(flags) == [0, _core.STAT_REPEAT, 0, _core.STAT_REPEAT, 0]
     assert list(rows[:, 0]) == [3, 3, 4, 4, 9]
     assert rows[0, 5] == rows[1, 5] == math.sqrt(3) and rows[2, 5] == rows[3, 5] == 4.0
     assert grad_sq == 9.0  # the param_grad row, found after the repeats shifted the rows
@@ -199,10 +202,19 @@ def test_device_path_computes_a_tensor_once_under_several_names(monkeypatch):
     assert results[True][2] == 2 * (18 - 4)  # tensors that went through device_stats
     recs = {(r["step"], r["name"], r["kind"]): r["stats"] for r in dev.records}
     hrecs = {(r["step"], r["name"], r["kind"]): r["stats"] for r in host.records}
+    # both paths flag the same records as repeats, and a repeat has its producer's stats
+    flagged = sorted((r["step"], r["name"], r["kind"]) for r in dev.records
+                     if r["stats"].get("repeat"))
+    assert flagged == sorted((r["step"], r["name"], r["kind"]) for r in host.records
+                             if r["stats"].get("repeat"))
+    assert len(flagged) == 8
+
+    def plain(stats):
+        return {k: v for k, v in stats.items() if k != "repeat"}
     for step in (0, 1):
         for kind in ("act", "act_grad"):
-            assert recs[(step, "<root>", kind)] == recs[(step, "head", kind)]
-            assert recs[(step, "block", kind)] == recs[(step, "block.act", kind)]
+            assert plain(recs[(step, "<root>", kind)]) == recs[(step, "head", kind)]
+            assert plain(recs[(step, "block", kind)]) == recs[(step, "block.act", kind)]
             assert recs[(step, "<root>", kind)]["l2"] == pytest.approx(
                 hrecs[(step, "<root>", kind)]["l2"], rel=1e-5)
 
@@ -226,7 +238,7 @@ def test_a_failed_batch_drops_its_records_and_its_repeats_only(monkeypatch):
     pipe.end_step(0, {})
     FakeEvent.instances[0].done = True
     pipe.poll()
-    _, rows, _, ids, orders, _, _ = shipped[0]
+    _, rows, _, ids, orders, _, _, _ = shipped[0]
     assert list(ids) == [4, 5] and list(orders) == [3, 4] and list(rows[:, 0]) == [2, 2]
 
 

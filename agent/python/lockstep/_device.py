@@ -54,7 +54,8 @@ class _Item:
 
 class _Step:
     __slots__ = ("step", "event", "host", "n_rows", "width", "micros", "ids", "orders",
-                 "grad_rows", "scalars", "device_scalar_names", "buf_key", "row_src")
+                 "grad_rows", "scalars", "device_scalar_names", "buf_key", "row_src",
+                 "flags")
 
 
 def _on_device(value):
@@ -70,7 +71,8 @@ def _backend(device):
 
 class DevicePipeline:
     """Collects device stats rows of the current step; ships finished steps in order
-    through ``ship(step, rows, micros, ids, orders, grad_rows, scalars)``."""
+    through ``ship(step, rows, micros, ids, orders, grad_sq, scalars, flags)``
+    (flags: None, or per row _core.STAT_REPEAT where the row repeats an earlier one)."""
 
     def __init__(self, sketch_k, hist_bins, ship):
         self._k = sketch_k
@@ -85,6 +87,7 @@ class DevicePipeline:
         self._grad_rows = []  # indices of param_grad rows (for the global grad norm)
         self._n_rows = 0      # rows computed this step
         self._row_src = []    # per record: the computed row it ships (repeats share one)
+        self._flags = []      # per record: _core.STAT_REPEAT for a repeat, else 0
         self._repeats = 0
         self._last = None     # the _Item added last this step: what add_repeat repeats
         self._deferred = []   # _Items awaiting a batch
@@ -139,12 +142,14 @@ class DevicePipeline:
         if item.row is None:  # still deferred: recorded with it when its batch runs
             item.metas.append(meta)
         else:
-            self._record(item.row, meta)
+            self._record(item.row, meta, repeat=True)
         self._repeats += 1
         return True
 
-    def _record(self, row, meta):
+    def _record(self, row, meta, repeat=False):
         tensor_id, order, micro, is_param_grad = meta
+        # Said on the wire: the collector reports a repeat once, under its producer.
+        self._flags.append(_core.STAT_REPEAT if repeat else 0)
         if is_param_grad:
             self._grad_rows.append(len(self._ids))
         self._row_src.append(row)
@@ -169,8 +174,8 @@ class DevicePipeline:
         for i, item in enumerate(items):
             item.row = self._n_rows + i
             item.tensor = None
-            for meta in item.metas:
-                self._record(item.row, meta)
+            for j, meta in enumerate(item.metas):  # the tensor's own record, then repeats
+                self._record(item.row, meta, repeat=j > 0)
         self._n_rows += len(items)
         self._rows.append(rows)
 
@@ -194,6 +199,7 @@ class DevicePipeline:
         p.step = step
         p.n_rows = self._n_rows
         p.row_src = np.asarray(self._row_src, dtype=np.int64) if self._repeats else None
+        p.flags = np.asarray(self._flags, dtype=np.uint8) if self._repeats else None
         self._last = None
         p.width = self._width
         p.micros = np.asarray(self._micros, dtype=np.uint32)
@@ -226,6 +232,7 @@ class DevicePipeline:
         self._rows, self._micros, self._ids, self._orders, self._grad_rows = [], [], [], [], []
         self._n_rows = 0
         self._row_src = []
+        self._flags = []
         self._repeats = 0
         self._pending.append(p)
         while len(self._pending) > _MAX_PENDING:
@@ -286,4 +293,4 @@ class DevicePipeline:
         if p.grad_rows:
             l2 = rows[p.grad_rows, _L2_COLUMN]
             grad_sq = float(np.sum(l2 * l2)) if np.all(np.isfinite(l2)) else math.nan
-        self._ship(p.step, rows, p.micros, p.ids, p.orders, grad_sq, p.scalars)
+        self._ship(p.step, rows, p.micros, p.ids, p.orders, grad_sq, p.scalars, p.flags)

@@ -409,11 +409,14 @@ class Monitor:
         else:
             self._ship(step, None, None, None, None, None, scalars)
 
-    def _ship(self, step, rows, micros, ids, orders, device_grad_sq, scalars):
+    def _ship(self, step, rows, micros, ids, orders, device_grad_sq, scalars, flags=None):
         """Hands one finished step to the agent: its rows, scalars, then EndStep."""
         agent = self._agent
         if rows is not None and len(rows):
-            agent.record_packed(step, micros, ids, orders, rows)
+            if flags is None:
+                agent.record_packed(step, micros, ids, orders, rows)
+            else:  # some rows repeat a tensor recorded before them (kStatRepeat)
+                agent.record_packed(step, micros, ids, orders, rows, flags)
         nan = math.nan
         grad_norm = scalars.get("grad_norm", nan)
         micro_steps = int(scalars.get("micro_steps", 1))

@@ -81,6 +81,7 @@ py::dict CountersToDict(const PyAgent& a) {
 
 using U32Array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>;
 using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
 
 // torch's sizes and strides as a HostLayout; false if they cannot be read in place.
 bool ToLayout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
@@ -100,6 +101,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEFAULT_SKETCH_K") = kDefaultSketchK;
   m.attr("MAX_SKETCH_K") = kMaxSketchK;
   m.attr("HIST_BINS") = kHistBins;
+  m.attr("STAT_REPEAT") = kStatRepeat;  // record_packed flags: this row repeats an earlier one
   m.attr("PACKED_FIXED_COLUMNS") = static_cast<int>(kPackedFixed);
   m.attr("PACKED_FIXED_FIELDS") =
       py::make_tuple("numel", "min", "max", "mean", "std", "l2", "absmax", "nan", "inf",
@@ -323,10 +325,11 @@ PYBIND11_MODULE(_core, m) {
            py::arg("as_last") = false)
       // One call per step: row i of `rows` ([n, 13 + sketch_k + hist_bins] float64,
       // the layout of lockstep._torch_stats) is tensor ids[i] at micro step micros[i]
-      // with order orders[i]. Returns how many records were accepted.
+      // with order orders[i]; flags (optional, uint8 [n]) marks rows that repeat a
+      // tensor recorded before them (kStatRepeat). Returns how many were accepted.
       .def("record_packed",
            [](PyAgent& a, uint64_t step, U32Array micros, U32Array ids, U32Array orders,
-              F64Array rows) -> size_t {
+              F64Array rows, py::object flags) -> size_t {
              if (rows.ndim() != 2) return 0;
              size_t n = static_cast<size_t>(rows.shape(0));
              size_t cols = static_cast<size_t>(rows.shape(1));
@@ -335,15 +338,22 @@ PYBIND11_MODULE(_core, m) {
                  micros.size() != static_cast<py::ssize_t>(n)) {
                return 0;
              }
+             U8Array flag_array;
+             const uint8_t* f_ptr = nullptr;
+             if (!flags.is_none()) {
+               flag_array = py::cast<U8Array>(flags);
+               if (flag_array.size() != static_cast<py::ssize_t>(n)) return 0;
+               f_ptr = flag_array.data();
+             }
              const uint32_t* m_ptr = micros.data();
              const uint32_t* i_ptr = ids.data();
              const uint32_t* o_ptr = orders.data();
              const double* r_ptr = rows.data();
              py::gil_scoped_release release;
-             return a.RecordPacked(step, m_ptr, i_ptr, o_ptr, r_ptr, n, cols);
+             return a.RecordPacked(step, m_ptr, i_ptr, o_ptr, r_ptr, n, cols, f_ptr);
            },
            py::arg("step"), py::arg("micros"), py::arg("ids"), py::arg("orders"),
-           py::arg("rows"))
+           py::arg("rows"), py::arg("flags") = py::none())
       .def("record_scalars",
            [](PyAgent& a, uint64_t step, double loss, double lr, double grad_norm,
               double loss_scale, double step_time_s, uint32_t micro_steps, uint64_t samples,

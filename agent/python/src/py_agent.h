@@ -87,7 +87,7 @@ class PyAgent {
   // Returns how many were accepted.
   size_t RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
                       const uint32_t* orders, const double* rows, size_t n,
-                      size_t cols) noexcept;
+                      size_t cols, const uint8_t* flags = nullptr) noexcept;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept;
   bool EndStep(uint64_t step) noexcept;
   bool Flush(std::chrono::milliseconds timeout) noexcept;
