@@ -223,11 +223,11 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
 TEST(InspectCli, MissingFileAndNotALogAreOneLine) {
   testing::TempDir dir;
   Result r = RunLockstep(dir, {"inspect", dir / "nope.lslog"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 3);  // cli/exit_codes.h: input data error
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
   { std::ofstream(dir / "text.lslog") << "hello world, not a log"; }
   r = RunLockstep(dir, {"inspect", dir / "text.lslog"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 3);
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
   EXPECT_NE(r.err.find("not a lockstep run log"), std::string::npos) << r.err;
   r = RunLockstep(dir, {"inspect"});

@@ -88,7 +88,7 @@ TEST(CompareCommand, CriticalDivergenceExitsOneAndNamesTheTensor) {
   auto d = Dir();
   auto a = WriteRun(d, "gpu", wire::Role::Solo, 30, 12, 1.0);
   auto b = WriteRun(d, "npu", wire::Role::Solo, 25, 12, 1.1);  // roles ignored; shorter candidate
-  EXPECT_EQ(Compare({a, b, "--json", "--alerts-file", d + "/alerts.jsonl"}), cli::kExitFailure);
+  EXPECT_EQ(Compare({a, b, "--json", "--alerts-file", d + "/alerts.jsonl"}), cli::kExitFinding);
   std::string alerts = ReadAll(d + "/alerts.jsonl");
   EXPECT_NE(alerts.find("\"rule\":\"first_divergence\""), std::string::npos) << alerts;
   EXPECT_NE(alerts.find("\"tensor\":\"blk.1\""), std::string::npos);
@@ -102,7 +102,7 @@ TEST(CompareCommand, UsageErrorsExitTwo) {
   auto d = Dir();
   auto a = WriteRun(d, "gpu", wire::Role::Baseline, 3, 0, 1.0);
   EXPECT_EQ(Compare({a}), cli::kExitUsage);
-  EXPECT_EQ(Compare({a, d + "/missing.lslog"}), cli::kExitUsage);
+  EXPECT_EQ(Compare({a, d + "/missing.lslog"}), cli::kExitBadInput);
   EXPECT_EQ(Compare({a, a, "--no-such-flag"}), cli::kExitUsage);
   EXPECT_EQ(Compare({a, a, "--name-map", d + "/missing-map.txt"}), cli::kExitUsage);
 }

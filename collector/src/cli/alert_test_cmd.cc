@@ -79,7 +79,7 @@ int AlertTestCommand(int argc, const char* const* argv) {
     failed += r.delivered ? 0 : 1;
   }
   std::printf("%zu of %zu sink(s) delivered the test alert\n", results->size() - failed, results->size());
-  return failed == 0 ? kExitOk : kExitFailure;
+  return failed == 0 ? kExitOk : kExitRuntime;
 }
 
 }  // namespace lockstep::cli

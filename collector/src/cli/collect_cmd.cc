@@ -259,7 +259,7 @@ int CollectCommand(int argc, const char* const* argv) {
   if (!c.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
     bool usage = c.status().IsInvalidArgument() || c.status().code() == Status::Code::kIOError;
-    return usage ? kExitUsage : kExitFailure;
+    return usage ? kExitUsage : kExitRuntime;
   }
   Collector& col = **c;
   auto dispatcher = alerting::Dispatcher::Create(*alert_opts);
@@ -376,7 +376,7 @@ int CollectCommand(int argc, const char* const* argv) {
   s = col.Start();
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
-    return kExitFailure;
+    return kExitRuntime;
   }
   std::string eps;
   for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
@@ -416,7 +416,7 @@ int CollectCommand(int argc, const char* const* argv) {
     Status h = col.health();
     if (!h.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", h.message().c_str());
-      return kExitFailure;
+      return kExitRuntime;
     }
     // Hand freed heap back to the kernel every 10 s. A burst of messages (every
     // agent's step at once, or a moment without CPU) is allocated by ZeroMQ's I/O
@@ -440,7 +440,7 @@ int CollectCommand(int argc, const char* const* argv) {
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   if (!s.ok()) {
     spdlog::error("{}", s.message());
-    return kExitFailure;
+    return kExitRuntime;
   }
   return kExitOk;
 }

@@ -180,8 +180,7 @@ int CompareCommand(int argc, const char* const* argv) {
   AnalyzerOptions opt;
   FlagSet fs("compare", "compare BASELINE.lslog CANDIDATE.lslog [FLAGS]",
              "Aligns two recorded run logs step by step and tensor by tensor, runs every detector, and prints the "
-             "first divergence and a per-tensor table. Exit status: 0 no critical finding, 1 a critical "
-             "divergence (or NaN/overflow), 2 usage error.");
+             "first divergence and a per-tensor table.");
   fs.Bool("json", &json, "print one JSON object instead of the table");
   fs.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
   fs.String("alerts-file", &alerts_file, "also write every alert as one JSON line to FILE", "FILE");
@@ -224,7 +223,7 @@ int CompareCommand(int argc, const char* const* argv) {
   auto cand_id = RunIdOf(path_b);
   if (!cand_id.ok()) {
     std::fprintf(stderr, "lockstep compare: %s\n", cand_id.status().message().c_str());
-    return kExitUsage;
+    return kExitBadInput;
   }
 
   std::vector<alerting::Alert> alerts;
@@ -236,14 +235,14 @@ int CompareCommand(int argc, const char* const* argv) {
   auto base_id = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true);
   if (!base_id.ok()) {
     std::fprintf(stderr, "lockstep compare: %s\n", base_id.status().message().c_str());
-    return kExitUsage;
+    return kExitBadInput;
   }
 
   auto reader = LogReader::Open(path_b);
   if (!reader.ok()) {
     std::fprintf(stderr, "lockstep compare: cannot open run log '%s': %s\n", path_b.c_str(),
                  reader.status().message().c_str());
-    return kExitUsage;
+    return kExitBadInput;
   }
   LogReader::Record rec;
   uint64_t bad = 0;
@@ -268,14 +267,14 @@ int CompareCommand(int argc, const char* const* argv) {
   const bool critical = an.emitter().count(alerting::Severity::kCritical) > 0;
   if (reports.empty()) {
     std::fprintf(stderr, "lockstep compare: the logs could not be paired\n");
-    return kExitFailure;
+    return kExitBadInput;
   }
   if (json) {
     PrintJson(reports.front(), alerts, critical);
   } else {
     PrintText(reports.front(), path_a, path_b, alerts, an.emitter());
   }
-  return critical ? kExitFailure : kExitOk;
+  return critical ? kExitFinding : kExitOk;
 }
 
 }  // namespace lockstep::cli

@@ -1,5 +1,7 @@
 #include "cli/flags.h"
 
+#include "cli/exit_codes.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -260,6 +262,7 @@ std::string FlagSet::Help() const {
     o << "\n";
   }
   o << "  --help                    show this help\n";
+  o << "\n" << kExitCodesHelp;
   return o.str();
 }
 

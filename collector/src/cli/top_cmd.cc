@@ -45,7 +45,10 @@ int TopCommand(int argc, const char* const* argv) {
   opt.once_timeout_ms = static_cast<int64_t>(timeout_s * 1000);
   opt.unreachable_after_ms = static_cast<int64_t>(unreachable_s * 1000);
   opt.monochrome = no_color || std::getenv("NO_COLOR") != nullptr;
-  return once ? collector::view::RunTopOnce(opt) : collector::view::RunTop(opt);
+  // The view returns 0 ok, 1 no snapshot / no terminal, 2 a bad endpoint: mapped onto
+  // the convention of cli/exit_codes.h.
+  const int rc = once ? collector::view::RunTopOnce(opt) : collector::view::RunTop(opt);
+  return rc == 0 ? kExitOk : rc == 2 ? kExitUsage : kExitRuntime;
 }
 
 }  // namespace lockstep::cli
