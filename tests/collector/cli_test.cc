@@ -112,6 +112,34 @@ TEST(CollectCli, UnwritableDataDirIsOneLineAndExit2) {
   EXPECT_NE(r.err.find("plainfile/d"), std::string::npos) << r.err;
 }
 
+// An alert sink that cannot be set up is one sentence and exit 2, never a crash (the
+// half-built sink worker once called Abort() on a null transport: exit 139).
+TEST(CollectCli, AlertSinkThatCannotBeSetUpIsOneLineAndExit2) {
+  testing::TempDir dir;
+  { std::ofstream(dir / "plainfile") << "x"; }
+  { std::ofstream(dir / "garbage.pem") << "not a certificate\n"; }
+  fs::create_directories(dir / "alerts-dir");
+  struct Case {
+    std::vector<std::string> flags;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{"--alerts-file", dir / "alerts-dir"}, "is a directory"},
+      // Below a regular file: no directory can be made there, also for root.
+      {{"--alerts-file", dir / "plainfile/alerts.jsonl"}, "plainfile/alerts.jsonl"},
+      {{"--alert-ca-file", dir / "garbage.pem", "--webhook", "https://127.0.0.1:9/h"}, "garbage.pem"},
+      {{"--alert-ca-file", dir / "plainfile/nope.pem", "--webhook", "https://127.0.0.1:9/h"}, "nope.pem"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"collect", "--listen", "tcp://127.0.0.1:*", "--data-dir", dir / "d"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    Result r = RunLockstep(dir, args);
+    EXPECT_EQ(r.code, 2) << c.flags[0] << " " << c.flags[1] << ": " << r.err;
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << r.err;
+  }
+}
+
 TEST(KeygenCli, WritesAKeyPairRefusesToOverwriteAndCollectReadsIt) {
   testing::TempDir dir;
   Result r = RunLockstep(dir, {"keygen", dir / "col"});
