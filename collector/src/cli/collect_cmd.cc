@@ -182,6 +182,9 @@ int CollectCommand(int argc, const char* const* argv) {
   collector::AddRuleFlags(&flags, &an_opt.rules);
   AlertingFlags alert_flags;
   RegisterAlertingFlags(&flags, &alert_flags);
+  flags.Range("fsync-interval-ms", 0, 86400e3);
+  flags.Range("status-interval-s", 0, 366 * 86400.0);
+  flags.Range("max-buffered-steps", 1, 1e6);
 
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Usage(s.message());

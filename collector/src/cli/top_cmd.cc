@@ -24,6 +24,8 @@ int TopCommand(int argc, const char* const* argv) {
   flags.Double("unreachable-after-s", &unreachable_s,
                "say the collector is not reachable after this long without a snapshot", "S");
   flags.Bool("no-color", &no_color, "monochrome, even on a colour terminal");
+  flags.Range("timeout-s", 0, 366 * 86400.0);
+  flags.Range("unreachable-after-s", 0, 366 * 86400.0);
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep top: %s\n", s.message().c_str());
