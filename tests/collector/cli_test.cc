@@ -262,5 +262,23 @@ TEST(InspectCli, MissingFileAndNotALogAreOneLine) {
   EXPECT_EQ(r.code, 2);
 }
 
+// A directory where a run log belongs says so and names the logs it holds (it once
+// read as "empty log"); exit 3, the input-data code of cli/exit_codes.h.
+TEST(CompareCli, DirectoryForALogNamesTheLogsInIt) {
+  testing::TempDir dir;
+  fs::create_directories(dir / "data");
+  { std::ofstream(dir / "data/gpu-run.lslog") << "x"; }
+  for (const std::string cmd : {"compare", "inspect"}) {
+    std::vector<std::string> args = {cmd, dir / "data"};
+    if (cmd == "compare") args.push_back(dir / "data");
+    Result r = RunLockstep(dir, args);
+    EXPECT_EQ(r.code, 3) << cmd << ": " << r.err;
+    ASSERT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("is a directory, not a run log"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("data/gpu-run.lslog"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("empty"), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

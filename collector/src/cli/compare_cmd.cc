@@ -39,7 +39,7 @@ std::string G(double x, const char* fmt = "%.4g") {
 // The run id of a log (from its first Hello), or a one-sentence error.
 StatusOr<std::string> RunIdOf(const std::string& path) {
   auto r = LogReader::Open(path);
-  if (!r.ok()) return Status::InvalidArgument("cannot open run log '" + path + "': " + r.status().message());
+  if (!r.ok()) return r.status();  // names the path and the reason (a directory: its run logs)
   LogReader::Record rec;
   while ((*r)->Next(&rec) == LogReader::Result::kRecord) {
     auto env = LogReader::Envelope(rec);
