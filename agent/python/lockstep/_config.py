@@ -111,7 +111,18 @@ def _range_text(typ, bounds):
 
 def _convert(name, value, from_env):
     """The option's value as its type, checked; ValueError naming ``name`` (or its
-    LOCKSTEP_ variable), the value and what is accepted."""
+    LOCKSTEP_ variable), the value and what is accepted, whatever the value's own
+    methods raise."""
+    try:
+        return _convert_unguarded(name, value, from_env)
+    except ValueError:
+        raise
+    except Exception as e:  # pylint: disable=broad-except  (a hostile __fspath__, strip, ...)
+        raise _bad("LOCKSTEP_" + name.upper() if from_env else name, value,
+                   "reading it raised %s" % type(e).__name__) from None
+
+
+def _convert_unguarded(name, value, from_env):
     typ, _, bounds = OPTIONS[name]
     source = "LOCKSTEP_" + name.upper() if from_env else name
     if typ is str:
@@ -121,10 +132,9 @@ def _convert(name, value, from_env):
             raise _bad(source, value, "it holds a NUL character")
         return value
     if typ == "path":
-        try:
-            value = os.fspath(value)
-        except TypeError:
-            raise _bad(source, value, "give a string or a path (got %s)" % type(value).__name__) from None
+        if not isinstance(value, (str, os.PathLike)):
+            raise _bad(source, value, "give a string or a path (got %s)" % type(value).__name__)
+        value = os.fspath(value)
         if not isinstance(value, str) or "\x00" in value:
             raise _bad(source, value, "give a string or a path")
         return value
