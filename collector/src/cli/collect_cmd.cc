@@ -47,7 +47,7 @@ using collector::Collector;
 using collector::CollectorOptions;
 
 int Usage(const std::string& msg) {
-  std::fprintf(stderr, "lockstep collect: %s\n", msg.c_str());
+  std::fprintf(stderr, "lockstep collect: %s\n", OneLine(msg).c_str());
   return kExitUsage;
 }
 
@@ -260,7 +260,7 @@ int CollectCommand(int argc, const char* const* argv) {
   };
   auto c = Collector::Create(std::move(opts));
   if (!c.ok()) {
-    std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
+    std::fprintf(stderr, "lockstep collect: %s\n", OneLine(c.status().message()).c_str());
     bool usage = c.status().IsInvalidArgument() || c.status().code() == Status::Code::kIOError;
     return usage ? kExitUsage : kExitRuntime;
   }

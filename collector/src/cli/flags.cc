@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -67,6 +68,27 @@ std::string Number(double x) {
 
 }  // namespace
 
+std::string OneLine(const std::string& text, size_t max) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (out.size() > max && max >= 40) {
+    out = out.substr(0, max - 30) + "...(" + std::to_string(text.size()) + " chars)..." + out.substr(out.size() - 8);
+  }
+  return out;
+}
+
 FlagSet::FlagSet(std::string command, std::string usage, std::string summary)
     : command_(std::move(command)), usage_(std::move(usage)), summary_(std::move(summary)) {
   String("config", &config_path_,
@@ -119,14 +141,14 @@ bool FlagSet::WasSet(const std::string& name) const {
 Status FlagSet::Assign(Flag* f, const std::string& value, const std::string& origin) {
   auto bad = [&](const char* what) {
     return Status::InvalidArgument(origin + ": --" + f->name + " expects " + what + ", got '" +
-                                   value + "'");
+                                   OneLine(value, 80) + "'");
   };
   auto range = [&](double x) -> Status {
     if (x >= f->lo && x <= f->hi) return Status::OK();
     std::string want = f->hi >= 1e300 ? (f->lo == 0 ? "must not be negative"
                                                     : "must be at least " + Number(f->lo))
                                       : "must be from " + Number(f->lo) + " to " + Number(f->hi);
-    return Status::InvalidArgument(origin + ": --" + f->name + " " + want + ", got '" + value + "'");
+    return Status::InvalidArgument(origin + ": --" + f->name + " " + want + ", got '" + OneLine(value, 80) + "'");
   };
   switch (f->type) {
     case Type::kString:

@@ -20,6 +20,10 @@
 
 namespace lockstep::cli {
 
+// `text` safe for a one-line message: control characters escaped (\n, \x01), at most
+// `max` characters (the middle elided, the length said).
+std::string OneLine(const std::string& text, size_t max = 400);
+
 class FlagSet {
  public:
   // `command` is e.g. "collect"; `usage` the synopsis after "lockstep "; `summary`

@@ -27,7 +27,7 @@ int InspectCommand(int argc, const char* const* argv) {
   flags.Bool("summary", &summary, "print one summary object per (run, rank) instead of records");
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep inspect: %s\n", s.message().c_str());
+    std::fprintf(stderr, "lockstep inspect: %s\n", OneLine(s.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {

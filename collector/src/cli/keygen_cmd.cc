@@ -21,7 +21,7 @@ int KeygenCommand(int argc, const char* const* argv) {
   flags.Bool("force", &force, "overwrite NAME.key and NAME.pub if they exist");
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep keygen: %s\n", s.message().c_str());
+    std::fprintf(stderr, "lockstep keygen: %s\n", OneLine(s.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {

@@ -28,7 +28,7 @@ int TopCommand(int argc, const char* const* argv) {
   flags.Range("unreachable-after-s", 0, 366 * 86400.0);
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep top: %s\n", s.message().c_str());
+    std::fprintf(stderr, "lockstep top: %s\n", OneLine(s.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {
@@ -37,7 +37,7 @@ int TopCommand(int argc, const char* const* argv) {
   }
   if (!flags.positional().empty()) {
     std::fprintf(stderr, "lockstep top: unexpected argument '%s' (top takes only flags; see 'lockstep top --help')\n",
-                 flags.positional().front().c_str());
+                 OneLine(flags.positional().front(), 80).c_str());
     return kExitUsage;
   }
   if (!(timeout_s > 0) || !(unreachable_s > 0)) {
