@@ -264,6 +264,19 @@ TEST(InspectCli, MissingFileAndNotALogAreOneLine) {
 
 // A directory where a run log belongs says so and names the logs it holds (it once
 // read as "empty log"); exit 3, the input-data code of cli/exit_codes.h.
+TEST(CollectCli, UnreadableBaselineLogIsExit3) {
+  testing::TempDir dir;
+  fs::create_directories(dir / "logs");
+  Result r = RunLockstep(dir, {"collect", "--listen", "tcp://127.0.0.1:*", "--view-listen", "off",
+                               "--metrics-listen", "off", "--data-dir", dir / "d", "--baseline", dir / "logs"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("is a directory, not a run log"), std::string::npos) << r.err;
+  r = RunLockstep(dir, {"collect", "--listen", "tcp://127.0.0.1:*", "--view-listen", "off", "--metrics-listen",
+                        "off", "--data-dir", dir / "d", "--baseline", dir / "missing.lslog"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("missing.lslog"), std::string::npos) << r.err;
+}
+
 TEST(CompareCli, DirectoryForALogNamesTheLogsInIt) {
   testing::TempDir dir;
   fs::create_directories(dir / "data");

@@ -297,7 +297,10 @@ int CollectCommand(int argc, const char* const* argv) {
   });
   if (!baseline_log.empty()) {
     auto b = analyzer->AddBaselineLog(baseline_log);
-    if (!b.ok()) return Usage(b.status().message());
+    if (!b.ok()) {  // a run log that cannot be read: the input-data code
+      std::fprintf(stderr, "lockstep collect: %s\n", OneLine(b.status().message()).c_str());
+      return kExitBadInput;
+    }
   }
   collector::LiveAnalyzer live(std::move(analyzer));
   s = col.AddSink(&live);
