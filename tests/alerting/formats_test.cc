@@ -261,6 +261,15 @@ TEST(Redact, SecretsInUrlsNeverShowInFull) {
   EXPECT_EQ(RedactUrl("https://open.feishu.cn/open-apis/bot/v2/hook/0c5c1f8e-aaaa-bbbb-cccc-123456789abc"),
             "https://open.feishu.cn/open-apis/bot/v2/hook/0c5c***");
   EXPECT_EQ(RedactUrl("http://admin:hunter2@am:9093/api/v2/alerts"), "http://***@am:9093/api/v2/alerts");
+  // A malformed URL keeps what is needed to fix it (scheme, host, port), not its tokens.
+  EXPECT_EQ(RedactUrl("hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"),
+            "hooks.slack.com/services/T000/B000/XXXX***");
+  EXPECT_EQ(RedactUrl("htps://hooks.slack.com:99999/services/XXXXXXXXXXXXXXXXXXXXXXXX?key=abcdefghijkl"),
+            "htps://hooks.slack.com:99999/services/XXXX***?key=abcd***");
+  EXPECT_EQ(RedactUrl("https:/open.feishu.cn/hook/0c5c1f8e-aaaa-bbbb-cccc-123456789abc"),
+            "https:/open.feishu.cn/hook/0c5c***");
+  EXPECT_EQ(RedactUrl("am:9093/api/v2/alerts"), "am:9093/api/v2/alerts");
+  EXPECT_EQ(RedactUrl("xoxbSECRETTOKENVALUE0123"), "xoxb***");  // a bare token stays hidden
   EXPECT_EQ(RedactSecret("SECabcdefghijkl"), "SECa***");
   EXPECT_EQ(RedactSecret("short"), "***");
 }

@@ -188,7 +188,7 @@ def test_host_stats_thread_option_values():
     cores = _config.physical_cores()
     assert 1 <= cores <= len(os.sched_getaffinity(0))
     assert auto == (max(torch.get_num_threads(), _config.blas_threads()) < cores)
-    with pytest.warns(RuntimeWarning, match="host_stats_thread='sometimes' is not one of"):
+    with pytest.warns(RuntimeWarning, match="host_stats_thread='sometimes' is not valid: give one of auto, on, off"):
         mon = lockstep.Monitor(run="x", endpoint="tcp://127.0.0.1:9",
                                host_stats_thread="sometimes")
     assert not mon.enabled

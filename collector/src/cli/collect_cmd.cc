@@ -48,7 +48,7 @@ using collector::Collector;
 using collector::CollectorOptions;
 
 int Usage(const std::string& msg) {
-  std::fprintf(stderr, "lockstep collect: %s\n", msg.c_str());
+  std::fprintf(stderr, "lockstep collect: %s\n", OneLine(msg).c_str());
   return kExitUsage;
 }
 
@@ -183,6 +183,9 @@ int CollectCommand(int argc, const char* const* argv) {
   collector::AddRuleFlags(&flags, &an_opt.rules);
   AlertingFlags alert_flags;
   RegisterAlertingFlags(&flags, &alert_flags);
+  flags.Range("fsync-interval-ms", 0, 86400e3);
+  flags.Range("status-interval-s", 0, 366 * 86400.0);
+  flags.Range("max-buffered-steps", 1, 1e6);
 
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Usage(s.message());
@@ -262,9 +265,9 @@ int CollectCommand(int argc, const char* const* argv) {
   };
   auto c = Collector::Create(std::move(opts));
   if (!c.ok()) {
-    std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
+    std::fprintf(stderr, "lockstep collect: %s\n", OneLine(c.status().message()).c_str());
     bool usage = c.status().IsInvalidArgument() || c.status().code() == Status::Code::kIOError;
-    return usage ? kExitUsage : kExitFailure;
+    return usage ? kExitUsage : kExitRuntime;
   }
   Collector& col = **c;
   auto dispatcher = alerting::Dispatcher::Create(*alert_opts);
@@ -299,7 +302,10 @@ int CollectCommand(int argc, const char* const* argv) {
   });
   if (!baseline_log.empty()) {
     auto b = analyzer->AddBaselineLog(baseline_log);
-    if (!b.ok()) return Usage(b.status().message());
+    if (!b.ok()) {  // a run log that cannot be read: the input-data code
+      std::fprintf(stderr, "lockstep collect: %s\n", OneLine(b.status().message()).c_str());
+      return kExitBadInput;
+    }
   }
   collector::LiveAnalyzer live(std::move(analyzer));
   collector::SettingsRecorder settings_recorder(data_dir, std::move(settings));
@@ -383,7 +389,7 @@ int CollectCommand(int argc, const char* const* argv) {
   s = col.Start();
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
-    return kExitFailure;
+    return kExitRuntime;
   }
   std::string eps;
   for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
@@ -423,7 +429,7 @@ int CollectCommand(int argc, const char* const* argv) {
     Status h = col.health();
     if (!h.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", h.message().c_str());
-      return kExitFailure;
+      return kExitRuntime;
     }
     // Hand freed heap back to the kernel every 10 s. A burst of messages (every
     // agent's step at once, or a moment without CPU) is allocated by ZeroMQ's I/O
@@ -447,7 +453,7 @@ int CollectCommand(int argc, const char* const* argv) {
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   if (!s.ok()) {
     spdlog::error("{}", s.message());
-    return kExitFailure;
+    return kExitRuntime;
   }
   return kExitOk;
 }

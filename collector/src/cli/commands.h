@@ -7,8 +7,6 @@
 
 namespace lockstep::cli {
 
-inline constexpr int kExitFailure = 1;  // = kExitFinding, the name the other commands still use
-
 int CollectCommand(int argc, const char* const* argv);  // collect_cmd.cc
 int InspectCommand(int argc, const char* const* argv);  // inspect_cmd.cc
 int CompareCommand(int argc, const char* const* argv);  // compare_cmd.cc

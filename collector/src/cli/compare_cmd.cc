@@ -53,7 +53,7 @@ std::string G(double x, const char* fmt = "%.4g") {
 // The run id of a log (from its first Hello), or a one-sentence error.
 StatusOr<std::string> RunIdOf(const std::string& path) {
   auto r = LogReader::Open(path);
-  if (!r.ok()) return Status::InvalidArgument("cannot open run log '" + path + "': " + r.status().message());
+  if (!r.ok()) return r.status();  // names the path and the reason (a directory: its run logs)
   LogReader::Record rec;
   while ((*r)->Next(&rec) == LogReader::Result::kRecord) {
     auto env = LogReader::Envelope(rec);
@@ -283,10 +283,9 @@ int CompareCommand(int argc, const char* const* argv) {
              "verdict of five lines (first divergence, first NaN/Inf and its producer, loss gap, steps compared of "
              "steps expected), then the settings used, the first divergence and a per-tensor table. The detection "
              "settings lockstep collect recorded next to the logs (<run>.settings.toml) are used unless a flag "
-             "overrides them. As a CI gate it exits 0 when the runs agree, 1 on a critical divergence (or "
-             "NaN/overflow), 2 on a usage error, 3 when a log is unreadable, corrupt or truncated, 5 when under "
-             "90 % of the expected steps were compared, 6 when the runs share under half their tensor names "
-             "(they do not look like the same model); the first that applies of 3, 6, 5, 1.");
+             "overrides them. As a CI gate it exits with the first that applies of 3 (a log unreadable, corrupt "
+             "or truncated), 6 (the runs share under half their tensor names: not the same model), 5 (under 90 % "
+             "of the expected steps compared), 1 (a critical divergence, NaN or overflow), else 0.");
   fs.Bool("json", &json, "print one JSON object instead of the table");
   fs.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
   fs.String("alerts-file", &alerts_file, "also write every alert as one JSON line to FILE", "FILE");

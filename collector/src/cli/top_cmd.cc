@@ -26,9 +26,11 @@ int TopCommand(int argc, const char* const* argv) {
   flags.Bool("no-color", &no_color, "monochrome, even on a colour terminal");
   int64_t width = 100;
   flags.Int("width", &width, "--once: line width in columns, 60 to 1000 (e.g. 80 for an 80x24 terminal)", "COLS");
+  flags.Range("timeout-s", 0, 366 * 86400.0);
+  flags.Range("unreachable-after-s", 0, 366 * 86400.0);
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep top: %s\n", s.message().c_str());
+    std::fprintf(stderr, "lockstep top: %s\n", OneLine(s.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {
@@ -37,7 +39,7 @@ int TopCommand(int argc, const char* const* argv) {
   }
   if (!flags.positional().empty()) {
     std::fprintf(stderr, "lockstep top: unexpected argument '%s' (top takes only flags; see 'lockstep top --help')\n",
-                 flags.positional().front().c_str());
+                 OneLine(flags.positional().front(), 80).c_str());
     return kExitUsage;
   }
   if (!(timeout_s > 0) || !(unreachable_s > 0)) {
@@ -52,7 +54,10 @@ int TopCommand(int argc, const char* const* argv) {
   opt.once_timeout_ms = static_cast<int64_t>(timeout_s * 1000);
   opt.unreachable_after_ms = static_cast<int64_t>(unreachable_s * 1000);
   opt.monochrome = no_color || std::getenv("NO_COLOR") != nullptr;
-  return once ? collector::view::RunTopOnce(opt) : collector::view::RunTop(opt);
+  // The view returns 0 ok, 1 no snapshot / no terminal, 2 a bad endpoint: mapped onto
+  // the convention of cli/exit_codes.h.
+  const int rc = once ? collector::view::RunTopOnce(opt) : collector::view::RunTop(opt);
+  return rc == 0 ? kExitOk : rc == 2 ? kExitUsage : kExitRuntime;
 }
 
 }  // namespace lockstep::cli
