@@ -103,6 +103,12 @@ def main():
             print("Look again:        " + f"{args.lockstep} compare {base[0]} {cand[0]}")
             print("                   " + f"{args.lockstep} inspect {cand[0]} | head")
             print("                   " + offline_answer(args.lockstep, base[0], cand[0], fd))
+            # The HTML report of the two runs (docs/report.md): one self-contained page.
+            page = os.path.join(d, "report.html")
+            rep = subprocess.run([args.lockstep, "report", base[0], cand[0], "-o", page],
+                                 capture_output=True, text=True, check=False)
+            print("Report:            " + (f"{page}  (open it in a browser)" if rep.returncode == 0
+                                           else "not written: " + rep.stderr.strip()))
     if args.injected and not named:
         return 1
     return 0
