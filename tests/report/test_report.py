@@ -14,6 +14,8 @@ import os
 import pathlib
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -86,6 +88,13 @@ def test_report_page_in_a_browser(pair):
             for (let i = 0; i < d.length; i += 4) if (!(d[i] === 255 && d[i+1] === 255 && d[i+2] === 255)) n++;
             return [n, c.width, c.height]; })()""")
         assert drawn[0] > 0.3 * drawn[1] * drawn[2] * 0.5, drawn
+        # The last tensor (drifting) is red at the last step, not at the first.
+        corner = b.eval("""(() => { const c = document.getElementById('heatmap'), x = c.getContext('2d');
+            const lw = +c.dataset.lw, cw = +c.dataset.cw, rh = +c.dataset.rh, rows = D.rows.length, cols = D.ds.cols;
+            const px = (col) => Array.from(x.getImageData(lw + col * cw + 1, (rows - 1) * rh + 1, 1, 1).data);
+            return [px(0), px(cols - 1)]; })()""")
+        assert corner[1][0] > 150 and corner[1][1] < 120, corner
+        assert not (corner[0][0] > 150 and corner[0][1] < 120), corner
         # Curves: both runs' loss and step time, each path with many points.
         paths = b.eval("[...document.querySelectorAll('#curves path.series')].map(p => (p.getAttribute('d').match(/L/g) || []).length)")
         assert len(paths) >= 6 and min(paths[:2]) >= 50, paths
@@ -155,3 +164,49 @@ def test_large_pair_is_small_and_fast(tmp_path):
     print("1000 steps x 500 tensors: report written in %.2f s, %.2f MB, opened and drawn by chromium in %.2f s"
           % (gen_s, size / 1e6, secs))
     assert secs < 10, secs
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read().decode("utf-8")
+
+
+def test_live_report_from_the_collector(tmp_path):
+    with Collector(tmp_path, metrics=True) as col:
+        assert col.http and col.http.startswith("127.0.0.1:"), col.http  # loopback by default
+        base = "http://" + col.http
+        status, _, index = get(base + "/")
+        assert status == 200 and "No experiment has a compared pair yet" in index, index
+        col.run_pair("live", tensors=16, steps=40, drift_after=20)
+        col.wait_goodbye(["live-base", "live-cand"])
+        status, _, index = get(base + "/")
+        assert '<a href="/report?experiment=live">live</a>' in index, index
+        status, ctype, data = get(base + "/report.json?experiment=live")
+        assert ctype.startswith("application/json")
+        d = json.loads(data)
+        assert d["live"] and d["summary"]["steps_compared"] >= 39 and d["first_divergence"]["step"] == 20, data[:1500]
+        assert len(d["rows"]) == 16 and d["ds"]["cols"] == 40
+        status, ctype, page = get(base + "/report?experiment=live&refresh=1")
+        assert ctype.startswith("text/html") and "connect-src 'self'" in page
+        assert '"url":"/report.json?experiment=live","every_s":1' in page
+        with pytest.raises(urllib.error.HTTPError) as e:
+            get(base + "/report.json?experiment=nope")
+        assert e.value.code == 404
+        assert "lockstep_build_info" in get(base + "/metrics")[2]
+        exe = chromium_or_skip()
+        with Browser(exe) as b:
+            url = base + "/report?experiment=live&refresh=1"
+            b.navigate(url)
+            deadline = time.monotonic() + 20
+            while b.eval("document.body.dataset.ready || ''") != "1":
+                assert time.monotonic() < deadline, b.console_errors()
+                time.sleep(0.02)
+            assert "live, refreshed every 1 s" in b.eval("document.getElementById('livebadge').innerText")
+            # It fetches its data again (and only from the collector).
+            deadline = time.monotonic() + 10
+            while not [u for u in b.requests() if "/report.json" in u]:
+                assert time.monotonic() < deadline, b.requests()
+                b.eval("1")  # pumps the event stream
+                time.sleep(0.1)
+            assert all(u.startswith(base + "/") for u in b.requests()), b.requests()
+            assert b.console_errors() == []

@@ -117,7 +117,7 @@ int ReportCommand(int argc, const char* const* argv) {
   spdlog::set_level(spdlog::level::warn);
   std::string output, data_dir, experiment, name_map;
   bool default_settings = false;
-  int64_t max_cols = 240, max_tensors = 2000, max_buffered = 64;
+  int64_t max_cols = 400, max_tensors = 2000, max_buffered = 64;
   collector::AnalyzerOptions opt;
   FlagSet fs("report", "report BASELINE.lslog CANDIDATE.lslog -o REPORT.html [FLAGS]\n"
                        "       lockstep report --data-dir DIR --experiment NAME -o REPORT.html",

@@ -1,9 +1,11 @@
 #include "report/live_report.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 
 #include "detect/compare_gate.h"
 #include "detect/live_analyzer.h"
@@ -131,7 +133,14 @@ bool ServeLiveReport(const LiveReportSources& src, std::string_view target, std:
                       "closed a step). This page refreshes itself.</p>");
     return true;
   }
-  *body = ReportHtml(json, "/report.json?experiment=" + UrlEncode(exp), 5);
+  int every_s = 5;
+  try {
+    const std::string r = QueryValue(query, "refresh");
+    if (!r.empty()) every_s = std::clamp(std::stoi(r), 1, 3600);
+  } catch (const std::exception&) {
+    every_s = 5;  // not a number: the default
+  }
+  *body = ReportHtml(json, "/report.json?experiment=" + UrlEncode(exp), every_s);
   return true;
 }
 

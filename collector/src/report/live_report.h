@@ -2,7 +2,8 @@
 //
 //   GET /                          the experiments with a compared pair, one link each
 //   GET /report?experiment=NAME    the report page of NAME's first pair; it fetches
-//                                  /report.json?experiment=NAME every few seconds and redraws
+//                                  /report.json?experiment=NAME every 5 s (&refresh=N:
+//                                  every N s) and redraws
 //   GET /report.json?experiment=NAME  the page's data (docs/report.md)
 //
 // The data is what `lockstep report` shows, so far: the Analyzer's PairReport (one copy

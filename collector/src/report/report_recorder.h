@@ -35,7 +35,7 @@ namespace lockstep::collector {
 class JsonOut;
 
 struct ReportLimits {
-  uint32_t max_cols = 240;      // step columns of the heatmap per pair
+  uint32_t max_cols = 400;      // step columns of the heatmap per pair
   uint32_t max_tensors = 2000;  // heatmap rows per pair
   uint32_t max_points = 2000;   // points of each scalar curve
   uint32_t max_alerts = 2000;   // alerts kept per experiment
