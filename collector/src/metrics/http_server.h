@@ -31,10 +31,10 @@ namespace lockstep::collector::metrics {
 struct MetricsServerHandlers {
   std::function<std::string()> render;  // the /metrics body; required
   std::function<void()> tick;           // optional, every tick_period on the server thread
+  std::chrono::milliseconds tick_period{1000};
   // Optional: any other GET path (`target` with its query), e.g. the live report
   // (report/live_report.h). True: 200 with `body` of `content_type`; false: 404.
   std::function<bool(std::string_view target, std::string* content_type, std::string* body)> page;
-  std::chrono::milliseconds tick_period{1000};
 };
 
 class MetricsServer {
