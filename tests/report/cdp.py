@@ -6,6 +6,7 @@ attaches to it (flattened session) and records every Network.requestWillBeSent, 
 test can say that no request left the page.
 """
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -35,8 +36,13 @@ class Browser:
                 "--window-size=%d,%d" % (width, height), "about:blank"]
 
         def wire_fds():
-            os.dup2(to_child_r, 3)
-            os.dup2(from_child_w, 4)
+            # Via fds >= 10 first: either pipe end may itself be fd 3 or 4.
+            a = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 10)
+            b = fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+            os.set_inheritable(3, True)
+            os.set_inheritable(4, True)
 
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, preexec_fn=wire_fds, close_fds=False)
