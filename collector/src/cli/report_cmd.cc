@@ -248,9 +248,10 @@ int ReportCommand(int argc, const char* const* argv) {
   an.SetPairStepObserver([&recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
     recorder.OnPairStep(ctx, v);
   });
-  an.OverrideRun(cand_hello->run_id, exp, collector::RunRole::kCandidate);
+  // The baseline first, so the candidate finds it when its role is fixed.
   auto added = an.AddBaselineLog(path_a, exp, /*run_rules=*/true);
   if (!added.ok()) return fail(kExitBadInput, added.status().message());
+  an.OverrideRun(cand_hello->run_id, exp, collector::RunRole::kCandidate);
   auto reader = LogReader::Open(path_b);
   if (!reader.ok()) return fail(kExitBadInput, reader.status().message());
   collector::LogScan cand_scan;
