@@ -104,6 +104,9 @@ def test_report_page_in_a_browser(pair):
             c.scrollIntoView(); const r2 = c.getBoundingClientRect();
             const lw = +c.dataset.lw, cw = +c.dataset.cw, rh = +c.dataset.rh, rows = D.rows.length, cols = D.ds.cols;
             return [r2.left + lw + (cols - 1) * cw + cw / 2, r2.top + (rows - 1) * rh + rh / 2, D.rows[rows - 1][0]]; })()""")
+        b.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=pos[0], y=pos[1])
+        tip = b.eval("document.getElementById('tip').innerText")
+        assert pos[2] in tip and "step 59" in tip and "l2 candidate" in tip, tip  # hover: the numbers
         b.click(pos[0], pos[1])
         hist = b.eval("document.getElementById('history').innerText")
         assert pos[2] in hist and "drift" in hist, hist
