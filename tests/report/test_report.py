@@ -146,7 +146,7 @@ def test_report_from_data_dir_and_exit_codes(pair):
 
 def test_large_pair_is_small_and_fast(tmp_path):
     with Collector(tmp_path) as col:
-        base, cand = col.run_pair("big", tensors=500, steps=1000, drift_after=700)
+        base, cand = col.run_pair("big", tensors=500, steps=1000, drift_after=100)
         col.wait_goodbye(["big-base", "big-cand"])
     html = str(tmp_path / "big.html")
     t0 = time.monotonic()
