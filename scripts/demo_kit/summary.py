@@ -9,6 +9,7 @@ import collections
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -103,6 +104,22 @@ def main():
             print("Look again:        " + f"{args.lockstep} compare {base[0]} {cand[0]}")
             print("                   " + f"{args.lockstep} inspect {cand[0]} | head")
             print("                   " + offline_answer(args.lockstep, base[0], cand[0], fd))
+            # The HTML report of the two runs (docs/report.md): one self-contained page.
+            page = os.path.join(d, "report.html")
+            rep = subprocess.run([args.lockstep, "report", base[0], cand[0], "-o", page],
+                                 capture_output=True, text=True, check=False)
+            print("Report:            " + (f"{page}  (open it in a browser)" if rep.returncode == 0
+                                           else "not written: " + rep.stderr.strip()))
+            # In a terminal with a desktop, offer to open it (stdin is the alerts file: ask the tty).
+            opener = shutil.which("xdg-open")
+            if rep.returncode == 0 and opener and os.environ.get("DISPLAY") and sys.stdout.isatty():
+                try:
+                    with open("/dev/tty", encoding="utf-8") as tty:
+                        print("                   open it now? [y/N] ", end="", flush=True)
+                        if tty.readline().strip().lower() in ("y", "yes"):
+                            subprocess.Popen([opener, page], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                except OSError:
+                    pass
     if args.injected and not named:
         return 1
     return 0

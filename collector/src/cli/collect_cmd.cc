@@ -36,6 +36,8 @@
 #include "metrics/collector_metrics.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics_feed.h"
+#include "report/live_report.h"
+#include "report/report_recorder.h"
 #include "runlog/json_out.h"
 #include "runlog/log_format.h"
 #include "view/view_model.h"
@@ -275,6 +277,7 @@ int CollectCommand(int argc, const char* const* argv) {
   alerting::Dispatcher* disp = dispatcher->get();
   collector::ViewModel view_model;  // outlives the analyzer, which calls into it
   collector::metrics::MetricsFeed metrics_feed;  // step times and alert counts for /metrics
+  collector::ReportRecorder report_recorder;  // the live /report page's heatmap, curves and alerts
   // A restart replays the logs through the analysis first (below): alerts derived then
   // are marked `replayed` (each sink skips those its journal shows it handled before the
   // restart) and stamped with the replayed message's receive time.
@@ -283,7 +286,7 @@ int CollectCommand(int argc, const char* const* argv) {
   uint64_t replayed_alerts = 0;
   auto analyzer = std::make_unique<collector::Analyzer>(
       std::move(an_opt),
-      [disp, &view_model, &metrics_feed, &replaying, &replayed_alerts](alerting::Alert a) {
+      [disp, &view_model, &metrics_feed, &report_recorder, &replaying, &replayed_alerts](alerting::Alert a) {
         if (replaying.load(std::memory_order_relaxed)) {
           a.replayed = true;
           // The sinks' queues are bounded: a long history must not overflow them.
@@ -291,15 +294,18 @@ int CollectCommand(int argc, const char* const* argv) {
         }
         view_model.OnAlert(a);
         metrics_feed.OnAlert(a);
+        report_recorder.OnAlert(a);
         disp->Submit(std::move(a));
       },
       [&replay_now] {
         int64_t t = replay_now.load(std::memory_order_relaxed);
         return t != 0 ? t : WallNowNs();
       });
-  analyzer->SetPairStepObserver([&view_model](const collector::PairCtx& ctx, const collector::PairStepView& v) {
-    view_model.OnPairStep(ctx, v);
-  });
+  analyzer->SetPairStepObserver(
+      [&view_model, &report_recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
+        view_model.OnPairStep(ctx, v);
+        report_recorder.OnPairStep(ctx, v);
+      });
   if (!baseline_log.empty()) {
     auto b = analyzer->AddBaselineLog(baseline_log);
     if (!b.ok()) {  // a run log that cannot be read: the input-data code
@@ -342,10 +348,18 @@ int CollectCommand(int argc, const char* const* argv) {
   // /metrics: its own thread; reads counters and snapshots (docs/metrics.md).
   std::unique_ptr<collector::metrics::MetricsServer> metrics_server;
   if (!metrics_listen.empty() && metrics_listen != "off") {
-    auto m = collector::metrics::StartCollectorMetrics(metrics_listen, {&col, &live, disp, &metrics_feed});
+    // The live report (/ and /report?experiment=NAME) on the same port: docs/report.md.
+    collector::LiveReportSources report_src{&report_recorder, &live, std::string("lockstep ") + LOCKSTEP_VERSION + " collect",
+                                            "this collector's detection settings (" + data_dir + "/<run>.settings.toml)"};
+    auto m = collector::metrics::StartCollectorMetrics(
+        metrics_listen, {&col, &live, disp, &metrics_feed},
+        [report_src](std::string_view target, std::string* type, std::string* body) {
+          return collector::ServeLiveReport(report_src, target, type, body);
+        });
     if (m.ok()) {
       metrics_server = std::move(*m);
-      spdlog::info("Prometheus metrics at http://{}/metrics", metrics_server->address());
+      spdlog::info("Prometheus metrics at http://{}/metrics, the live report at http://{}/",
+                   metrics_server->address(), metrics_server->address());
     } else if (flags.WasSet("metrics-listen")) {
       return Usage(m.status().message());
     } else {

@@ -13,6 +13,7 @@ int CompareCommand(int argc, const char* const* argv);  // compare_cmd.cc
 int AlertTestCommand(int argc, const char* const* argv);  // alert_test_cmd.cc
 int TopCommand(int argc, const char* const* argv);  // top_cmd.cc
 int KeygenCommand(int argc, const char* const* argv);  // keygen_cmd.cc
+int ReportCommand(int argc, const char* const* argv);  // report_cmd.cc
 
 }  // namespace lockstep::cli
 
