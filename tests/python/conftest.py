@@ -95,6 +95,12 @@ def collector(tmp_path):
     stop_collector(c)
 
 
+
+def plain_stats(stats):
+    """A FakeAgent record's statistics without its repeat mark (kStatRepeat): a repeat
+    carries its producer's statistics, and the mark says which of the two it is."""
+    return {k: v for k, v in stats.items() if k != "repeat"}
+
 class FakeAgent:
     """Stands in for lockstep._core.Agent: keeps every call, computes host stats with
     the real kernel. Attribute `fail` makes every method raise (failure injection)."""

@@ -147,7 +147,7 @@ def test_device_path_computes_a_tensor_once_under_several_names(monkeypatch):
     child's output, and the root's output equal to the head's, are computed once per
     step and recorded under every name, as on the host path; a view in another element
     order and a tensor changed in place in between are computed again."""
-    from conftest import fake_monitor  # pylint: disable=import-outside-toplevel
+    from conftest import fake_monitor, plain_stats  # pylint: disable=import-outside-toplevel
     from lockstep import _torch_stats  # pylint: disable=import-outside-toplevel
     from torch import nn  # pylint: disable=import-outside-toplevel
 
@@ -208,13 +208,12 @@ def test_device_path_computes_a_tensor_once_under_several_names(monkeypatch):
     assert flagged == sorted((r["step"], r["name"], r["kind"]) for r in host.records
                              if r["stats"].get("repeat"))
     assert len(flagged) == 8
-
-    def plain(stats):
-        return {k: v for k, v in stats.items() if k != "repeat"}
     for step in (0, 1):
         for kind in ("act", "act_grad"):
-            assert plain(recs[(step, "<root>", kind)]) == recs[(step, "head", kind)]
-            assert plain(recs[(step, "block", kind)]) == recs[(step, "block.act", kind)]
+            assert plain_stats(recs[(step, "<root>", kind)]) == \
+                plain_stats(recs[(step, "head", kind)])
+            assert plain_stats(recs[(step, "block", kind)]) == \
+                plain_stats(recs[(step, "block.act", kind)])
             assert recs[(step, "<root>", kind)]["l2"] == pytest.approx(
                 hrecs[(step, "<root>", kind)]["l2"], rel=1e-5)
 
