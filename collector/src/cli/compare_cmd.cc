@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/offline_pair.h"
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
@@ -75,17 +75,8 @@ void PrintVerdict(const collector::GateVerdict& v, int exit_code) {
 }
 
 // The detection settings in use and where they came from (header of the text output).
-struct SettingsInfo {
-  std::string source;                  // one phrase: where the values came from
-  std::string file;                    // the settings file used ("" = none)
-  std::string recorded_version;        // its lockstep_version
-  std::vector<std::pair<std::string, std::string>> values;  // every rule flag, in use
-  std::vector<std::string> from_file, from_flags;           // names set by each
-  std::string name_map;                // "" none, else where the name map came from
-  std::vector<std::string> notes;      // e.g. the baseline's settings differ
-};
 
-void PrintSettings(const SettingsInfo& s) {
+void PrintSettings(const OfflineSettings& s) {
   std::printf("settings: %s\n", s.source.c_str());
   const auto defaults = collector::RuleFlagValues(collector::RulesConfig{});
   std::string changed;
@@ -102,7 +93,7 @@ void PrintSettings(const SettingsInfo& s) {
 
 void PrintText(const PairReport& r, const std::string& path_a, const std::string& path_b,
                const std::vector<alerting::Alert>& alerts, const collector::AlertEmitter& em,
-               const collector::GateVerdict& verdict, int exit_code, const SettingsInfo& settings) {
+               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings) {
   PrintVerdict(verdict, exit_code);
   std::printf("\n");
   std::printf("baseline  %s  (%s)\ncandidate %s  (%s)\n", r.baseline.c_str(), path_a.c_str(), r.candidate.c_str(),
@@ -163,7 +154,7 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
 }
 
 void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, bool critical,
-               const collector::GateVerdict& verdict, int exit_code, const SettingsInfo& settings) {
+               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings) {
   std::string s;
   JsonOut j(&s);
   j.BeginObject();
@@ -304,7 +295,7 @@ int CompareCommand(int argc, const char* const* argv) {
     return kExitOk;
   }
   auto fail = [](int code, const std::string& msg) {
-    std::fprintf(stderr, "lockstep compare: %s\n", msg.c_str());
+    std::fprintf(stderr, "lockstep compare: %s\n", OneLine(msg, 1000).c_str());  // one line, whatever a value holds
     return code;
   };
   if (!st.ok()) return fail(kExitUsage, st.message());
@@ -339,74 +330,11 @@ int CompareCommand(int argc, const char* const* argv) {
   }
 
   // Settings: recorded next to the candidate's log (else the baseline's), then the
-  // flags given here on top.
-  SettingsInfo si;
-  collector::RulesConfig rules = collector::RulesConfig{};
-  std::string recorded_map, recorded_map_origin;
-  if (default_settings) {
-    si.source = "the defaults (--default-settings: the recorded settings are ignored)";
-  } else {
-    std::vector<std::string> found;
-    for (const auto& log : {path_b, path_a}) {
-      std::string f = collector::SettingsPathForLog(log);
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(f, ec) &&
-          std::find(found.begin(), found.end(), f) == found.end()) {
-        found.push_back(f);
-      }
-    }
-    if (found.empty()) {
-      si.source = "the defaults (no settings file next to the logs)";
-    } else {
-      auto rec = collector::ReadSettingsFile(found[0], &si.notes);
-      if (!rec.ok()) {
-        std::string m = rec.status().message();
-        if (m.find("--default-settings") == std::string::npos) m += "; pass --default-settings to ignore it";
-        return fail(kExitBadInput, m);
-      }
-      si.file = found[0];
-      si.recorded_version = rec->lockstep_version;
-      si.source = "recorded by lockstep " + (rec->lockstep_version.empty() ? std::string("?") : rec->lockstep_version) +
-                  " collect in " + found[0] + " (--default-settings ignores them)";
-      rules = rec->rules;
-      recorded_map = rec->name_map;
-      recorded_map_origin = found[0];
-      if (found.size() > 1) {
-        std::vector<std::string> ignore;
-        auto other = collector::ReadSettingsFile(found[1], &ignore);
-        if (other.ok() && (collector::RuleFlagValues(other->rules) != collector::RuleFlagValues(rec->rules) ||
-                           other->name_map != rec->name_map)) {
-          si.notes.push_back("the baseline's settings (" + found[1] + ") differ; the candidate's are used");
-        }
-      }
-      const auto defaults = collector::RuleFlagValues(collector::RulesConfig{});
-      const auto recorded = collector::RuleFlagValues(rules);
-      for (size_t i = 0; i < recorded.size(); ++i) {
-        if (recorded[i] != defaults[i]) si.from_file.push_back(recorded[i].first);
-      }
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> given;
-  for (const auto& kv : collector::RuleFlagValues(opt.rules)) {
-    if (fs.WasSet(kv.first)) {
-      given.push_back(kv);
-      si.from_flags.push_back(kv.first);
-    }
-  }
-  st = collector::ApplyRuleFlagValues(given, "the command line", &rules);
-  if (!st.ok()) return fail(kExitUsage, st.message());
-  opt.rules = rules;
-  si.values = collector::RuleFlagValues(opt.rules);
-  if (!name_map.empty()) {
-    auto c = collector::NameCanonicalizer::FromFile(name_map);
-    if (!c.ok()) return fail(kExitUsage, c.status().message());
-    opt.canon = std::move(*c);
-    si.name_map = std::to_string(opt.canon.rule_count()) + " rule(s) from " + name_map + " (flag)";
-  } else if (!recorded_map.empty()) {
-    auto c = collector::NameCanonicalizer::FromText(recorded_map, recorded_map_origin + " (name_map)");
-    if (!c.ok()) return fail(kExitBadInput, c.status().message() + "; pass --default-settings to ignore it");
-    opt.canon = std::move(*c);
-    si.name_map = std::to_string(opt.canon.rule_count()) + " rule(s) recorded in " + recorded_map_origin;
+  // flags given here on top (cli/offline_pair.h, shared with report).
+  OfflineSettings si;
+  std::string error;
+  if (int code = ResolveOfflineSettings(fs, path_a, path_b, default_settings, name_map, &opt, &si, &error)) {
+    return fail(code, error);
   }
 
   opt.max_buffered_steps = static_cast<size_t>(std::max<int64_t>(max_buffered, 1));
@@ -428,34 +356,11 @@ int CompareCommand(int argc, const char* const* argv) {
   auto added = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true, rename_b);
   if (!added.ok()) return fail(kExitBadInput, added.status().message());
 
-  auto reader = LogReader::Open(path_b);
-  if (!reader.ok()) {
-    return fail(kExitBadInput, reader.status().message());
-  }
   collector::LogScan cand_scan;
-  cand_scan.path = path_b;
-  LogReader::Record rec;
-  while (true) {
-    auto res = (*reader)->Next(&rec);
-    if (res == LogReader::Result::kRecord) {
-      ++cand_scan.records;
-      auto env = LogReader::Envelope(rec);
-      if (!env.ok()) {
-        ++cand_scan.unreadable;
-        continue;
-      }
-      cand_scan.Add(**env);
-      an.OnMessage(**env, rec.recv_unix_ns);
-      continue;
-    }
-    if (res == LogReader::Result::kCorrupt) cand_scan.corrupt = true;
-    if (res == LogReader::Result::kTruncated) cand_scan.truncated = true;
-    if (res != LogReader::Result::kEnd) {
-      cand_scan.problem = (*reader)->problem();
-      spdlog::warn("{}; comparing what came before it", cand_scan.problem);
-    }
-    break;
+  if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) {
+    return fail(kExitBadInput, fed.message());
   }
+  if (!cand_scan.problem.empty()) spdlog::warn("{}; comparing what came before it", cand_scan.problem);
   if (cand_scan.unreadable > 0) spdlog::warn("{} unreadable message(s) in '{}' were skipped", cand_scan.unreadable, path_b);
   an.Finish();
 

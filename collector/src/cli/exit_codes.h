@@ -28,10 +28,6 @@ inline constexpr int kExitBadInput = 3;
 inline constexpr int kExitRuntime = 4;
 inline constexpr int kExitTooFewSteps = 5;
 inline constexpr int kExitNotSameModel = 6;
-// The old name of 1 (it meant both "finding" and "runtime failure"): kept so code written
-// before this header compiles, with a warning that says which to use.
-[[deprecated("use kExitFinding (a finding) or kExitRuntime (a runtime failure)")]] inline constexpr int
-    kExitFailure = kExitFinding;
 
 // The convention as --help prints it (one source for every subcommand's help).
 inline constexpr const char* kExitCodesHelp =

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/offline_pair.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
 #include "detect/detection_settings.h"
@@ -151,7 +152,7 @@ int ReportCommand(int argc, const char* const* argv) {
     return kExitOk;
   }
   auto fail = [](int code, const std::string& msg) {
-    std::fprintf(stderr, "lockstep report: %s\n", msg.c_str());
+    std::fprintf(stderr, "lockstep report: %s\n", OneLine(msg, 1000).c_str());  // one line, whatever a value holds
     return code;
   };
   if (!st.ok()) return fail(kExitUsage, st.message());
@@ -185,51 +186,18 @@ int ReportCommand(int argc, const char* const* argv) {
                                 "; compare them with lockstep compare --rename-baseline ID");
   }
 
-  // Settings as compare takes them: recorded next to the candidate's log (else the
-  // baseline's), the flags given here on top.
+  // Settings as compare takes them (cli/offline_pair.h): recorded next to the
+  // candidate's log (else the baseline's), the flags given here on top.
   collector::ReportHeader hdr;
-  collector::RulesConfig rules;
-  std::string recorded_map, recorded_from;
-  if (default_settings) {
-    hdr.settings_source = "the defaults (--default-settings)";
-  } else {
-    hdr.settings_source = "the defaults (no settings file next to the logs)";
-    for (const auto& log : {path_b, path_a}) {
-      const std::string f = collector::SettingsPathForLog(log);
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(f, ec)) continue;
-      auto rec = collector::ReadSettingsFile(f, &hdr.notes);
-      if (!rec.ok()) return fail(kExitBadInput, rec.status().message() + "; pass --default-settings to ignore it");
-      rules = rec->rules;
-      recorded_map = rec->name_map;
-      recorded_from = f;
-      hdr.settings_source = "recorded by lockstep " + rec->lockstep_version + " collect in " + f;
-      break;
-    }
+  OfflineSettings settings;
+  std::string error;
+  if (int code = ResolveOfflineSettings(fs, path_a, path_b, default_settings, name_map, &opt, &settings, &error)) {
+    return fail(code, error);
   }
-  std::vector<std::pair<std::string, std::string>> given;
-  for (const auto& kv : collector::RuleFlagValues(opt.rules)) {
-    if (fs.WasSet(kv.first)) given.push_back(kv);
-  }
-  st = collector::ApplyRuleFlagValues(given, "the command line", &rules);
-  if (!st.ok()) return fail(kExitUsage, st.message());
-  opt.rules = rules;
-  const auto defaults = collector::RuleFlagValues(collector::RulesConfig{});
-  const auto in_use = collector::RuleFlagValues(opt.rules);
-  for (size_t i = 0; i < in_use.size(); ++i) {
-    if (i >= defaults.size() || defaults[i] != in_use[i]) hdr.settings.push_back(in_use[i]);
-  }
-  if (!name_map.empty()) {
-    auto c = collector::NameCanonicalizer::FromFile(name_map);
-    if (!c.ok()) return fail(kExitUsage, c.status().message());
-    opt.canon = std::move(*c);
-    hdr.notes.push_back("name map: " + std::to_string(opt.canon.rule_count()) + " rule(s) from " + name_map);
-  } else if (!recorded_map.empty()) {
-    auto c = collector::NameCanonicalizer::FromText(recorded_map, recorded_from + " (name_map)");
-    if (!c.ok()) return fail(kExitBadInput, c.status().message() + "; pass --default-settings to ignore it");
-    opt.canon = std::move(*c);
-    hdr.notes.push_back("name map: " + std::to_string(opt.canon.rule_count()) + " rule(s) recorded in " + recorded_from);
-  }
+  hdr.settings_source = settings.source;
+  hdr.settings = settings.NonDefault();
+  hdr.notes = settings.notes;
+  if (!settings.name_map.empty()) hdr.notes.push_back("name map: " + settings.name_map);
   opt.max_buffered_steps = static_cast<size_t>(std::max<int64_t>(max_buffered, 1));
   opt.idle_close_ns = 0;
 
@@ -252,29 +220,8 @@ int ReportCommand(int argc, const char* const* argv) {
   auto added = an.AddBaselineLog(path_a, exp, /*run_rules=*/true);
   if (!added.ok()) return fail(kExitBadInput, added.status().message());
   an.OverrideRun(cand_hello->run_id, exp, collector::RunRole::kCandidate);
-  auto reader = LogReader::Open(path_b);
-  if (!reader.ok()) return fail(kExitBadInput, reader.status().message());
   collector::LogScan cand_scan;
-  cand_scan.path = path_b;
-  LogReader::Record rec;
-  while (true) {
-    auto res = (*reader)->Next(&rec);
-    if (res == LogReader::Result::kRecord) {
-      ++cand_scan.records;
-      auto env = LogReader::Envelope(rec);
-      if (!env.ok()) {
-        ++cand_scan.unreadable;
-        continue;
-      }
-      cand_scan.Add(**env);
-      an.OnMessage(**env, rec.recv_unix_ns);
-      continue;
-    }
-    if (res == LogReader::Result::kCorrupt) cand_scan.corrupt = true;
-    if (res == LogReader::Result::kTruncated) cand_scan.truncated = true;
-    if (res != LogReader::Result::kEnd) cand_scan.problem = (*reader)->problem();
-    break;
-  }
+  if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) return fail(kExitBadInput, fed.message());
   an.Finish();
   auto reports = an.Reports();
   if (reports.empty()) return fail(kExitBadInput, "the logs could not be paired");
