@@ -8,8 +8,21 @@ part ways. See docs/python.md.
     ...  # training loop, calling mon.step(loss=loss, lr=lr) once per step
     mon.close()
 """
-from lockstep._monitor import Monitor, NoOpMonitor
-from lockstep._seed import seed_all
+import importlib.util as _util
+import sys as _sys
 
 __version__ = "0.1.0"
+
+if _util.find_spec("torch") is not None:
+    from lockstep._monitor import Monitor, NoOpMonitor
+    from lockstep._seed import seed_all
+else:
+    # Without torch the package still imports (`python -m lockstep doctor`, lockstep._core);
+    # the torch-facing API says what is missing when it is first used.
+    def __getattr__(name):
+        if name in ("Monitor", "NoOpMonitor", "seed_all"):
+            raise ImportError("lockstep.%s needs PyTorch, which this Python (%s) does not "
+                              "have; install torch in this environment" % (name, _sys.executable))
+        raise AttributeError("module 'lockstep' has no attribute %r" % (name,))
+
 __all__ = ["Monitor", "NoOpMonitor", "seed_all", "__version__"]
