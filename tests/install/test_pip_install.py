@@ -146,14 +146,15 @@ def test_debian_python311_venv_training_loop(tmp_path, collector):
     assert r.returncode == 0, r.stderr
     losses = [float(line.split()[2]) for line in r.stdout.splitlines() if line.startswith("loss")]
     recs = collector.records("pip-311")
-    scalars = [x for x in recs if x["type"] == "StepScalars"]
+    scalars = [x["body"] for x in recs if x["type"] == "StepScalars"]
     assert [x["step"] for x in scalars] == [0, 1, 2, 3], recs[:5]
+    assert len(losses) == 4
     for got, want in zip(scalars, losses):
         assert abs(got["loss"] - want) <= 1e-6 * max(1.0, abs(want)), (got, want)
     stats = [x for x in recs if x["type"] == "StepStats"]
     assert stats, "no tensor statistics arrived"
-    hello = next(x for x in recs if x["type"] == "Hello")
-    assert "torch" in json.dumps(hello), hello
+    hello = next(x["body"] for x in recs if x["type"] == "Hello")
+    assert hello["role"] == "baseline" and hello["framework"].startswith("torch "), hello
 
 
 SEND = r"""
@@ -197,11 +198,11 @@ def test_pyenv_python312_venv_sends_scalars(tmp_path, collector):
     assert r.returncode == 0, r.stderr
     assert "needs PyTorch" in r.stdout, r.stdout
     recs = collector.records("pip-312")
-    scalars = [x for x in recs if x["type"] == "StepScalars"]
+    scalars = [x["body"] for x in recs if x["type"] == "StepScalars"]
     assert [x["step"] for x in scalars] == [0, 1, 2, 3, 4], recs[:6]
     assert [x["loss"] for x in scalars] == pytest.approx([1.0, 0.5, 1 / 3, 0.25, 0.2])
-    assert any(x["type"] == "Hello" and x.get("role") == "candidate" for x in recs) or \
-        "candidate" in json.dumps(recs[0]), recs[0]
+    hello = next(x["body"] for x in recs if x["type"] == "Hello")
+    assert hello["role"] == "candidate" and hello["framework"] == "none", hello
 
     v = subprocess.run([py, "-m", "lockstep", "--version"], capture_output=True, text=True,
                        cwd=work, env=clean_env())
