@@ -12,6 +12,9 @@ Environment knobs (all optional):
   LOCKSTEP_PIP_BUILD_TYPE CMake build type (default Release)
   LOCKSTEP_NO_CCACHE=1    do not use ccache even when it is installed
   CMAKE_BUILD_PARALLEL_LEVEL  compile jobs (default: the CPUs this process may use)
+  LOCKSTEP_WHEEL_BUNDLE_LIBS=1  put the shared libraries _core needs (libzmq and its own,
+                          not the C/C++ runtime) in lockstep/_libs/, for a machine that lacks
+                          them (the package loads them before _core)
 """
 import base64
 import hashlib
@@ -139,6 +142,22 @@ def _cmake_build():
     return so, (bdir if temporary else None)
 
 
+# The C and C++ runtime every Linux has: never bundled.
+_BASE_LIBS = re.compile(r"^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libstdc\+\+|"
+                        r"libgcc_s|libutil|libresolv)\.")
+
+
+def _needed_libs(so):
+    out = subprocess.run(["ldd", so], capture_output=True, text=True, check=True).stdout
+    libs = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "=>" and parts[2].startswith("/"):
+            if not _BASE_LIBS.match(parts[0]):
+                libs.append((parts[0], parts[2]))  # (soname, path)
+    return libs
+
+
 def _record_line(arcname, data):
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return "%s,sha256=%s,%d" % (arcname, digest, len(data))
@@ -174,6 +193,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files = [("lockstep/" + n, os.path.join(pkg, n)) for n in sorted(os.listdir(pkg))
              if n.endswith(".py")]
     files.append(("lockstep/" + os.path.basename(so), so))
+    if os.environ.get("LOCKSTEP_WHEEL_BUNDLE_LIBS", "") not in ("", "0"):
+        files += [("lockstep/_libs/" + name, path) for name, path in _needed_libs(so)]
     name = "%s-%s-%s.whl" % (NAME, _version(), _tag())
     path = os.path.join(wheel_directory, name)
     records = []
