@@ -182,6 +182,11 @@ class FakeAgent:
         self.ended.append(step)
         return True
 
+    def set_identity(self, rank, world_size):
+        self._check()
+        self.identity = (rank, world_size)
+        return True
+
     def flush(self, timeout_s=5.0):
         return True
 

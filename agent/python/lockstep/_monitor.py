@@ -24,6 +24,7 @@ import torch
 from lockstep import _config, _core
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
+from lockstep._identity import Identity
 from lockstep._recorder import KIND, Recorder
 from lockstep._tune import ThreadTuner
 from lockstep._watch import DEFAULT_KINDS, Watch
@@ -135,6 +136,7 @@ class Monitor:
                     host_stats_thread=host_stats_thread)
         try:
             cfg = _config.resolve(args)
+            self._ident = Identity(rank, world_size, cfg)
             self._agent = _core.Agent.create(
                 endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
                 role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
@@ -144,7 +146,7 @@ class Monitor:
                 sketch_k=cfg["sketch_k"],
                 hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
                 curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
-                curve_secret_key=cfg["curve"][2])
+                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending)
         except ValueError as e:
             if strict:
                 raise
@@ -218,6 +220,8 @@ class Monitor:
         if not self.enabled or self._closed:
             return
         s = self._step
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=True)
         try:
             now = time.perf_counter()
             step_time, self._t_last = now - self._t_last, now
@@ -261,6 +265,8 @@ class Monitor:
         socket. Returns False on timeout. Never raises."""
         if not self.enabled or self._closed:
             return True
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=True)
         try:
             deadline = time.monotonic() + timeout
             self._rec.settle(wait=True)
@@ -281,6 +287,8 @@ class Monitor:
         timeout = self._close_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=False)  # Close() sends what is held anyway
         try:
             for w in self._watches:
                 w.remove()
@@ -349,6 +357,18 @@ class Monitor:
         self._calls.clear()
         self._bwd = False
         self._active = step % self._every == 0
+
+    def _check_identity(self, release):
+        """The rank again, once torch.distributed is initialised (_identity.py)."""
+        try:
+            ident = self._ident
+            ident.check(self._agent, self._guard.warn, self._step)
+            if release:
+                ident.release(self._agent)
+            self.rank = ident.rank
+            self.config["rank"], self.config["world_size"] = ident.rank, ident.world
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("reading the rank from torch.distributed", e)
 
     def _new_micro(self):
         self._rec.new_micro()

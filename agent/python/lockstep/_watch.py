@@ -107,6 +107,8 @@ class Watch:
         def forward_hook(_module, _inputs, output):
             if not mon._active or not root.training or not torch.is_grad_enabled():
                 return None
+            if mon._ident.pending:  # the process group may have appeared since
+                mon._check_identity(release=False)
             try:
                 if mon._bwd:
                     mon._new_micro()

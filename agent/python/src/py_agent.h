@@ -90,6 +90,9 @@ class PyAgent {
                       size_t cols) noexcept;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept;
   bool EndStep(uint64_t step) noexcept;
+  bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
+    return agent_->SetIdentity(rank, world_size);
+  }
   bool Flush(std::chrono::milliseconds timeout) noexcept;
   bool Close(std::chrono::milliseconds timeout) noexcept;
 

@@ -155,6 +155,18 @@ bool AgentImpl::EndStep(uint64_t step) noexcept {
   return EnqueueOther(item);
 }
 
+bool AgentImpl::SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
+  if (world_size < 1 || rank >= world_size) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  QueueItem item;
+  item.type = ItemType::kIdentity;
+  item.tensor_id = rank;
+  item.order = world_size;
+  return EnqueueOther(item);
+}
+
 bool AgentImpl::WaitDone(uint64_t target, Clock::time_point deadline) noexcept {
   try {
     std::unique_lock<std::mutex> lock(shared_.mu);
