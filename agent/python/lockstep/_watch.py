@@ -3,7 +3,9 @@
 - module outputs: a forward hook per selected module (``register_forward_hook``);
 - gradients w.r.t. module outputs: ``Tensor.register_hook`` on each output that
   requires grad, registered by that forward hook (works on torch 1.13 and 2.x, unlike
-  full backward hooks, and sees every element of tuple/dict outputs);
+  full backward hooks, and sees every element of tuple/dict outputs); on torch 1.13 an
+  output changed in place (``nn.ReLU(inplace=True)``) is hooked on its graph node
+  instead, so its gradient is that of the tensor the module returned (``_grad_hook``);
 - parameter gradients: ``Tensor.register_hook`` on each selected parameter; the hook
   sees this backward's gradient, so with gradient accumulation every micro step is
   recorded as its own micro step;
@@ -47,6 +49,29 @@ def _eager(fn):
         return disable(fn)
     except Exception:  # pylint: disable=broad-except
         return fn
+
+
+# torch < 2.0 keeps a tensor's hooks on the graph node it had when its first hook was
+# registered: a hook registered after an in-place op (``nn.ReLU(inplace=True)``'s output,
+# a block ending in ``out += identity``) then gets the gradient of the value before the
+# op. There the gradient of a changed output is taken from its current node instead.
+_HOOKS_FOLLOW_INPLACE = int(torch.__version__.split(".")[0]) >= 2
+
+
+def _grad_hook(t, fn):
+    """Calls fn(gradient of `t` as the module returned it) in backward."""
+    node = t.grad_fn
+    if _HOOKS_FOLLOW_INPLACE or node is None or t._version == 0:
+        t.register_hook(fn)
+        return
+    nr = t.output_nr
+
+    def node_hook(_grad_inputs, grad_outputs):
+        g = grad_outputs[nr] if nr < len(grad_outputs) else None
+        if g is not None:
+            fn(g)
+
+    node.register_hook(node_hook)
 
 
 DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss")
@@ -129,7 +154,7 @@ class Watch:
                         rec.record(item_name, act, t)
                     if t.requires_grad:
                         if want_grad:
-                            t.register_hook(functools.partial(on_grad, item_name))
+                            _grad_hook(t, functools.partial(on_grad, item_name))
                         elif not marked:
                             t.register_hook(mark)
                             marked = True
