@@ -180,6 +180,10 @@ class Monitor:
         self._active = True
         self._bwd = False   # a backward hook fired since the last forward
         self._calls = {}    # module name -> calls in this micro step
+        # Inside a backward pass (from its first hook to the end-of-backward callback): a
+        # forward hook firing then is activation checkpointing's recomputation.
+        self._in_bwd = False
+        self._recalls = {}  # module name -> calls recomputed in this backward
         self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
         self._next_delivery_check = self._t_last + 1.0  # None once warned
@@ -355,6 +359,7 @@ class Monitor:
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
         self._calls.clear()
+        self._recalls.clear()
         self._bwd = False
         self._active = step % self._every == 0
 
@@ -373,11 +378,28 @@ class Monitor:
     def _new_micro(self):
         self._rec.new_micro()
         self._calls.clear()
+        self._recalls.clear()
         self._bwd = False
+
+    def _backward_seen(self):
+        """A gradient hook fired: a backward pass is running. Once per pass, asks
+        autograd to say when it ends (until then forward hooks are recomputation)."""
+        self._bwd = True
+        if not self._in_bwd:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                self._in_bwd = True
+            except Exception:  # pylint: disable=broad-except  (not inside a backward)
+                pass
+
+    def _backward_done(self):
+        self._in_bwd = False
+        self._recalls.clear()
 
     def _on_act_grad(self, name, grad):
         try:
-            self._bwd = True
+            if not self._in_bwd:
+                self._backward_seen()
             if self._active and not self._closed:
                 self._rec.record(name, KIND["act_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
@@ -385,7 +407,8 @@ class Monitor:
 
     def _on_param_grad(self, name, grad):
         try:
-            self._bwd = True
+            if not self._in_bwd:
+                self._backward_seen()
             if self._active and not self._closed:
                 self._rec.record(name, KIND["param_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
@@ -410,7 +433,11 @@ class Monitor:
             self._guard.fail("the optimizer step hook", e)
 
     def _on_backward_marker(self, _grad):
-        self._bwd = True
+        try:
+            if not self._in_bwd:
+                self._backward_seen()
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the backward marker hook", e)
 
     def _check_delivery(self, now):
         """Warns once when nothing reached a collector (the agent's sender thread decides

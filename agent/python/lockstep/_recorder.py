@@ -1,5 +1,7 @@
 """Recorder: turns (name, kind, tensor) into agent records at the current
-(step, micro step, execution order).
+(step, micro step, execution order). The order counts the step's records in the
+order they are made, across its micro steps (micro step 1's first record comes after
+micro step 0's last), so "first in execution order" within a step is well defined.
 
 CPU tensors go through the C++ one-pass kernel over the tensor's own memory
 (``Agent.record_host_tensor``, GIL released; a transposed or sliced view is read in
@@ -145,7 +147,7 @@ class Recorder:
         self._last_dev = None
         self._last_pending = None
         self.micro += 1
-        self.order = 0
+        # order goes on counting: execution order within the step spans its micro steps
 
     def _is_last(self, t, last_record=None):
         """Whether `t` is the same memory, same layout and unchanged since the last

@@ -14,7 +14,8 @@
 A forward pass is recorded only while grad mode is on and the watched model is in
 training mode: ``torch.no_grad()`` / ``inference_mode`` / ``model.eval()`` passes are
 not training steps. A forward that follows a backward in the same step starts a new
-micro step (gradient accumulation). Hooks run on the training thread or autograd's
+micro step (gradient accumulation); a forward inside backward (activation
+checkpointing's recomputation) does not, and is not recorded twice. Hooks run on the training thread or autograd's
 threads, always under the GIL. Under ``torch.compile`` the forward hooks run eagerly
 (``torch.compiler.disable``: a graph break at each watched module), since Dynamo cannot
 trace lockstep's Python.
@@ -28,6 +29,9 @@ from lockstep._names import NameFilter, module_name, output_tensors
 from lockstep._recorder import KIND
 
 _DISABLE = []  # [torch.compiler.disable or None], looked up once
+# torch >= 2.0: the running backward's id, -1 outside backward. torch 1.13 has none; there
+# Monitor._in_bwd (first gradient hook .. end-of-backward callback) says the same.
+_GRAPH_TASK_ID = getattr(torch._C, "_current_graph_task_id", None)
 
 
 def _eager(fn):
@@ -103,14 +107,15 @@ class Watch:
                        if p.requires_grad and filt(n)]
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
-        need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
         for path, module in model.named_modules():
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
                 # backward, even when its own output is not recorded.
                 root_ok = filt(module_name(path))
+                # Its output always gets a gradient hook or a marker: the first hook of
+                # a backward, which tells recomputation in backward from a new forward.
                 self._hook_module(mon, module, module_name(path), want_act and root_ok,
-                                  want_grad and root_ok, need_marker)
+                                  want_grad and root_ok, True)
                 continue
             if (want_act or want_grad) and filt(path):
                 self._hook_module(mon, module, path, want_act, want_grad, False)
@@ -135,11 +140,22 @@ class Watch:
             if mon._ident.pending:  # the process group may have appeared since
                 mon._check_identity(release=False)
             try:
-                if mon._bwd:
-                    mon._new_micro()
-                calls = mon._calls
-                n = calls.get(name, 0)
-                calls[name] = n + 1
+                if mon._in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                    # Recomputation inside backward (activation checkpointing): the same
+                    # micro step. A call its forward recorded is not recorded again (its
+                    # gradient hooks are live); one the forward did not see (reentrant
+                    # checkpoint runs the forward under no_grad) is recorded now, once.
+                    recalls = mon._recalls
+                    n = recalls.get(name, 0)
+                    recalls[name] = n + 1
+                    if n < mon._calls.get(name, 0):
+                        return None
+                else:
+                    if mon._bwd:
+                        mon._new_micro()
+                    calls = mon._calls
+                    n = calls.get(name, 0)
+                    calls[name] = n + 1
                 base = name if n == 0 else "%s#%d" % (name, n)
                 if isinstance(output, torch.Tensor):
                     items = ((base, output),)
