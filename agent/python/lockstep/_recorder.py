@@ -36,6 +36,7 @@ import time
 import torch
 
 from lockstep import _core
+from lockstep._names import module_type_of
 
 KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
@@ -100,6 +101,7 @@ class Recorder:
         self._host_dtypes = probe_host_dtypes(sketch_k, hist_bins)
         self._force_device = force_device_path
         self._ids = {}
+        self.module_types = {}  # module name -> type name (Watch fills it; _names.py)
         # (tensor, its version, thread) of the last host record of an output or output
         # gradient: what record_repeat would repeat. Holding the tensor keeps its memory
         # from being reused by another tensor while we compare addresses.
@@ -169,7 +171,8 @@ class Recorder:
             tid = -1
         else:
             dtype = DTYPE_CODES.get(t.dtype, 0)
-            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order)
+            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order,
+                                              module_type_of(name, self.module_types))
             if tid >= 0xFFFFFFFF:  # the agent refused (counted there); try again next time
                 return None
         self._ids[(name, kind)] = tid

@@ -106,6 +106,9 @@ class Watch:
         self.params = [(n, p) for n, p in model.named_parameters()
                        if p.requires_grad and filt(n)]
         self._param_names = {id(p): n for n, p in model.named_parameters()}
+        self._paths = frozenset(module_name(path) for path, _ in model.named_modules())
+        mon._rec.module_types.update((module_name(path), type(m).__name__)
+                                     for path, m in model.named_modules())
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
         for path, module in model.named_modules():
             if module is model:
@@ -129,6 +132,7 @@ class Watch:
 
     def _hook_module(self, mon, module, name, want_act, want_grad, marker):
         root = self.model
+        paths = self._paths
         rec = mon._rec
         act = KIND["act"]
         on_grad = mon._on_act_grad
@@ -161,7 +165,7 @@ class Watch:
                     items = ((base, output),)
                 else:
                     items = []
-                    output_tensors(output, base, items)
+                    output_tensors(output, base, items, 0, paths)
                 marked = not marker  # one backward marker is enough
                 for item_name, t in items:
                     if not t.is_floating_point():

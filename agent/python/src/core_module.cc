@@ -245,12 +245,12 @@ PYBIND11_MODULE(_core, m) {
           py::arg("curve_secret_key") = "", py::arg("identity_pending") = false)
       .def("register_tensor",
            [](PyAgent& a, const std::string& name, int kind, int dtype,
-              const std::vector<int64_t>& shape, uint32_t order) {
+              const std::vector<int64_t>& shape, uint32_t order, const std::string& module_type) {
              return a.RegisterTensor(name, static_cast<TensorKind>(kind),
-                                     static_cast<DType>(dtype), shape, order);
+                                     static_cast<DType>(dtype), shape, order, module_type);
            },
            py::arg("name"), py::arg("kind"), py::arg("dtype"), py::arg("shape"),
-           py::arg("order"))
+           py::arg("order"), py::arg("module_type") = "")
       .def("record_host_tensor",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, uint64_t numel, int dtype) {

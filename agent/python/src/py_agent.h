@@ -39,7 +39,8 @@ class PyAgent {
   PyAgent& operator=(const PyAgent&) = delete;
 
   uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                          const std::vector<int64_t>& shape, uint32_t order) noexcept;
+                          const std::vector<int64_t>& shape, uint32_t order,
+                          const std::string& module_type = std::string()) noexcept;
   // Runs the one-pass host kernel over `numel` contiguous elements at `data` and
   // records the result. Returns the tensor's l2 norm (for the global grad norm), or
   // -1 when the kernel refused the tensor (bad dtype). A record the queue refuses is

@@ -70,11 +70,12 @@ ProducerSlot* AgentImpl::Slot() noexcept {
 }
 
 uint32_t AgentImpl::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                   const std::vector<int64_t>& shape, uint32_t order) noexcept {
+                                   const std::vector<int64_t>& shape, uint32_t order,
+                                   const std::string& module_type) noexcept {
   uint32_t id = TensorRegistry::kInvalidId;
   bool added = false;
   try {
-    id = shared_.registry.Register(name, kind, dtype, shape, order, &added);
+    id = shared_.registry.Register(name, kind, dtype, shape, order, &added, module_type);
   } catch (...) {
     id = TensorRegistry::kInvalidId;
   }

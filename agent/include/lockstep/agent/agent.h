@@ -82,8 +82,16 @@ class Agent {
   // Declares a tensor and returns its id (stable for this agent). Calling it again
   // with the same (name, kind) returns the same id. `order` is its execution order
   // index within a step. Returns UINT32_MAX on error (counted).
+  uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                          const std::vector<int64_t>& shape, uint32_t order) noexcept {
+    return RegisterTensor(name, kind, dtype, shape, order, std::string());
+  }
+  // The same, with the type of the module the tensor belongs to (e.g. "Conv2d"; sent
+  // as TensorInfo.module_type, so messages can name "features.0 (Conv2d)"). The first
+  // registration of (name, kind) sets it.
   virtual uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                  const std::vector<int64_t>& shape, uint32_t order) noexcept = 0;
+                                  const std::vector<int64_t>& shape, uint32_t order,
+                                  const std::string& module_type) noexcept = 0;
 
   // Hands one record to the queue. false = dropped (queue full or closed), counted.
   // `order` is the record's execution order index within the step.
