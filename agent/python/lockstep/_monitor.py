@@ -361,6 +361,7 @@ class Monitor:
         self._calls.clear()
         self._recalls.clear()
         self._bwd = False
+        self._in_bwd = False  # no backward spans step() (one cut short never called back)
         self._active = step % self._every == 0
 
     def _check_identity(self, release):
