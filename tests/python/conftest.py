@@ -112,6 +112,7 @@ class FakeAgent:
         self.done = self.settled = self.waits = self.kicks = 0
         self.worker_full = False
         self.tensors = {}      # id -> (name, kind name, dtype, shape, order)
+        self.module_types = {}  # name -> module type given at registration
         self.records = []      # dict(step, micro, name, kind, order, stats)
         self.scalars = []      # dict(step, loss, lr, grad_norm, loss_scale, ...)
         self.ended = []
@@ -124,13 +125,14 @@ class FakeAgent:
         if self.fail:
             raise RuntimeError("injected failure")
 
-    def register_tensor(self, name, kind, dtype, shape, order):
+    def register_tensor(self, name, kind, dtype, shape, order, module_type=""):
         self._check()
         for tid, t in self.tensors.items():
             if t[0] == name and t[1] == KIND_NAMES[kind]:
                 return tid
         tid = len(self.tensors)
         self.tensors[tid] = (name, KIND_NAMES[kind], dtype, tuple(shape), order)
+        self.module_types[name] = module_type
         return tid
 
     def _add(self, step, micro, tid, order, stats):
@@ -189,6 +191,11 @@ class FakeAgent:
     def end_step(self, step):
         self._check()
         self.ended.append(step)
+        return True
+
+    def set_identity(self, rank, world_size):
+        self._check()
+        self.identity = (rank, world_size)
         return True
 
     def flush(self, timeout_s=5.0):

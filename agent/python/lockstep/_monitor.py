@@ -29,6 +29,7 @@ import torch
 from lockstep import _config, _core
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
+from lockstep._identity import Identity
 from lockstep._recorder import KIND, Recorder
 from lockstep._tune import ThreadTuner
 from lockstep._watch import DEFAULT_KINDS, Watch
@@ -239,6 +240,7 @@ class Monitor:
                 raise ValueError("lockstep: Monitor() has no argument %r%s (see docs/python.md)"
                                  % (name, "; did you mean %r?" % close[0] if close else ""))
             cfg = _config.resolve(args)
+            self._ident = Identity(rank, world_size, cfg)
             self._agent = _core.Agent.create(
                 endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
                 role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
@@ -248,7 +250,7 @@ class Monitor:
                 sketch_k=cfg["sketch_k"],
                 hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
                 curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
-                curve_secret_key=cfg["curve"][2])
+                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending)
         except ValueError as e:
             if strict:
                 raise
@@ -303,6 +305,10 @@ class Monitor:
         self._active = True
         self._bwd = False   # a backward hook fired since the last forward
         self._calls = {}    # module name -> calls in this micro step
+        # Inside a backward pass (from its first hook to the end-of-backward callback): a
+        # forward hook firing then is activation checkpointing's recomputation.
+        self._in_bwd = False
+        self._recalls = {}  # module name -> calls recomputed in this backward
         self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
         self._next_delivery_check = self._t_last + 1.0  # None once warned
@@ -345,6 +351,8 @@ class Monitor:
         if not self.enabled or self._closed:
             return
         s = self._step
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=True)
         try:
             if extra or unknown:
                 self._warn_arg("step()", "step() takes loss, lr, loss_scale, grad_norm and samples "
@@ -426,6 +434,8 @@ class Monitor:
         socket. Returns False on timeout. Never raises."""
         if not self.enabled or self._closed:
             return True
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=True)
         try:
             deadline = time.monotonic() + timeout
             self._rec.settle(wait=True)
@@ -446,6 +456,8 @@ class Monitor:
         timeout = self._close_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=False)  # Close() sends what is held anyway
         try:
             for w in self._watches:
                 w.remove()
@@ -512,17 +524,48 @@ class Monitor:
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
         self._calls.clear()
+        self._recalls.clear()
         self._bwd = False
+        self._in_bwd = False  # no backward spans step() (one cut short never called back)
         self._active = step % self._every == 0
+
+    def _check_identity(self, release):
+        """The rank again, once torch.distributed is initialised (_identity.py)."""
+        try:
+            ident = self._ident
+            ident.check(self._agent, self._guard.warn, self._step)
+            if release:
+                ident.release(self._agent)
+            self.rank = ident.rank
+            self.config["rank"], self.config["world_size"] = ident.rank, ident.world
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("reading the rank from torch.distributed", e)
 
     def _new_micro(self):
         self._rec.new_micro()
         self._calls.clear()
+        self._recalls.clear()
         self._bwd = False
+
+    def _backward_seen(self):
+        """A gradient hook fired: a backward pass is running. Once per pass, asks
+        autograd to say when it ends (until then forward hooks are recomputation)."""
+        self._bwd = True
+        if not self._in_bwd:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                self._in_bwd = True
+            except Exception:  # pylint: disable=broad-except  (not inside a backward)
+                pass
+
+    def _backward_done(self):
+        self._in_bwd = False
+        self._recalls.clear()
 
     def _on_act_grad(self, name, grad):
         try:
-            self._bwd = True
+            if not self._in_bwd:
+                self._backward_seen()
             if self._active and not self._closed:
                 self._rec.record(name, KIND["act_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
@@ -530,7 +573,8 @@ class Monitor:
 
     def _on_param_grad(self, name, grad):
         try:
-            self._bwd = True
+            if not self._in_bwd:
+                self._backward_seen()
             if self._active and not self._closed:
                 self._rec.record(name, KIND["param_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
@@ -555,7 +599,11 @@ class Monitor:
             self._guard.fail("the optimizer step hook", e)
 
     def _on_backward_marker(self, _grad):
-        self._bwd = True
+        try:
+            if not self._in_bwd:
+                self._backward_seen()
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the backward marker hook", e)
 
     def _check_delivery(self, now):
         """Warns once when nothing reached a collector (the agent's sender thread decides

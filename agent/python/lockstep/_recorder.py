@@ -1,5 +1,7 @@
 """Recorder: turns (name, kind, tensor) into agent records at the current
-(step, micro step, execution order).
+(step, micro step, execution order). The order counts the step's records in the
+order they are made, across its micro steps (micro step 1's first record comes after
+micro step 0's last), so "first in execution order" within a step is well defined.
 
 CPU tensors go through the C++ one-pass kernel over the tensor's own memory
 (``Agent.record_host_tensor``, GIL released; a transposed or sliced view is read in
@@ -34,6 +36,7 @@ import time
 import torch
 
 from lockstep import _core
+from lockstep._names import module_type_of
 
 KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
@@ -98,6 +101,7 @@ class Recorder:
         self._host_dtypes = probe_host_dtypes(sketch_k, hist_bins)
         self._force_device = force_device_path
         self._ids = {}
+        self.module_types = {}  # module name -> type name (Watch fills it; _names.py)
         # (tensor, its version, thread) of the last host record of an output or output
         # gradient: what record_repeat would repeat. Holding the tensor keeps its memory
         # from being reused by another tensor while we compare addresses.
@@ -145,7 +149,7 @@ class Recorder:
         self._last_dev = None
         self._last_pending = None
         self.micro += 1
-        self.order = 0
+        # order goes on counting: execution order within the step spans its micro steps
 
     def _is_last(self, t, last_record=None):
         """Whether `t` is the same memory, same layout and unchanged since the last
@@ -167,7 +171,8 @@ class Recorder:
             tid = -1
         else:
             dtype = DTYPE_CODES.get(t.dtype, 0)
-            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order)
+            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order,
+                                              module_type_of(name, self.module_types))
             if tid >= 0xFFFFFFFF:  # the agent refused (counted there); try again next time
                 return None
         self._ids[(name, kind)] = tid

@@ -200,7 +200,8 @@ PYBIND11_MODULE(_core, m) {
              size_t send_buffer_mb, int sketch_k, int hist_bins, uint32_t every, const std::string& include_regex,
              const std::string& exclude_regex, double heartbeat_interval_s,
              size_t max_records_per_message, const std::string& curve_server_key,
-             const std::string& curve_public_key, const std::string& curve_secret_key) {
+             const std::string& curve_public_key, const std::string& curve_secret_key,
+             bool identity_pending) {
             AgentOptions o;
             o.endpoint = endpoint;
             o.run = run;
@@ -211,6 +212,7 @@ PYBIND11_MODULE(_core, m) {
             o.framework = framework;
             o.rank = rank;
             o.world_size = world_size;
+            o.identity_pending = identity_pending;
             o.start_step = start_step;
             o.queue_capacity = queue_capacity;
             o.send_hwm = send_hwm;
@@ -242,15 +244,15 @@ PYBIND11_MODULE(_core, m) {
           py::arg("include_regex") = "", py::arg("exclude_regex") = "",
           py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024,
           py::arg("curve_server_key") = "", py::arg("curve_public_key") = "",
-          py::arg("curve_secret_key") = "")
+          py::arg("curve_secret_key") = "", py::arg("identity_pending") = false)
       .def("register_tensor",
            [](PyAgent& a, const std::string& name, int kind, int dtype,
-              const std::vector<int64_t>& shape, uint32_t order) {
+              const std::vector<int64_t>& shape, uint32_t order, const std::string& module_type) {
              return a.RegisterTensor(name, static_cast<TensorKind>(kind),
-                                     static_cast<DType>(dtype), shape, order);
+                                     static_cast<DType>(dtype), shape, order, module_type);
            },
            py::arg("name"), py::arg("kind"), py::arg("dtype"), py::arg("shape"),
-           py::arg("order"))
+           py::arg("order"), py::arg("module_type") = "")
       .def("record_host_tensor",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, uint64_t numel, int dtype) {
@@ -375,6 +377,10 @@ PYBIND11_MODULE(_core, m) {
            py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0,
            py::arg("given") = 0)
       .def("end_step", &PyAgent::EndStep, py::arg("step"),
+           py::call_guard<py::gil_scoped_release>())
+      // The rank and world size from now on (the process group appeared after create());
+      // ends identity_pending. False when invalid or refused.
+      .def("set_identity", &PyAgent::SetIdentity, py::arg("rank"), py::arg("world_size"),
            py::call_guard<py::gil_scoped_release>())
       .def("flush",
            [](PyAgent& a, double timeout_s) {

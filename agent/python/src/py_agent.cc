@@ -45,9 +45,9 @@ PyAgent::PyAgent(std::unique_ptr<Agent> agent, StatsConfig config)
 PyAgent::~PyAgent() = default;
 
 uint32_t PyAgent::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                 const std::vector<int64_t>& shape,
-                                 uint32_t order) noexcept {
-  return agent_->RegisterTensor(name, kind, dtype, shape, order);
+                                 const std::vector<int64_t>& shape, uint32_t order,
+                                 const std::string& module_type) noexcept {
+  return agent_->RegisterTensor(name, kind, dtype, shape, order, module_type);
 }
 
 

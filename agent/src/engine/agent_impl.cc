@@ -70,11 +70,12 @@ ProducerSlot* AgentImpl::Slot() noexcept {
 }
 
 uint32_t AgentImpl::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                   const std::vector<int64_t>& shape, uint32_t order) noexcept {
+                                   const std::vector<int64_t>& shape, uint32_t order,
+                                   const std::string& module_type) noexcept {
   uint32_t id = TensorRegistry::kInvalidId;
   bool added = false;
   try {
-    id = shared_.registry.Register(name, kind, dtype, shape, order, &added);
+    id = shared_.registry.Register(name, kind, dtype, shape, order, &added, module_type);
   } catch (...) {
     id = TensorRegistry::kInvalidId;
   }
@@ -152,6 +153,18 @@ bool AgentImpl::EndStep(uint64_t step) noexcept {
   QueueItem item;
   item.type = ItemType::kEndStep;
   item.step = step;
+  return EnqueueOther(item);
+}
+
+bool AgentImpl::SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
+  if (world_size < 1 || rank >= world_size) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  QueueItem item;
+  item.type = ItemType::kIdentity;
+  item.tensor_id = rank;
+  item.order = world_size;
   return EnqueueOther(item);
 }
 

@@ -55,6 +55,7 @@ Sender::Sender(const AgentOptions& options, SharedState* shared,
   batch_sketch_.reserve(options.max_records_per_message * kMaxSketchK);
   batch_hist_.reserve(options.max_records_per_message * kHistBins);
   last_step_ = options.start_step;
+  holding_ = options.identity_pending;
 }
 
 void Sender::Run() noexcept {
@@ -120,6 +121,7 @@ void Sender::Loop() {
 }
 
 void Sender::Finish() noexcept {
+  holding_ = false;
   try {
     ShipBatch();
     SendHeartbeat();
@@ -150,6 +152,10 @@ void Sender::ProcessNoThrow(const QueueItem& item, Clock::time_point now) noexce
 }
 
 void Sender::Process(const QueueItem& item, Clock::time_point now) {
+  if (holding_ && item.type != ItemType::kDirectory && item.type != ItemType::kIdentity) {
+    holding_ = false;  // data before the rank was settled: it goes out as it is
+    EnsurePreamble();
+  }
   switch (item.type) {
     case ItemType::kStats:
       AddRecord(item, now);
@@ -171,7 +177,29 @@ void Sender::Process(const QueueItem& item, Clock::time_point now) {
     case ItemType::kDirectory:
       EnsurePreamble();
       break;
+    case ItemType::kIdentity:
+      SetIdentity(item.tensor_id, item.order);
+      break;
   }
+}
+
+void Sender::SetIdentity(uint32_t rank, uint32_t world_size) {
+  ShipBatch();  // what was recorded before the call goes out under the old identity
+  const bool sent = !holding_ && (seq_ > 0 || !hello_pending_);
+  holding_ = false;
+  if (sent && rank != options_.rank) {
+    // The old rank's messages are out: the new rank is another (run, rank) stream to
+    // the collector, with its own seq from 0, its Hello and the full directory.
+    seq_ = 0;
+    hello_pending_ = true;
+    directory_sent_ = 0;
+  } else if (sent && world_size != options_.world_size) {
+    hello_pending_ = true;  // the same stream: its Hello corrected
+  }
+  options_.rank = rank;
+  options_.world_size = world_size;
+  encoder_.set_rank(rank);
+  EnsurePreamble();
 }
 
 void Sender::AddRecord(const QueueItem& item, Clock::time_point now) {
@@ -269,6 +297,7 @@ bool Sender::SendMessage(Bytes bytes, uint64_t records) {
 }
 
 void Sender::EnsurePreamble() {
+  if (holding_) return;
   if (hello_pending_) {
     if (!SendMessage(encoder_.Hello(options_, start_unix_ns_, seq_), 0)) return;
     hello_pending_ = false;
@@ -337,6 +366,7 @@ void Sender::CheckDelivery(Clock::time_point now) {
 void Sender::SendHeartbeat() {
   const auto& p = shared_->producer;
   const auto& s = shared_->sender;
+  if (holding_) return;
   HeartbeatValues h;
   h.records_enqueued = shared_->slots.Sum(p, &ProducerCounters::records_enqueued);
   h.records_sent = s.records_sent.load(std::memory_order_relaxed);

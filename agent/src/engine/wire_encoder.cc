@@ -88,7 +88,10 @@ Bytes WireEncoder::Directory(const TensorRegistry& registry, uint32_t from, uint
     infos.push_back(wire::CreateTensorInfo(fbb_, e.id, fbb_.CreateString(e.name),
                                            static_cast<wire::TensorKind>(e.kind),
                                            static_cast<wire::DType>(e.dtype),
-                                           fbb_.CreateVector(e.shape), e.order));
+                                           fbb_.CreateVector(e.shape), e.order,
+                                           e.module_type.empty()
+                                               ? flatbuffers::Offset<flatbuffers::String>()
+                                               : fbb_.CreateString(e.module_type)));
   });
   auto dir = wire::CreateTensorDirectory(fbb_, fbb_.CreateVector(infos));
   return Finish(wire::Body::TensorDirectory, dir.Union(), seq);

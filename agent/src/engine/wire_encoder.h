@@ -55,6 +55,8 @@ class WireEncoder {
   Bytes Scalars(uint64_t step, const StepScalars& s, uint64_t seq);
   Bytes Heartbeat(const HeartbeatValues& h, uint64_t seq);
   Bytes Goodbye(const char* reason, uint64_t last_step, uint64_t seq);
+  // The rank of every later message (Envelope.rank).
+  void set_rank(uint32_t rank) { rank_ = rank; }
 
   // Hands the last finished message's block to the caller (the builder takes a fresh
   // one from the pool for the next message). Only with a pool.

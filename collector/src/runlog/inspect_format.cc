@@ -114,7 +114,9 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
               .Field("kind", KindName(d.kind))
               .Field("dtype", DTypeName(d.dtype));
           Ints(j, "shape", t->shape());
-          j.FieldU("order", t->order()).EndObject();
+          j.FieldU("order", t->order());
+          if (t->module_type() != nullptr) j.Field("module_type", std::string(Sv(t->module_type())));
+          j.EndObject();
         }
       }
       j.EndArray();

@@ -35,6 +35,10 @@ struct AgentOptions {
   std::string framework;          // e.g. "torch 1.13.1"
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // The rank may still change (a process made the agent before its process group
+  // existed): nothing is sent — no Hello, no heartbeat — until SetIdentity(), the first
+  // record / scalars / EndStep, or Close(), so a provisional rank never reaches the wire.
+  bool identity_pending = false;
   uint64_t start_step = 0;
   size_t queue_capacity = 16384;  // records; preallocated (1..65536, ~1.3 KiB each)
   int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
@@ -78,8 +82,16 @@ class Agent {
   // Declares a tensor and returns its id (stable for this agent). Calling it again
   // with the same (name, kind) returns the same id. `order` is its execution order
   // index within a step. Returns UINT32_MAX on error (counted).
+  uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                          const std::vector<int64_t>& shape, uint32_t order) noexcept {
+    return RegisterTensor(name, kind, dtype, shape, order, std::string());
+  }
+  // The same, with the type of the module the tensor belongs to (e.g. "Conv2d"; sent
+  // as TensorInfo.module_type, so messages can name "features.0 (Conv2d)"). The first
+  // registration of (name, kind) sets it.
   virtual uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                  const std::vector<int64_t>& shape, uint32_t order) noexcept = 0;
+                                  const std::vector<int64_t>& shape, uint32_t order,
+                                  const std::string& module_type) noexcept = 0;
 
   // Hands one record to the queue. false = dropped (queue full or closed), counted.
   // `order` is the record's execution order index within the step.
@@ -88,6 +100,13 @@ class Agent {
   virtual bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept = 0;
   // Marks the end of a step: the sender ships what it holds for that step now.
   virtual bool EndStep(uint64_t step) noexcept = 0;
+
+  // Sets the (rank, world_size) of everything enqueued after the call (the process
+  // group became known after Create()), and ends identity_pending. When the rank
+  // changes after messages went out under the old one, the new rank starts its own
+  // sequence (seq from 0) with a Hello and the full directory. false = invalid
+  // (rank >= world_size) or refused (queue full, closed), counted.
+  virtual bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept = 0;
 
   // Waits until everything enqueued before the call is on the wire (handed to the
   // socket) or dropped. Returns false on timeout.
