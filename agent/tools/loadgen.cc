@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   flags.Int("close-timeout-ms", &close_timeout_ms, "how long Close() may take", "MS");
   flags.Bool("backpressure", &backpressure,
              "wait for the agent's queue to drain when it is half full, instead of dropping");
+  flags.Range("drift-after", -1, 9e18);  // -1 = never (numbers are otherwise 0 or more)
   lockstep::Status st = flags.Parse(argc - 1, argv + 1);
   if (!st.ok()) {
     std::fprintf(stderr, "lockstep-loadgen: %s\n", st.message().c_str());
@@ -217,5 +218,5 @@ int main(int argc, char** argv) {
       (unsigned long long)c.errors, (unsigned long long)c.reconnects,
       (unsigned long long)late_steps, max_lag_s * 1e3, flushed ? "true" : "false",
       closed ? "true" : "false", secs);
-  return closed ? lockstep::cli::kExitOk : lockstep::cli::kExitFailure;
+  return closed ? lockstep::cli::kExitOk : lockstep::cli::kExitRuntime;
 }

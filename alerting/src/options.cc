@@ -1,5 +1,6 @@
 #include "lockstep/alerting/options.h"
 
+#include <cctype>
 #include <filesystem>
 
 #include "url.h"
@@ -50,10 +51,26 @@ std::string RedactSecret(const std::string& secret) {
 }
 
 std::string RedactUrl(const std::string& url) {
-  size_t scheme_end = url.find("://");
-  if (scheme_end == std::string::npos) return RedactSecret(url);
-  std::string out = url.substr(0, scheme_end + 3);
-  std::string rest = url.substr(scheme_end + 3);
+  // The scheme and host[:port] always show, also of a malformed URL (a misspelt or
+  // missing scheme, "https:/host"), so the sentence that rejects it says what to fix;
+  // userinfo, long path segments and query values never show.
+  size_t start = 0;
+  if (size_t sep = url.find("://"); sep != std::string::npos) {
+    start = sep + 3;
+  } else {
+    const size_t colon = url.find(':');
+    const size_t first_sep = url.find_first_of("/?#");
+    bool scheme = colon != std::string::npos && colon > 0 && colon < first_sep;
+    for (size_t i = 0; scheme && i < colon; ++i) scheme = std::isalpha(static_cast<unsigned char>(url[i])) != 0;
+    if (scheme && colon + 1 < url.size() && url[colon + 1] == '/') {
+      start = colon + 1;
+      while (start < url.size() && url[start] == '/') ++start;
+    } else if (first_sep == std::string::npos && url.find('.') == std::string::npos) {
+      return RedactSecret(url);  // no URL shape at all: perhaps a token given as a URL
+    }
+  }
+  std::string out = url.substr(0, start);
+  std::string rest = url.substr(start);
   size_t slash = rest.find_first_of("/?#");
   std::string authority = rest.substr(0, slash);
   if (size_t at = authority.rfind('@'); at != std::string::npos) {

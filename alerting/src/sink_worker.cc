@@ -112,7 +112,7 @@ void SinkWorker::Stop() noexcept {
     if (stop_ && !thread_.joinable()) return;
     stop_ = true;
   }
-  transport_->Abort();
+  if (transport_) transport_->Abort();  // null when Create failed before the transport was made
   wake_cv_.notify_all();
   idle_cv_.notify_all();
   if (thread_.joinable()) thread_.join();

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include "formats.h"
@@ -28,9 +30,14 @@ StatusOr<std::unique_ptr<Transport>> Transport::Create(const SinkOptions& sink,
     auto parent = std::filesystem::path(sink.target).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     t->file_.open(sink.target, std::ios::app | std::ios::binary);
-    if (!t->file_)
-      return Status::InvalidArgument("cannot open alerts file '" + sink.target +
-                                     "' for appending: check the path and its permissions");
+    if (!t->file_) {
+      const int err = errno;
+      std::string why = std::filesystem::is_directory(sink.target, ec)
+                            ? "it is a directory: give a file path, e.g. " +
+                                  (std::filesystem::path(sink.target) / "alerts.jsonl").string()
+                            : std::string(std::strerror(err)) + ": check the path and its permissions";
+      return Status::InvalidArgument("cannot open alerts file '" + sink.target + "' for appending: " + why);
+    }
     return t;
   }
   if (!IsHttpKind(sink.kind)) return t;

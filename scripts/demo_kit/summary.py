@@ -9,6 +9,8 @@ import collections
 import glob
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 def load(stream):
@@ -31,6 +33,22 @@ def runs_of(a):
 def first(alerts, rule):
     xs = [a for a in alerts if a.get("rule") == rule]
     return min(xs, key=lambda a: (a.get("step", 0), a.get("first_seen_unix_ns", 0))) if xs else None
+
+
+def offline_answer(lockstep, base, cand, live):
+    """What `lockstep compare` of the logs says, against the live first divergence: it
+    reuses the settings the collector recorded next to the logs, so they agree."""
+    try:
+        out = subprocess.run([lockstep, "compare", "--json", base, cand], capture_output=True, text=True,
+                             timeout=120, check=False)
+        fd = json.loads(out.stdout).get("first_divergence")
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return f"(compare could not be run: {e})"
+    where = lambda a: f"step {a.get('step')}, {a.get('tensor')}" if a else "none"
+    if (fd and live and (fd.get("step"), fd.get("tensor")) == (live.get("step"), live.get("tensor"))) or \
+            (fd is None and live is None):
+        return f"(compare gives the live answer, with the settings recorded next to the logs: {where(fd)})"
+    return f"(compare gives {where(fd)}, live gave {where(live)}: are the logs' .settings.toml files missing?)"
 
 
 def main():
@@ -85,6 +103,23 @@ def main():
         if base and cand:
             print("Look again:        " + f"{args.lockstep} compare {base[0]} {cand[0]}")
             print("                   " + f"{args.lockstep} inspect {cand[0]} | head")
+            print("                   " + offline_answer(args.lockstep, base[0], cand[0], fd))
+            # The HTML report of the two runs (docs/report.md): one self-contained page.
+            page = os.path.join(d, "report.html")
+            rep = subprocess.run([args.lockstep, "report", base[0], cand[0], "-o", page],
+                                 capture_output=True, text=True, check=False)
+            print("Report:            " + (f"{page}  (open it in a browser)" if rep.returncode == 0
+                                           else "not written: " + rep.stderr.strip()))
+            # In a terminal with a desktop, offer to open it (stdin is the alerts file: ask the tty).
+            opener = shutil.which("xdg-open")
+            if rep.returncode == 0 and opener and os.environ.get("DISPLAY") and sys.stdout.isatty():
+                try:
+                    with open("/dev/tty", encoding="utf-8") as tty:
+                        print("                   open it now? [y/N] ", end="", flush=True)
+                        if tty.readline().strip().lower() in ("y", "yes"):
+                            subprocess.Popen([opener, page], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                except OSError:
+                    pass
     if args.injected and not named:
         return 1
     return 0

@@ -354,3 +354,69 @@ TEST(AgentSender, CloseSendsAFinalHeartbeatThenGoodbye) {
 
 }  // namespace
 }  // namespace lockstep::testing
+
+namespace lockstep::testing {
+namespace {
+
+// identity_pending (a Monitor made before init_process_group): nothing goes out until
+// SetIdentity, and then everything says the new rank, from seq 0; the directory entry
+// carries its module type.
+TEST(AgentSender, AHeldIdentitySendsNothingUntilSetThenOnlyTheNewRank) {
+  AgentOptions o = TestOptions();
+  o.identity_pending = true;
+  o.heartbeat_interval = std::chrono::milliseconds(5);
+  Made m = MakeAgent(o);
+  ASSERT_NE(m.agent, nullptr);
+  uint32_t id = m.agent->RegisterTensor("features.0", TensorKind::kAct, DType::kF32, {2}, 0, "Conv2d");
+  ASSERT_FALSE(m.state->WaitFor([](const auto& ms) { return !ms.empty(); }, std::chrono::milliseconds(100)));
+  EXPECT_FALSE(m.agent->SetIdentity(2, 2));  // rank not below world_size
+  ASSERT_TRUE(m.agent->SetIdentity(1, 2));
+  ASSERT_TRUE(m.agent->RecordStats(0, 0, id, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->EndStep(0));
+  ASSERT_TRUE(m.agent->Flush(std::chrono::milliseconds(10000)));
+  auto msgs = m.state->Snapshot();
+  ASSERT_FALSE(msgs.empty());
+  ASSERT_EQ(msgs[0].type(), wire::Body::Hello);
+  EXPECT_EQ(msgs[0].env()->seq(), 0u);
+  EXPECT_EQ(msgs[0].env()->body_as_Hello()->world_size(), 2u);
+  bool typed = false;
+  for (const auto& msg : msgs) {
+    EXPECT_EQ(msg.env()->rank(), 1u);
+    if (const auto* d = msg.env()->body_as_TensorDirectory()) {
+      ASSERT_NE(d->tensors()->Get(0)->module_type(), nullptr);
+      typed = d->tensors()->Get(0)->module_type()->str() == "Conv2d";
+    }
+  }
+  EXPECT_TRUE(typed);
+}
+
+// A rank changed after messages went out under the old one: a new stream (Hello at
+// seq 0 under the new rank, then the directory again).
+TEST(AgentSender, ARankChangedAfterSendingStartsItsOwnStream) {
+  const uint32_t old = TestOptions().rank;
+  ASSERT_NE(old, 3u);
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  uint32_t id = m.agent->RegisterTensor("w", TensorKind::kAct, DType::kF32, {1}, 0);
+  ASSERT_TRUE(m.agent->RecordStats(0, 0, id, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->EndStep(0));
+  ASSERT_TRUE(m.agent->Flush(std::chrono::milliseconds(10000)));
+  ASSERT_TRUE(m.agent->SetIdentity(3, 4));
+  ASSERT_TRUE(m.agent->RecordStats(1, 0, id, 0, MakeStats(2)));
+  ASSERT_TRUE(m.agent->EndStep(1));
+  ASSERT_TRUE(m.agent->Flush(std::chrono::milliseconds(10000)));
+  std::vector<std::pair<uint32_t, wire::Body>> seen;
+  uint64_t first_seq_rank3 = UINT64_MAX;
+  for (const auto& msg : m.state->Snapshot()) {
+    if (!msg.accepted || msg.type() == wire::Body::Heartbeat) continue;
+    seen.emplace_back(msg.env()->rank(), msg.type());
+    if (msg.env()->rank() == 3 && first_seq_rank3 == UINT64_MAX) first_seq_rank3 = msg.env()->seq();
+  }
+  using B = wire::Body;
+  EXPECT_EQ(seen, (std::vector<std::pair<uint32_t, B>>{{old, B::Hello}, {old, B::TensorDirectory}, {old, B::StepStats},
+                                                        {3, B::Hello}, {3, B::TensorDirectory}, {3, B::StepStats}}));
+  EXPECT_EQ(first_seq_rank3, 0u);
+}
+
+}  // namespace
+}  // namespace lockstep::testing

@@ -4,6 +4,8 @@
 #include <zmq.h>
 
 #include <chrono>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -158,6 +160,94 @@ TEST(ZmqLoopback, CloseWithoutACollectorReturnsWithinItsTimeout) {
   EXPECT_TRUE(agent->Close(Scaled(std::chrono::milliseconds(300))));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, Scaled(std::chrono::milliseconds(1000)));
   EXPECT_EQ(agent->Counters().records_sent, 100u) << "queued in the socket, as designed";
+}
+
+
+// --- delivery warning: real sockets, a short window -------------------------------
+
+// A socket of `type` bound on an ephemeral loopback port (ZMQ_PUB: what the collector's
+// view feed is).
+struct Bound {
+  void* ctx = zmq_ctx_new();
+  void* sock;
+  std::string endpoint;
+  explicit Bound(int type) : sock(zmq_socket(ctx, type)) {
+    int linger = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(sock, "tcp://127.0.0.1:*") == 0) {
+      char buf[256];
+      size_t len = sizeof buf;
+      zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, buf, &len);
+      endpoint = buf;
+    }
+  }
+  ~Bound() {
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+  }
+};
+
+// Polls DeliveryProblem() until it is set or `timeout` passes (the sender decides on
+// its own thread after delivery_warn_after; nothing to flush).
+std::string WaitForProblem(Agent& a, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string p;
+  while ((p = a.DeliveryProblem()).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return p;
+}
+
+std::unique_ptr<Agent> AgentAt(const std::string& endpoint) {
+  AgentOptions o = TestOptions();
+  o.endpoint = endpoint;
+  o.delivery_warn_after = std::chrono::milliseconds(300);
+  auto created = Agent::Create(o);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  return created.ok() ? std::move(*created) : nullptr;
+}
+
+TEST(ZmqDelivery, ClosedPortIsReportedOnceNamingTheEndpoint) {
+  std::string endpoint;
+  {
+    Bound gone(ZMQ_PULL);  // bound then closed: nothing listens there any more
+    endpoint = gone.endpoint;
+  }
+  auto a = AgentAt(endpoint);
+  ASSERT_NE(a, nullptr);
+  const std::string p = WaitForProblem(*a, std::chrono::seconds(5));
+  EXPECT_NE(p.find(endpoint), std::string::npos) << p;
+  EXPECT_NE(p.find("no connection could be made"), std::string::npos) << p;
+  EXPECT_TRUE(a->Counters().delivery_problem);
+  EXPECT_EQ(a->Counters().handshakes, 0u);
+  a->Close(std::chrono::milliseconds(200));
+}
+
+TEST(ZmqDelivery, APubPeerFailsTheHandshakeAndIsReported) {
+  Bound pub(ZMQ_PUB);
+  ASSERT_FALSE(pub.endpoint.empty());
+  auto a = AgentAt(pub.endpoint);
+  ASSERT_NE(a, nullptr);
+  const std::string p = WaitForProblem(*a, std::chrono::seconds(5));
+  EXPECT_NE(p.find(pub.endpoint), std::string::npos) << p;
+  EXPECT_NE(p.find("refused the ZeroMQ handshake"), std::string::npos) << p;
+  EXPECT_GE(a->Counters().handshake_failures, 1u);
+  a->Close(std::chrono::milliseconds(200));
+}
+
+TEST(ZmqDelivery, ACollectorsPullSocketIsNotReported) {
+  Pull pull;
+  auto a = AgentAt(pull.endpoint);
+  ASSERT_NE(a, nullptr);
+  // Past the window: the handshake succeeded, so nothing is said.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (a->Counters().handshakes == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(a->Counters().handshakes, 1u);
+  EXPECT_EQ(WaitForProblem(*a, std::chrono::milliseconds(600)), "");
+  EXPECT_FALSE(a->Counters().delivery_problem);
+  a->Close(std::chrono::milliseconds(500));
 }
 
 }  // namespace

@@ -84,10 +84,67 @@ TEST(AlertingFlags, TomlConfigSetsSinks) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(AlertingFlags, IncidentFlags) {
+  auto def = Build({"--webhook", "https://a.example/h"});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_TRUE(def->group_incidents);
+  EXPECT_EQ(def->incident_digest_interval, std::chrono::minutes(5));
+  EXPECT_EQ(def->incident_resolve_after, std::chrono::minutes(10));
+  auto set = Build({"--webhook", "https://a.example/h", "--no-incidents", "--incident-digest-interval-s", "60",
+                    "--incident-resolve-s", "0"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_FALSE(set->group_incidents);
+  EXPECT_EQ(set->incident_digest_interval, std::chrono::seconds(60));
+  EXPECT_EQ(set->incident_resolve_after.count(), 0);
+  auto neg = Build({"--incident-resolve-s", "-1"});
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(neg.status().message().find("--incident-resolve-s must not be negative"), std::string::npos);
+}
+
 TEST(AlertingFlags, MistakesAreOneSentence) {
   auto unknown = Build({"--webhook", "https://x.example/h", "--webhook-format", "teams"});
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("unknown alert sink format 'teams'"), std::string::npos);
+  // The formats named are those --help lists (one source), not the other sink kinds.
+  EXPECT_NE(unknown.status().message().find("'teams' is not a webhook format: use one of generic, slack, "
+                                            "feishu, dingtalk, wecom"),
+            std::string::npos)
+      << unknown.status().message();
+  EXPECT_EQ(unknown.status().message().find("jsonl"), std::string::npos) << unknown.status().message();
+  {
+    FlagSet flags("collect", "collect", "test");
+    AlertingFlags af;
+    RegisterAlertingFlags(&flags, &af);
+    EXPECT_NE(flags.Help().find("generic|slack|feishu|dingtalk|wecom:"), std::string::npos) << flags.Help();
+  }
+  // An unknown --alert-sink key is named with the known ones, not "expects a number".
+  auto colour = Build({"--alert-sink", "kind=generic,url=https://a.example/h,colour=red"});
+  ASSERT_FALSE(colour.ok());
+  EXPECT_NE(colour.status().message().find("unknown key 'colour' (known: kind, url,"), std::string::npos)
+      << colour.status().message();
+  EXPECT_EQ(colour.status().message().find("expects a number"), std::string::npos);
+  // A secret in a spec never shows; a malformed URL shows its host.
+  auto secret = Build({"--alert-sink", "kind=feishu,url=open.feishu.cn/hook/0c5c1f8e-aaaa-bbbb-cccc,secret=hunter2"});
+  ASSERT_FALSE(secret.ok());
+  EXPECT_EQ(secret.status().message().find("hunter2"), std::string::npos) << secret.status().message();
+  EXPECT_EQ(secret.status().message().find("0c5c1f8e-aaaa-bbbb-cccc"), std::string::npos)
+      << secret.status().message();
+  EXPECT_NE(secret.status().message().find("open.feishu.cn/hook/0c5c***"), std::string::npos)
+      << secret.status().message();
+  // Negative and huge rates, counts and durations are errors naming the flag.
+  for (const auto& bad : std::vector<std::vector<const char*>>{{"--alert-rate-per-min", "-1"},
+                                                               {"--alert-burst", "-5"},
+                                                               {"--alert-retries", "-1"},
+                                                               {"--alert-cooldown-s", "-3"},
+                                                               {"--alert-timeout-s", "1e300"},
+                                                               {"--alert-backoff-ms", "0"}}) {
+    auto r = Build({bad[0], bad[1]});
+    ASSERT_FALSE(r.ok()) << bad[0] << " " << bad[1];
+    EXPECT_NE(r.status().message().find(bad[0]), std::string::npos) << r.status().message();
+  }
+  auto neg_spec = Build({"--alert-sink", "kind=generic,url=https://a.example/h,rate-per-min=-2"});
+  ASSERT_FALSE(neg_spec.ok());
+  EXPECT_NE(neg_spec.status().message().find("must not be negative"), std::string::npos)
+      << neg_spec.status().message();
   auto bad_url = Build({"--webhook", "hooks.slack.com/x"});
   ASSERT_FALSE(bad_url.ok());
   EXPECT_NE(bad_url.status().message().find("http:// or https://"), std::string::npos);

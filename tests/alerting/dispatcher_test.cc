@@ -453,5 +453,37 @@ TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
   EXPECT_EQ(d->Counters()[0].delivered, 3u);
 }
 
+// The worker wakes for an incident's digest and its resolution by the (injected) clock,
+// with no alert arriving to wake it.
+TEST(Dispatcher, AnIncidentSendsItsDigestAndResolvesByTheClock) {
+  TestServer srv;
+  AlertingOptions o = One(HttpSink(SinkKind::kWebhook, srv.Url("/hook")));
+  std::atomic<int64_t> now_s{0};
+  o.clock = [&] { return std::chrono::nanoseconds(std::chrono::seconds(now_s.load())); };
+  auto d = Make(o);  // digest every 5 min, resolved after 10 min quiet (the defaults)
+  for (int i = 0; i < 11; ++i) {
+    Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
+    a.rule = i == 0 ? "first_divergence" : "tensor_drift";
+    a.severity = Severity::kWarning;
+    a.incident = "divergence/e/b/c";
+    d->Submit(a);
+  }
+  ASSERT_TRUE(d->Flush(5s));
+  ASSERT_EQ(srv.Count(), 1u);
+  now_s = 301;
+  ASSERT_TRUE(srv.WaitFor(2, 5s));
+  now_s = 901;
+  ASSERT_TRUE(srv.WaitFor(3, 5s));
+  ASSERT_TRUE(d->Flush(5s));
+  auto reqs = srv.Requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  auto digest = json::parse(reqs[1].body), resolved = json::parse(reqs[2].body);
+  EXPECT_EQ(digest["notification"], "update");
+  EXPECT_EQ(digest["incident_alerts"], 11);
+  EXPECT_NE(digest["message"].get<std::string>().find("10 more alert(s)"), std::string::npos) << digest;
+  EXPECT_EQ(resolved["notification"], "resolved");
+  EXPECT_NE(resolved["message"].get<std::string>().find("no new alert for 15 min"), std::string::npos) << resolved;
+}
+
 }  // namespace
 }  // namespace lockstep::alerting

@@ -72,6 +72,51 @@ TEST(Formats, SpoolRoundTripKeepsEveryField) {
   EXPECT_FALSE(AlertFromJson("{not json").ok());
 }
 
+TEST(Formats, AnIncidentNotificationCarriesItsFactsThroughTheSpool) {
+  Alert a = SampleAlert();
+  a.incident = "divergence/glm-migration/glm-gpu-01/glm-npu-01";
+  a.notification = "escalated";
+  a.incident_alerts = 42;
+  IncidentFact f;
+  f.rule = "nonfinite";
+  f.severity = Severity::kCritical;
+  f.step = 160;
+  f.run = "glm-npu-01";
+  f.tensor = "blocks.2";
+  f.kind = "act";
+  f.message = "first NaN/Inf in blocks.2";
+  a.facts = {f};
+  json j = json::parse(AlertToJson(a, kNowMs));
+  EXPECT_EQ(j["incident"], a.incident);
+  EXPECT_EQ(j["notification"], "escalated");
+  EXPECT_EQ(j["incident_alerts"], 42);
+  ASSERT_EQ(j["facts"].size(), 1u);
+  EXPECT_EQ(j["facts"][0]["tensor"], "blocks.2");
+  EXPECT_EQ(j["facts"][0]["severity"], "critical");
+  auto back = AlertFromJson(AlertToJson(a, kNowMs));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->incident, a.incident);
+  EXPECT_EQ(back->notification, "escalated");
+  EXPECT_EQ(back->incident_alerts, 42u);
+  ASSERT_EQ(back->facts.size(), 1u);
+  EXPECT_EQ(back->facts[0].step, 160u);
+  EXPECT_EQ(back->facts[0].message, f.message);
+  // Alertmanager: one incident is one alert (stable labels), grouped by its key.
+  json am = json::parse(FormatAlert(Sink(SinkKind::kAlertmanager), a, kNowMs).body)[0];
+  EXPECT_EQ(am["labels"]["alertname"], "LockstepIncident");
+  EXPECT_EQ(am["labels"]["incident"], a.incident);
+  EXPECT_FALSE(am["labels"].contains("tensor"));
+  EXPECT_FALSE(am.contains("endsAt"));
+  a.notification = "resolved";
+  am = json::parse(FormatAlert(Sink(SinkKind::kAlertmanager), a, kNowMs).body)[0];
+  EXPECT_TRUE(am.contains("endsAt"));
+  // Chat formats list the facts.
+  json slack = json::parse(FormatAlert(Sink(SinkKind::kSlack), a, kNowMs).body);
+  EXPECT_NE(slack["blocks"][1]["text"]["text"].get<std::string>().find("first NaN/Inf in blocks.2"),
+            std::string::npos);
+  EXPECT_NE(slack["blocks"][0]["text"]["text"].get<std::string>().find("incident resolved"), std::string::npos);
+}
+
 TEST(Formats, SlackHasTextFallbackAndBlocks) {
   json j = json::parse(FormatAlert(Sink(SinkKind::kSlack), SampleAlert(), kNowMs).body);
   EXPECT_EQ(j["text"], "[critical] lockstep first_divergence in glm-migration: "
@@ -216,6 +261,15 @@ TEST(Redact, SecretsInUrlsNeverShowInFull) {
   EXPECT_EQ(RedactUrl("https://open.feishu.cn/open-apis/bot/v2/hook/0c5c1f8e-aaaa-bbbb-cccc-123456789abc"),
             "https://open.feishu.cn/open-apis/bot/v2/hook/0c5c***");
   EXPECT_EQ(RedactUrl("http://admin:hunter2@am:9093/api/v2/alerts"), "http://***@am:9093/api/v2/alerts");
+  // A malformed URL keeps what is needed to fix it (scheme, host, port), not its tokens.
+  EXPECT_EQ(RedactUrl("hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"),
+            "hooks.slack.com/services/T000/B000/XXXX***");
+  EXPECT_EQ(RedactUrl("htps://hooks.slack.com:99999/services/XXXXXXXXXXXXXXXXXXXXXXXX?key=abcdefghijkl"),
+            "htps://hooks.slack.com:99999/services/XXXX***?key=abcd***");
+  EXPECT_EQ(RedactUrl("https:/open.feishu.cn/hook/0c5c1f8e-aaaa-bbbb-cccc-123456789abc"),
+            "https:/open.feishu.cn/hook/0c5c***");
+  EXPECT_EQ(RedactUrl("am:9093/api/v2/alerts"), "am:9093/api/v2/alerts");
+  EXPECT_EQ(RedactUrl("xoxbSECRETTOKENVALUE0123"), "xoxb***");  // a bare token stays hidden
   EXPECT_EQ(RedactSecret("SECabcdefghijkl"), "SECa***");
   EXPECT_EQ(RedactSecret("short"), "***");
 }

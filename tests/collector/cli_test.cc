@@ -112,6 +112,34 @@ TEST(CollectCli, UnwritableDataDirIsOneLineAndExit2) {
   EXPECT_NE(r.err.find("plainfile/d"), std::string::npos) << r.err;
 }
 
+// An alert sink that cannot be set up is one sentence and exit 2, never a crash (the
+// half-built sink worker once called Abort() on a null transport: exit 139).
+TEST(CollectCli, AlertSinkThatCannotBeSetUpIsOneLineAndExit2) {
+  testing::TempDir dir;
+  { std::ofstream(dir / "plainfile") << "x"; }
+  { std::ofstream(dir / "garbage.pem") << "not a certificate\n"; }
+  fs::create_directories(dir / "alerts-dir");
+  struct Case {
+    std::vector<std::string> flags;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{"--alerts-file", dir / "alerts-dir"}, "is a directory"},
+      // Below a regular file: no directory can be made there, also for root.
+      {{"--alerts-file", dir / "plainfile/alerts.jsonl"}, "plainfile/alerts.jsonl"},
+      {{"--alert-ca-file", dir / "garbage.pem", "--webhook", "https://127.0.0.1:9/h"}, "garbage.pem"},
+      {{"--alert-ca-file", dir / "plainfile/nope.pem", "--webhook", "https://127.0.0.1:9/h"}, "nope.pem"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"collect", "--listen", "tcp://127.0.0.1:*", "--data-dir", dir / "d"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    Result r = RunLockstep(dir, args);
+    EXPECT_EQ(r.code, 2) << c.flags[0] << " " << c.flags[1] << ": " << r.err;
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << r.err;
+  }
+}
+
 TEST(KeygenCli, WritesAKeyPairRefusesToOverwriteAndCollectReadsIt) {
   testing::TempDir dir;
   Result r = RunLockstep(dir, {"keygen", dir / "col"});
@@ -223,15 +251,46 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
 TEST(InspectCli, MissingFileAndNotALogAreOneLine) {
   testing::TempDir dir;
   Result r = RunLockstep(dir, {"inspect", dir / "nope.lslog"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 3);  // cli/exit_codes.h: input data error
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
   { std::ofstream(dir / "text.lslog") << "hello world, not a log"; }
   r = RunLockstep(dir, {"inspect", dir / "text.lslog"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 3);
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
   EXPECT_NE(r.err.find("not a lockstep run log"), std::string::npos) << r.err;
   r = RunLockstep(dir, {"inspect"});
   EXPECT_EQ(r.code, 2);
+}
+
+// A directory where a run log belongs says so and names the logs it holds (it once
+// read as "empty log"); exit 3, the input-data code of cli/exit_codes.h.
+TEST(CollectCli, UnreadableBaselineLogIsExit3) {
+  testing::TempDir dir;
+  fs::create_directories(dir / "logs");
+  Result r = RunLockstep(dir, {"collect", "--listen", "tcp://127.0.0.1:*", "--view-listen", "off",
+                               "--metrics-listen", "off", "--data-dir", dir / "d", "--baseline", dir / "logs"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("is a directory, not a run log"), std::string::npos) << r.err;
+  r = RunLockstep(dir, {"collect", "--listen", "tcp://127.0.0.1:*", "--view-listen", "off", "--metrics-listen",
+                        "off", "--data-dir", dir / "d", "--baseline", dir / "missing.lslog"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("missing.lslog"), std::string::npos) << r.err;
+}
+
+TEST(CompareCli, DirectoryForALogNamesTheLogsInIt) {
+  testing::TempDir dir;
+  fs::create_directories(dir / "data");
+  { std::ofstream(dir / "data/gpu-run.lslog") << "x"; }
+  for (const std::string cmd : {"compare", "inspect"}) {
+    std::vector<std::string> args = {cmd, dir / "data"};
+    if (cmd == "compare") args.push_back(dir / "data");
+    Result r = RunLockstep(dir, args);
+    EXPECT_EQ(r.code, 3) << cmd << ": " << r.err;
+    ASSERT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("is a directory, not a run log"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("data/gpu-run.lslog"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("empty"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ TEST(EnvelopeCheck, RejectsWrongFileIdentifier) {
 TEST(EnvelopeCheck, RejectsUnknownMajorAndMissingMajor) {
   auto h = At("r", 3, 0);
   h.major = 2;
+  h.minor = 0;
   Bytes major2 = testing::Hello(h);  // c.env points into it
   EnvelopeCheck c = Check(major2);
   EXPECT_EQ(c.reject, Reject::kSchemaMajor);

@@ -40,11 +40,12 @@ def test_collector_killed_mid_run_resumes_without_losing_or_repeating_alerts(tmp
     runs = [exp + "-base", exp + "-cand"]
     endpoint = "tcp://127.0.0.1:%d" % free_port()
     hook = WebhookReceiver()
-    # No rate limit and no dedup cooldown: every alert the detectors derive is sent, so
+    # No incidents, no rate limit and no dedup cooldown: every alert the detectors derive
+    # is sent one by one, so
     # the test sees any alert derived twice (the restart's replay derives the whole
     # history again) and can compare with an offline analysis one for one. (The cooldown
     # across a restart: tests/alerting/sent_journal_test.cc.)
-    flags = ["--webhook", hook.url, "--alert-rate-per-min", "0", "--alert-cooldown-s", "0",
+    flags = ["--webhook", hook.url, "--no-incidents", "--alert-rate-per-min", "0", "--alert-cooldown-s", "0",
              "--status-interval-s", "0"]
     col = Collector(tmp_path, flags, listen=endpoint, metrics=True)
     b, c = make_pair(col.endpoint, exp)

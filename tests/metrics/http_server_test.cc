@@ -44,6 +44,29 @@ TEST(MetricsServer, ServesMetricsRootAnd404) {
   EXPECT_EQ(renders.load(), 3);  // /metrics twice, HEAD once; never for / or 404
 }
 
+TEST(MetricsServer, PageHandlerServesOtherPathsWithTheirQuery) {
+  MetricsServerHandlers h;
+  h.render = [] { return std::string("m\n"); };
+  std::string seen;
+  h.page = [&seen](std::string_view target, std::string* type, std::string* body) {
+    seen = std::string(target);
+    if (target.substr(0, 7) != "/report" && target != "/") return false;
+    *type = "text/html; charset=utf-8";
+    *body = "<p>page</p>";
+    return true;
+  };
+  auto server = StartOrDie(std::move(h));
+  auto r = HttpRequest(server->address(), "/report?experiment=a%20b");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(r.body, "<p>page</p>");
+  EXPECT_EQ(seen, "/report?experiment=a%20b");
+  EXPECT_EQ(HttpRequest(server->address(), "/").body, "<p>page</p>");
+  EXPECT_EQ(HttpRequest(server->address(), "/nope").status, 404);
+  EXPECT_EQ(HttpRequest(server->address(), "/metrics").body, "m\n");  // never asked of the page
+  EXPECT_EQ(seen, "/nope");
+}
+
 TEST(MetricsServer, RenderExceptionIsA500AndServingGoesOn) {
   bool fail = true;
   auto server = StartOrDie({[&]() -> std::string {

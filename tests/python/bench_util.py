@@ -67,3 +67,22 @@ def attach_hooks(model, on_tensor=None):
     for p in model.parameters():
         handles.append(p.register_hook(on_grad))
     return handles
+
+
+# CUDA runtime / driver calls that launch a kernel (Triton launches through the driver).
+LAUNCH_EVENTS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                 "cuLaunchKernelEx")
+
+
+def launches_per_step(step, steps=2):
+    """Kernel launches per call of `step()` on a CUDA device, counted by torch.profiler
+    from the runtime/driver launch events (0 without CUDA)."""
+    if not torch.cuda.is_available():
+        return 0.0
+    from torch.profiler import ProfilerActivity, profile  # pylint: disable=import-outside-toplevel
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    return sum(ev.count for ev in prof.key_averages() if ev.key in LAUNCH_EVENTS) / steps

@@ -95,6 +95,12 @@ def collector(tmp_path):
     stop_collector(c)
 
 
+
+def plain_stats(stats):
+    """A FakeAgent record's statistics without its repeat mark (kStatRepeat): a repeat
+    carries its producer's statistics, and the mark says which of the two it is."""
+    return {k: v for k, v in stats.items() if k != "repeat"}
+
 class FakeAgent:
     """Stands in for lockstep._core.Agent: keeps every call, computes host stats with
     the real kernel. Attribute `fail` makes every method raise (failure injection)."""
@@ -106,6 +112,7 @@ class FakeAgent:
         self.done = self.settled = self.waits = self.kicks = 0
         self.worker_full = False
         self.tensors = {}      # id -> (name, kind name, dtype, shape, order)
+        self.module_types = {}  # name -> module type given at registration
         self.records = []      # dict(step, micro, name, kind, order, stats)
         self.scalars = []      # dict(step, loss, lr, grad_norm, loss_scale, ...)
         self.ended = []
@@ -123,13 +130,14 @@ class FakeAgent:
         self.fingerprint = dict(entries)
         return True
 
-    def register_tensor(self, name, kind, dtype, shape, order):
+    def register_tensor(self, name, kind, dtype, shape, order, module_type=""):
         self._check()
         for tid, t in self.tensors.items():
             if t[0] == name and t[1] == KIND_NAMES[kind]:
                 return tid
         tid = len(self.tensors)
         self.tensors[tid] = (name, KIND_NAMES[kind], dtype, tuple(shape), order)
+        self.module_types[name] = module_type
         return tid
 
     def _add(self, step, micro, tid, order, stats):
@@ -160,27 +168,39 @@ class FakeAgent:
         self._check()
         if self._last is None:
             return -2.0
-        self._add(step, micro, tid, order, dict(self._last))
+        self._add(step, micro, tid, order, dict(self._last, repeat=True))  # kStatRepeat
         self.repeats += 1
         return self._last["l2"]
 
-    def record_packed(self, step, micros, ids, orders, rows):
+    def record_packed(self, step, micros, ids, orders, rows, flags=None):
         self._check()
-        for m, i, o, row in zip(micros, ids, orders, rows):
-            self._add(step, int(m), int(i), int(o), _core.unpack_row(row, self.k, self.bins))
+        for j, (m, i, o, row) in enumerate(zip(micros, ids, orders, rows)):
+            stats = _core.unpack_row(row, self.k, self.bins)
+            if flags is not None and flags[j] & _core.STAT_REPEAT:
+                stats["repeat"] = True
+            self._add(step, int(m), int(i), int(o), stats)
         return len(rows)
 
     def record_scalars(self, step, loss, lr, grad_norm, loss_scale, step_time_s, micro_steps,
-                       samples):
+                       samples, given=0):
         self._check()
         self.scalars.append(dict(step=step, loss=loss, lr=lr, grad_norm=grad_norm,
                                  loss_scale=loss_scale, step_time_s=step_time_s,
-                                 micro_steps=micro_steps, samples=samples))
+                                 micro_steps=micro_steps, samples=samples, given=given))
         return True
+
+    def delivery_problem(self):
+        self._check()
+        return ""
 
     def end_step(self, step):
         self._check()
         self.ended.append(step)
+        return True
+
+    def set_identity(self, rank, world_size):
+        self._check()
+        self.identity = (rank, world_size)
         return True
 
     def flush(self, timeout_s=5.0):

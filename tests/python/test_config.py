@@ -72,7 +72,7 @@ def test_lockstep_disable_gives_a_no_op_monitor(clean_env):
     (dict(role="teacher"), "role 'teacher'"),
     (dict(run="../etc/passwd"), "run id"),
     (dict(sketch_k=1000), "sketch_k=1000"),
-    (dict(send_buffer_mb=-1), "send_buffer_mb=-1 is negative"),
+    (dict(send_buffer_mb=-1), "send_buffer_mb=-1 is not valid: give an integer from 0 to 1048576"),
     (dict(send_buffer_mb=1, sketch_k=256), "at least 3 MiB"),
 ])
 def test_configuration_mistakes_warn_once_and_disable(clean_env, kwargs, match):

@@ -99,6 +99,23 @@ def test_config_must_be_a_dict():
         warnings.simplefilter("always")
         mon = lockstep.Monitor(run="unit", endpoint="tcp://127.0.0.1:9", config=["lr", 1])
     assert not mon.enabled
-    assert any("config= must be a dict" in str(w.message) for w in caught)
-    with pytest.raises(ValueError, match="config= must be a dict"):
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1, msgs
+    assert "config=['lr', 1] is not valid: give a dict" in msgs[0], msgs
+    assert "records nothing" in msgs[0], msgs
+    with pytest.raises(ValueError, match=r"config='lr=1' is not valid: give a dict"):
         lockstep.Monitor(run="unit", endpoint="tcp://127.0.0.1:9", config="lr=1", strict=True)
+
+
+def test_config_values_that_cannot_be_read_are_left_out(monkeypatch):
+    class Raises:
+        def __str__(self):
+            raise RuntimeError("hostile")
+
+    mon, fake = fake_monitor(config={"good": 1, "bad": Raises(), "fn": len, "none": None})
+    mon.watch(nn.Linear(2, 2))
+    fp = fake.fingerprint
+    assert fp["config.good"] == "1" and fp["config.none"] == "None"
+    assert "config.bad" not in fp
+    assert fp["config.fn"].startswith("<built-in function len")  # a callable is a value, not called
+    assert mon.counters()["python_errors"] == 0

@@ -91,6 +91,8 @@ def check_row(got, t, k, bins):
     for f in ("mean", "std", "l2"):
         if math.isnan(want[f]):
             assert math.isnan(got[C[f]]), f
+        elif math.isinf(want[f]):  # float64 squares of values near its limit
+            assert got[C[f]] == want[f], f
         else:
             tol = 1e-6 * (abs(want[f]) + (want["std"] if f == "mean" else 0)) + 1e-300
             assert abs(got[C[f]] - want[f]) <= tol, (f, got[C[f]], want[f])
@@ -280,8 +282,9 @@ def test_cuda_device_stats_never_synchronizes():
     tensors = [specials_tensor(n, dt, n).cuda() for n, dt in
                ((3000, torch.float32), (70_000, torch.bfloat16), (100, torch.float16),
                 (5, torch.float32), (0, torch.float32))]
-    ts.INDEX_CACHE.items.clear()
-    ts.INDEX_CACHE.bytes = 0
+    for cache in (ts.INDEX_CACHE, ts.PLAN_CACHE):
+        cache.items.clear()
+        cache.bytes = 0
     ts._small_cache.clear()
     torch.cuda.synchronize()
     old = _sync_debug("error")
@@ -327,13 +330,9 @@ def test_cuda_strict_deterministic_mode_gives_the_same_rows():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("counts", ["histc", "onehot"])
-def test_extreme_values_and_other_dtypes_match_the_reference(device, counts, monkeypatch):
-    """Values near the float32 limit (the float32 partial sums are scaled per row), a
-    mean far above std (the corrected two-pass variance), integers, bool and float64;
-    both ways of counting the slots."""
-    monkeypatch.setattr(ts, "_COUNTS", counts)
-    monkeypatch.setattr(ts, "_ONEHOT_ELEMENTS", 4096)  # several blocks of rows
+def test_extreme_values_and_other_dtypes_match_the_reference(device):
+    """Values near the float32 limit (the float32 partial sums are scaled per tensor), a
+    mean far above std (the corrected two-pass variance), integers, bool and float64."""
     g = torch.Generator().manual_seed(5)
     tensors = [
         torch.tensor([3e38, -3e38, 1e38, 2.0, math.nan, -math.inf], dtype=torch.float32),
@@ -352,3 +351,180 @@ def test_extreme_values_and_other_dtypes_match_the_reference(device, counts, mon
         for i, t in enumerate(tensors):
             check_row(rows[i].numpy(), t, k, 16)
     assert rows[3, C["std"]] == 0.0  # a constant tensor
+
+
+# ---- the fallback's contract: every dtype and edge, K widths, one call for many -------
+F8 = [d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None))
+      if d is not None]
+
+
+def limit_tensor(dtype, n, seed):
+    """Values at the dtype's limits: its largest finite value (both signs), its smallest
+    normal and subnormals, zeros of both signs, NaN, +-Inf, and ordinary values. float64
+    gets float32's limits: the sketch travels as float32, so float64's largest values
+    have no sketch to compare."""
+    fi = torch.finfo(torch.float32 if dtype == torch.float64 else dtype)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    specials = [fi.max, -fi.max, fi.tiny, -fi.tiny, fi.tiny / 2, -fi.tiny / 4, 0.0, -0.0,
+                math.nan, math.inf, -math.inf, 65504.0, 448.0, 2.0 ** -14, 2.0 ** -40]
+    for i, v in enumerate(specials):
+        x[(i * 37) % n] = v
+    if dtype in F8:  # fp8 e4m3fn has no Inf: a cast would make NaN of it
+        x = torch.nan_to_num(x, posinf=fi.max, neginf=-fi.max).clamp(-fi.max, fi.max)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_dtype_at_its_limits_in_one_call_with_every_sketch_width(device):
+    """fp32/fp16/bf16/fp64 (fp8 where torch has it): limits, subnormals, zeros, NaN,
+    +-Inf, empty tensors and non-contiguous views, in one call, for K = 0, 5, 32, 256."""
+    tensors = []
+    for i, dt in enumerate([torch.float32, torch.float16, torch.bfloat16, torch.float64] + F8):
+        tensors += [limit_tensor(dt, 700, i), torch.empty(0, dtype=dt),
+                    limit_tensor(dt, 60 * 31, 10 + i).view(60, 31)[::2, 3:].t()]
+    for k in (0, 5, 32, 256):
+        rows = rows_on(tensors, device, k, 16)
+        for i, t in enumerate(tensors):
+            check_row(rows[i].numpy(), t, k, 16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_tensors_of_mixed_sizes_in_one_call(device, monkeypatch):
+    """Dozens of tensors from 0 to a few thousand elements, mixed dtypes, in one call
+    (several levels of the row-to-tensor reduction tree, PIECE shrunk so the small ones
+    have many rows; the counting and the sketch in pieces of a few rows), each row
+    against the reference."""
+    monkeypatch.setattr(ts, "PIECE", 16)
+    monkeypatch.setattr(ts, "_WORK_ELEMENTS", 1000)
+    g = torch.Generator().manual_seed(11)
+    sizes = torch.randint(0, 1500, (40,), generator=g).tolist() + [0, 1, 15, 16, 17, 4000]
+    dts = [torch.float32, torch.bfloat16, torch.float16]
+    tensors = [specials_tensor(n, dts[i % 3], 100 + i) for i, n in enumerate(sizes)]
+    rows = rows_on(tensors, device, 5, 16)
+    for i, t in enumerate(tensors):
+        check_row(rows[i].numpy(), t, 5, 16)
+
+
+def test_a_large_tensor_in_passes_with_a_wide_sketch(monkeypatch):
+    monkeypatch.setattr(ts, "CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(ts, "_WORK_ELEMENTS", 2048)
+    t = specials_tensor(11_111, torch.float32, 5)
+    for k in (256, 5):
+        whole = ts.device_stats([t, t[:10]], k, 16)  # two tensors: not in passes
+        check_row(whole[0].numpy(), t, k, 16)
+        alone = ts.device_stats([t], k, 16)  # alone above the chunk: in passes
+        check_row(alone[0].numpy(), t, k, 16)
+
+
+def _same(a, b):
+    return torch.equal(torch.nan_to_num(a, nan=-7.0), torch.nan_to_num(b, nan=-7.0))
+
+
+def _mixed_batch():
+    g = torch.Generator().manual_seed(3)
+    return [specials_tensor(n, dt, n) for n, dt in
+            ((30_000, torch.float32), (7_000, torch.bfloat16), (100, torch.float16),
+             (0, torch.float32), (5, torch.float32))] + [
+        torch.randn(64, 96, generator=g).t(), torch.randn(20_000, generator=g) * 1e4 + 3e5]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_are_bit_identical_across_calls_and_in_deterministic_mode(device):
+    """Fixed reduction order: two calls give the same bits, and so does a call under
+    torch.use_deterministic_algorithms(True) (strict: nothing the fallback uses raises
+    or turns serial there)."""
+    tensors = [t.to(device) for t in _mixed_batch()]
+    first = ts.device_stats(tensors).cpu()
+    assert _same(ts.device_stats(tensors).cpu(), first)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        det = ts.device_stats(tensors).cpu()
+        det_single = ts.device_stats(tensors[1:2], 5, 0).cpu()
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert _same(det, first)
+    assert _same(det_single, ts.device_stats(tensors[1:2], 5, 0).cpu())
+
+
+# Ops that accumulate into repeated targets (atomics: serial, nondeterministic or an
+# error in torch's deterministic mode on CUDA), and matmuls (cuBLAS wants a workspace
+# setting in deterministic mode).
+_FORBIDDEN = {"histc", "bincount", "index_add", "index_add_", "scatter", "scatter_",
+              "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_",
+              "index_put", "index_put_", "_index_put_impl_", "put", "put_", "mm", "bmm",
+              "matmul", "addmm", "baddbmm", "embedding_bag", "_embedding_bag",
+              "index_reduce", "index_reduce_", "segment_reduce", "_segment_reduce"}
+_VIEWS = {"slice", "select", "view", "unsqueeze", "detach", "_reshape_alias", "lift_fresh",
+          "alias", "as_strided", "expand", "reshape", "t", "transpose", "squeeze",
+          "_unsafe_view", "lift_fresh_copy"}
+
+
+def _dispatched_ops(fn):
+    """(op name, [(dtype, numel) of its outputs]) of every aten op `fn` runs, or None
+    where torch has no TorchDispatchMode."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+    except ImportError:
+        return None
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            self.ops.append((func.overloadpacket.__name__, [(o.dtype, o.numel()) for o in outs]))
+            return out
+
+    with Record() as rec:
+        fn()
+    return rec.ops
+
+
+def test_no_atomics_no_matmul_no_float64_per_element_and_launches_bounded_per_group():
+    """The op list of a call (CPU, the same code a GPU/NPU runs): nothing from the
+    forbidden list, float64 only on per-row or per-tensor results (well under one value
+    per element), and the same ops for 5 tensors as for 50 of one dtype."""
+    big = [torch.randn(100_000), torch.randn(50_000).to(torch.bfloat16)]
+    ts.device_stats(big)  # warm the caches: then only the per-call work is seen
+    ops = _dispatched_ops(lambda: ts.device_stats(big))
+    if ops is None:
+        pytest.skip("no TorchDispatchMode in this torch")
+    names = {name for name, _ in ops}
+    assert not names & _FORBIDDEN, names & _FORBIDDEN
+    f64 = max(n for _, outs in ops for dt, n in outs if dt == torch.float64)
+    assert f64 <= 150_000 // 4, f64
+    counts = []
+    for n in (5, 50):
+        few = [torch.randn(300) for _ in range(n)]
+        ts.device_stats(few)
+        ops = _dispatched_ops(lambda few=few: ts.device_stats(few))
+        counts.append(sum(1 for name, _ in ops if name not in _VIEWS))
+    assert counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_min_and_max_of_rows_with_nan_or_inf_and_no_zero(device):
+    """NaN/Inf read as 0 in the per-row min/max and are corrected where a row has no
+    finite zero: all-positive and all-negative finite values beside NaN/Inf, a row of
+    nothing but NaN/Inf beside finite rows, and a true zero beside NaN."""
+    nan, inf = math.nan, math.inf
+    pos = torch.rand(600, generator=torch.Generator().manual_seed(1)) + 1.0
+    pos[::97] = nan
+    pos[5] = inf
+    first_row_nan = torch.rand(600, generator=torch.Generator().manual_seed(2)) + 0.5
+    first_row_nan[:256] = nan
+    tensors = [torch.tensor([3.0, nan, 5.0, inf, 2.5]), torch.tensor([-3.0, -inf, -7.0, nan]),
+               torch.tensor([nan, inf, -inf]), torch.tensor([0.0, nan, 4.0]),
+               torch.tensor([-0.0, -inf, -2.0]), pos, -pos, first_row_nan]
+    tensors += [t.to(torch.bfloat16) for t in tensors[:2]] + [t.double() for t in tensors[:2]]
+    rows = rows_on(tensors, device, 32, 16)
+    for i, t in enumerate(tensors):
+        check_row(rows[i].numpy(), t, 32, 16)
+        check_row(rows_on([t], device, 32, 16)[0].numpy(), t, 32, 16)
+    assert rows[0, C["min"]] == 2.5 and rows[1, C["max"]] == -3.0

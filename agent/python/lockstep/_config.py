@@ -7,6 +7,9 @@ size) runs only for what is still unset.
 """
 import ctypes
 import importlib.util
+import math
+import numbers
+import operator
 import os
 import re
 import socket
@@ -19,71 +22,186 @@ from . import _keys
 
 ROLES = ("baseline", "candidate", "solo")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+_U32 = 2**32 - 1
+_MAX_STEP = 2**62  # steps travel as uint64; room for the steps after the first
 
-# name -> (type, default). Types: str, int, float.
+# name -> (type, default, (low, high) for numbers). Types: str, int, float, "path" (a str
+# or os.PathLike), "switch" (host_stats_thread: a str or a bool).
 OPTIONS = {
-    "run": (str, None),
-    "role": (str, "solo"),
-    "experiment": (str, ""),
-    "endpoint": (str, "tcp://127.0.0.1:6200"),
-    "platform": (str, None),
-    "device_name": (str, None),
-    "rank": (int, None),
-    "world_size": (int, None),
-    "sketch_k": (int, 32),
-    "hist_bins": (int, 16),
-    "start_step": (int, 0),
-    "queue_capacity": (int, 16384),
-    "send_hwm": (int, 1000),
-    "send_buffer_mb": (int, 32),
-    "close_timeout": (float, 5.0),
-    "heartbeat_interval": (float, 1.0),
-    "curve_server_key": (str, ""),
-    "curve_key": (str, ""),
-    "host_stats_thread": (str, "auto"),
+    "run": (str, None, None),
+    "role": (str, "solo", None),
+    "experiment": (str, "", None),
+    "endpoint": (str, "tcp://127.0.0.1:6200", None),
+    "platform": (str, None, None),
+    "device_name": (str, None, None),
+    "rank": (int, None, (-1, _U32 - 1)),      # -1: not distributed (rank 0 of 1)
+    "world_size": (int, None, (1, _U32)),
+    "sketch_k": (int, 32, (0, 256)),
+    "hist_bins": (int, 16, None),              # 0 or 16
+    "start_step": (int, 0, (0, _MAX_STEP)),
+    "queue_capacity": (int, 16384, (1, 2**30)),
+    "send_hwm": (int, 1000, (0, 2**31 - 1)),
+    "send_buffer_mb": (int, 32, (0, 2**20)),
+    "close_timeout": (float, 5.0, (0.0, 86400.0)),
+    "heartbeat_interval": (float, 1.0, (0.001, 3600.0)),
+    "curve_server_key": ("path", "", None),
+    "curve_key": ("path", "", None),
+    "host_stats_thread": ("switch", "auto", None),
 }
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def safe_repr(value, limit=60):
+    """repr() for a message: never raises (an object's own __repr__ may), at most
+    ``limit`` characters."""
+    try:
+        text = repr(value)
+    except Exception:  # pylint: disable=broad-except
+        text = "<%s object>" % type(value).__name__
+    if not isinstance(text, str):
+        text = "<%s object>" % type(value).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def parse_switch(raw):
+    """True / False for 1/0, true/false, yes/no, on/off (any case, spaces around);
+    None for anything else."""
+    if not isinstance(raw, str):
+        return None
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    return None
+
+
+def disable_requested():
+    """(disabled, warning or None) from LOCKSTEP_DISABLE. Unset or empty: enabled. A
+    value that is not a switch (``maybe``) disables, with a warning: someone set the
+    variable to turn lockstep off, and off is the reading that cannot hurt the job."""
+    raw = os.environ.get("LOCKSTEP_DISABLE")
+    if raw is None or raw.strip() == "":
+        return False, None
+    v = parse_switch(raw)
+    if v is None:
+        return True, ("LOCKSTEP_DISABLE=%s is not one of 1, 0, true, false, yes, no, on, off; "
+                      "lockstep stays off (set LOCKSTEP_DISABLE=0 to turn it on)" % safe_repr(raw))
+    return v, None
 
 
 def env_flag(name):
-    v = os.environ.get(name, "")
-    return v.strip().lower() in ("1", "true", "yes", "on")
+    return parse_switch(os.environ.get(name, "")) is True
+
+
+def _bad(source, value, accepted):
+    return ValueError("lockstep: %s=%s is not valid: %s" % (source, safe_repr(value), accepted))
+
+
+def _range_text(typ, bounds):
+    what = "an integer" if typ is int else "a number"
+    lo, hi = bounds
+    fmt = "%d" if typ is int else "%g"
+    if hi >= 2**31 - 1:
+        return ("give %s >= " + fmt) % (what, lo)
+    return ("give %s from " + fmt + " to " + fmt) % (what, lo, hi)
+
+
+def _convert(name, value, from_env):
+    """The option's value as its type, checked; ValueError naming ``name`` (or its
+    LOCKSTEP_ variable), the value and what is accepted, whatever the value's own
+    methods raise."""
+    try:
+        return _convert_unguarded(name, value, from_env)
+    except ValueError:
+        raise
+    except Exception as e:  # pylint: disable=broad-except  (a hostile __fspath__, strip, ...)
+        raise _bad("LOCKSTEP_" + name.upper() if from_env else name, value,
+                   "reading it raised %s" % type(e).__name__) from None
+
+
+def _convert_unguarded(name, value, from_env):
+    typ, _, bounds = OPTIONS[name]
+    source = "LOCKSTEP_" + name.upper() if from_env else name
+    if typ is str:
+        if not isinstance(value, str):
+            raise _bad(source, value, "give a string (got %s)" % type(value).__name__)
+        if "\x00" in value:
+            raise _bad(source, value, "it holds a NUL character")
+        return value
+    if typ == "path":
+        if not isinstance(value, (str, os.PathLike)):
+            raise _bad(source, value, "give a string or a path (got %s)" % type(value).__name__)
+        value = os.fspath(value)
+        if not isinstance(value, str) or "\x00" in value:
+            raise _bad(source, value, "give a string or a path")
+        return value
+    if typ == "switch":
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        if isinstance(value, str) and (value.strip().lower() == "auto" or parse_switch(value) is not None):
+            return value
+        raise _bad(source, value, "give one of auto, on, off")
+    if typ is int:
+        if from_env:
+            try:
+                x = int(value.strip(), 10)
+            except ValueError:
+                raise _bad(source, value, _range_text(int, bounds)) from None
+        else:
+            if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+                raise _bad(source, value, _range_text(int, bounds) if bounds else "give an integer")
+            try:
+                x = operator.index(value)
+            except Exception:  # pylint: disable=broad-except  (a hostile __index__)
+                raise _bad(source, value, "give an integer") from None
+        if bounds and not bounds[0] <= x <= bounds[1]:
+            raise _bad(source, value, _range_text(int, bounds))
+        return x
+    # float
+    if from_env:
+        try:
+            x = float(value.strip())
+        except ValueError:
+            raise _bad(source, value, _range_text(float, bounds)) from None
+    else:
+        if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
+            raise _bad(source, value, _range_text(float, bounds))
+        try:
+            x = float(value)
+        except Exception:  # pylint: disable=broad-except  (a hostile __float__)
+            raise _bad(source, value, _range_text(float, bounds)) from None
+    if not (math.isfinite(x) and bounds[0] <= x <= bounds[1]):
+        raise _bad(source, value, _range_text(float, bounds))
+    return x
 
 
 def resolve(args):
     """Fills every option from ``args`` (None = unset), then the environment, then the
     default. Raises ValueError with one sentence for a value that cannot be used."""
     cfg = {}
-    for name, (typ, default) in OPTIONS.items():
+    for name, (_, default, _) in OPTIONS.items():
         value = args.get(name)
-        if value is None:
-            env_name = "LOCKSTEP_" + name.upper()
-            raw = os.environ.get(env_name)
-            if raw is not None and raw != "":
-                try:
-                    value = typ(raw)
-                except ValueError:
-                    raise ValueError("lockstep: %s=%r is not a valid %s; fix the variable"
-                                     % (env_name, raw, typ.__name__)) from None
+        if value is not None:
+            value = _convert(name, value, from_env=False)
+        else:
+            raw = os.environ.get("LOCKSTEP_" + name.upper())
+            if raw is not None and raw.strip() != "":
+                value = _convert(name, raw, from_env=True)
         cfg[name] = default if value is None else value
 
     if cfg["role"] not in ROLES:
-        raise ValueError("lockstep: role %r is not one of baseline, candidate, solo; pass one "
-                         "of those (or set LOCKSTEP_ROLE)" % (cfg["role"],))
+        raise ValueError("lockstep: role %s is not one of baseline, candidate, solo; pass one "
+                         "of those (or set LOCKSTEP_ROLE)" % (safe_repr(cfg["role"]),))
     if cfg["run"] is None:
         cfg["run"] = "run-%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid())
         cfg["run_defaulted"] = True
     if not _RUN_ID_RE.match(cfg["run"]):
-        raise ValueError("lockstep: run id %r may only hold letters, digits, '.', '_', '-' "
+        raise ValueError("lockstep: run id %s may only hold letters, digits, '.', '_', '-' "
                          "(1-128, not starting with '.'); pass another run= or LOCKSTEP_RUN"
-                         % (cfg["run"],))
-    if not 0 <= cfg["sketch_k"] <= 256:
-        raise ValueError("lockstep: sketch_k=%d is outside 0..256; pick a value in that range"
-                         % cfg["sketch_k"])
-    for name, unit in (("queue_capacity", "records"), ("send_hwm", "messages"),
-                       ("send_buffer_mb", "MB")):
-        if cfg[name] < 0:
-            raise ValueError("lockstep: %s=%d is negative; give a number of %s (see "
-                             "docs/python.md)" % (name, cfg[name], unit))
+                         % (safe_repr(cfg["run"]),))
     if cfg["hist_bins"] not in (0, 16):
         raise ValueError("lockstep: hist_bins=%d is not supported; use 16 or 0 (off)"
                          % cfg["hist_bins"])
@@ -96,14 +214,37 @@ def resolve(args):
         cfg["platform"] = detect_platform()
     if cfg["device_name"] is None:
         cfg["device_name"] = detect_device_name(cfg["platform"])
-    rank, world = detect_rank()
-    if cfg["rank"] is None:
-        cfg["rank"] = rank
-    if cfg["world_size"] is None:
-        cfg["world_size"] = world
+    if cfg["rank"] == -1:
+        # The usual "not distributed" value (e.g. local_rank=-1): rank 0 of a job of one.
+        cfg["rank"] = 0
+        if cfg["world_size"] is None:
+            cfg["world_size"] = 1
+    if cfg["rank"] is None or cfg["world_size"] is None:
+        rank, world = detect_rank()
+        if cfg["rank"] is None:
+            cfg["rank"] = rank
+        if cfg["world_size"] is None:
+            cfg["world_size"] = world
+    if not 0 <= cfg["rank"] < cfg["world_size"]:
+        raise ValueError("lockstep: rank=%d is not below world_size=%d; give 0 <= rank < world_size "
+                         "(or rank=-1 when not distributed)" % (cfg["rank"], cfg["world_size"]))
     cfg["framework"] = "torch " + torch.__version__
     cfg["curve"] = _keys.resolve_curve(cfg["curve_server_key"], cfg["curve_key"])
     return cfg
+
+
+def user_config(value):
+    """Monitor(config=...): the user's own settings for the run fingerprint, as a dict
+    copy ({} when None). ValueError naming config= for anything but a dict."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad("config", value, "give a dict (e.g. vars(args)) or leave it out (got %s)"
+                   % type(value).__name__)
+    try:
+        return dict(value)
+    except Exception as e:  # pylint: disable=broad-except  (a hostile dict subclass)
+        raise _bad("config", value, "reading it raised %s" % type(e).__name__) from None
 
 
 def resolve_host_stats_thread(value):
@@ -201,6 +342,7 @@ def detect_rank():
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return 0, 1
+    return (rank, world) if 0 <= rank < world <= _U32 else (0, 1)

@@ -16,6 +16,10 @@ step is handed to the C++ agent when that event has completed — normally at th
 the next step, never by blocking the training thread — and at ``drain()`` (close)
 within a deadline.
 
+A tensor recorded again under another name (``add_repeat``: the recorder found it is
+the same memory, layout and version as the tensor just added) adds no statistics work:
+its row is an alias of that tensor's row, copied from it on the host when the step ships.
+
 Called from the Monitor on the training thread and from autograd hooks (under the
 GIL); not for use from several Python threads at once.
 """
@@ -37,9 +41,21 @@ _DEFER_MAX_TENSORS = 256
 _DEFER_MAX_BYTES = 256 << 20
 
 
+class _Item:
+    """A tensor handed to the pipeline and its records: its own first, then those of
+    add_repeat; ``row`` is its computed row once its batch has run."""
+    __slots__ = ("tensor", "metas", "row")
+
+    def __init__(self, tensor, meta):
+        self.tensor = tensor
+        self.metas = [meta]
+        self.row = None
+
+
 class _Step:
     __slots__ = ("step", "event", "host", "n_rows", "width", "micros", "ids", "orders",
-                 "grad_rows", "scalars", "device_scalar_names", "buf_key")
+                 "grad_rows", "scalars", "device_scalar_names", "buf_key", "row_src",
+                 "flags")
 
 
 def _on_device(value):
@@ -55,7 +71,8 @@ def _backend(device):
 
 class DevicePipeline:
     """Collects device stats rows of the current step; ships finished steps in order
-    through ``ship(step, rows, micros, ids, orders, grad_rows, scalars)``."""
+    through ``ship(step, rows, micros, ids, orders, grad_sq, scalars, flags)``
+    (flags: None, or per row _core.STAT_REPEAT where the row repeats an earlier one)."""
 
     def __init__(self, sketch_k, hist_bins, ship):
         self._k = sketch_k
@@ -68,12 +85,17 @@ class DevicePipeline:
         self._ids = []
         self._orders = []
         self._grad_rows = []  # indices of param_grad rows (for the global grad norm)
-        self._n_rows = 0
-        self._deferred = []   # (tensor, id, order, micro, is_param_grad) awaiting a batch
+        self._n_rows = 0      # rows computed this step
+        self._row_src = []    # per record: the computed row it ships (repeats share one)
+        self._flags = []      # per record: _core.STAT_REPEAT for a repeat, else 0
+        self._repeats = 0
+        self._last = None     # the _Item added last this step: what add_repeat repeats
+        self._deferred = []   # _Items awaiting a batch
         self._deferred_bytes = 0
         self._pending = collections.deque()
         self._free = {}  # (device, numel) -> pinned host buffers to reuse
         self.dropped_steps = 0
+        self.capture_skipped = 0  # tensors not recorded because a CUDA graph was capturing
 
     def _stats(self, tensors):
         if self._device_stats is None:
@@ -82,7 +104,14 @@ class DevicePipeline:
                     _core.PACKED_FIXED_FIELDS):
                 raise RuntimeError("lockstep._torch_stats.FIELDS does not match the packed "
                                    "row layout of lockstep._core")
-            self._device_stats = _torch_stats.device_stats
+            # the fused Triton kernel where available and self-checked, else the torch path
+            from lockstep import _triton_stats  # pylint: disable=import-outside-toplevel
+            self._device_stats = _triton_stats.device_stats
+        if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
+            # Inside CUDA graph capture: no statistics (kernels and the table upload would
+            # be captured, or break the capture); the tensors are counted, not recorded.
+            self.capture_skipped += len(tensors)
+            return None
         with torch.no_grad():
             return self._device_stats(tensors, self._k, self._bins)
 
@@ -91,30 +120,70 @@ class DevicePipeline:
         other deferred tensors until flush_deferred(): at the end of the backward pass,
         at the size bound, or at end_step. The caller passes a tensor nobody changes in
         place until then (a copy of a module output)."""
+        item = _Item(tensor, (tensor_id, order, micro, is_param_grad))
+        self._last = item
         if defer:
-            self._deferred.append((tensor, tensor_id, order, micro, is_param_grad))
+            self._deferred.append(item)
             self._deferred_bytes += tensor.numel() * tensor.element_size()
             if (len(self._deferred) >= _DEFER_MAX_TENSORS
                     or self._deferred_bytes >= _DEFER_MAX_BYTES):
                 self.flush_deferred()
             return
-        self._append(self._stats([tensor]), ((tensor_id, order, micro, is_param_grad),))
+        self._run([item])
+
+    def add_repeat(self, tensor_id, order, micro):
+        """Records the tensor added last (this step) again, under another id: its row is
+        shipped twice, computed once. False when there is none to repeat (nothing added
+        this step, or its batch failed)."""
+        item = self._last
+        if item is None:
+            return False
+        meta = (tensor_id, order, micro, False)
+        if item.row is None:  # still deferred: recorded with it when its batch runs
+            item.metas.append(meta)
+        else:
+            self._record(item.row, meta, repeat=True)
+        self._repeats += 1
+        return True
+
+    def _record(self, row, meta, repeat=False):
+        tensor_id, order, micro, is_param_grad = meta
+        # Said on the wire: the collector reports a repeat once, under its producer.
+        self._flags.append(_core.STAT_REPEAT if repeat else 0)
+        if is_param_grad:
+            self._grad_rows.append(len(self._ids))
+        self._row_src.append(row)
+        self._micros.append(micro)
+        self._ids.append(tensor_id)
+        self._orders.append(order)
+
+    def _run(self, items):
+        """Computes the rows of `items` (one device_stats call) and records them. If
+        that raises, their records are dropped (nothing shipped for them) and the
+        exception goes to the caller."""
+        try:
+            rows = self._stats([it.tensor for it in items])
+        except Exception:
+            if self._last in items:
+                self._last = None
+            raise
+        if rows is None:  # statistics skipped for this batch: nothing to record
+            if self._last in items:
+                self._last = None
+            return
+        for i, item in enumerate(items):
+            item.row = self._n_rows + i
+            item.tensor = None
+            for j, meta in enumerate(item.metas):  # the tensor's own record, then repeats
+                self._record(item.row, meta, repeat=j > 0)
+        self._n_rows += len(items)
+        self._rows.append(rows)
 
     def flush_deferred(self):
         if not self._deferred:
             return
         items, self._deferred, self._deferred_bytes = self._deferred, [], 0
-        self._append(self._stats([it[0] for it in items]), [it[1:] for it in items])
-
-    def _append(self, rows, metas):
-        for tensor_id, order, micro, is_param_grad in metas:
-            if is_param_grad:
-                self._grad_rows.append(self._n_rows)
-            self._n_rows += 1
-            self._micros.append(micro)
-            self._ids.append(tensor_id)
-            self._orders.append(order)
-        self._rows.append(rows)
+        self._run(items)
 
     def has_rows(self):
         return bool(self._rows) or bool(self._deferred)
@@ -129,6 +198,9 @@ class DevicePipeline:
         p = _Step()
         p.step = step
         p.n_rows = self._n_rows
+        p.row_src = np.asarray(self._row_src, dtype=np.int64) if self._repeats else None
+        p.flags = np.asarray(self._flags, dtype=np.uint8) if self._repeats else None
+        self._last = None
         p.width = self._width
         p.micros = np.asarray(self._micros, dtype=np.uint32)
         p.ids = np.asarray(self._ids, dtype=np.uint32)
@@ -159,6 +231,9 @@ class DevicePipeline:
                 p.event.record()
         self._rows, self._micros, self._ids, self._orders, self._grad_rows = [], [], [], [], []
         self._n_rows = 0
+        self._row_src = []
+        self._flags = []
+        self._repeats = 0
         self._pending.append(p)
         while len(self._pending) > _MAX_PENDING:
             self._finish(self._pending.popleft(), wait=True)
@@ -212,8 +287,10 @@ class DevicePipeline:
             free = self._free.setdefault(p.buf_key, [])
             if len(free) < _MAX_PENDING + 1:
                 free.append(p.host)
+        if p.row_src is not None:  # repeated records: copies of the row they repeat
+            rows = rows[p.row_src]
         grad_sq = None
         if p.grad_rows:
             l2 = rows[p.grad_rows, _L2_COLUMN]
             grad_sq = float(np.sum(l2 * l2)) if np.all(np.isfinite(l2)) else math.nan
-        self._ship(p.step, rows, p.micros, p.ids, p.orders, grad_sq, p.scalars)
+        self._ship(p.step, rows, p.micros, p.ids, p.orders, grad_sq, p.scalars, p.flags)

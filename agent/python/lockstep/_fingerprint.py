@@ -184,7 +184,7 @@ def _user(out, config, prefix="config"):
         if isinstance(v, dict):
             _user(out, v, key)
         else:
-            _put(out, key, "None" if v is None else v)
+            _put(out, key, "None" if v is None else (lambda v=v: v))
 
 
 def build(cfg, model, optimizer, user_config):

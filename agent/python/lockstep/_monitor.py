@@ -14,9 +14,14 @@ counted and warned about once (lockstep._guard). Methods are for the training th
 hooks may run on autograd's threads under the GIL.
 """
 import atexit
+import difflib
 import math
+import numbers
+import operator
+import re
 import threading
 import time
+import warnings
 import weakref
 
 import torch
@@ -24,6 +29,7 @@ import torch
 from lockstep import _config, _core, _fingerprint
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
+from lockstep._identity import Identity
 from lockstep._recorder import KIND, Recorder
 from lockstep._tune import ThreadTuner
 from lockstep._watch import DEFAULT_KINDS, Watch
@@ -51,6 +57,26 @@ def _host_scalar(value):
     return float(value)
 
 
+_SCALAR_TEXT = "give a number, a 1-element tensor or None"
+
+
+def _scalar(value):
+    """A step() scalar (loss, lr, grad_norm) as _host_scalar gives it; ValueError saying
+    what is accepted. NaN and inf are values (a NaN loss is a fact to report)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError("a tensor of %d elements; %s (e.g. loss.mean())" % (value.numel(), _SCALAR_TEXT))
+        if value.is_complex() or value.dtype == torch.bool:
+            raise ValueError("a %s tensor; %s" % (str(value.dtype).replace("torch.", ""), _SCALAR_TEXT))
+        return _host_scalar(value)
+    if isinstance(value, (bool, str, bytes, bytearray)) or not (
+            isinstance(value, numbers.Real) or hasattr(type(value), "__float__")):
+        raise ValueError("a %s; %s" % (type(value).__name__, _SCALAR_TEXT))
+    return float(value)
+
+
 def _loss_scale(value):
     """A GradScaler gives its scale without a host sync (its _scale tensor)."""
     if value is not None and hasattr(value, "get_scale") and hasattr(value, "is_enabled"):
@@ -58,28 +84,90 @@ def _loss_scale(value):
             return 1.0
         get_async = getattr(value, "_get_scale_async", None)
         scale = get_async() if get_async is not None else None
-        return _host_scalar(scale) if scale is not None else float(value.get_scale())
-    return _host_scalar(value)
+        return _scalar(scale) if scale is not None else _scalar(value.get_scale())
+    return _scalar(value)
+
+
+_MAX_SAMPLES = 2**63 - 1
+
+
+def _samples(value):
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError("a %s; give an integer from 0 to 2**63-1 (samples in this step)"
+                         % type(value).__name__)
+    n = operator.index(value)
+    if not 0 <= n <= _MAX_SAMPLES:
+        raise ValueError("give an integer from 0 to 2**63-1 (samples in this step)")
+    return n
+
+
+def _check_watch_args(optimizer, include, exclude, every, kinds, params, optim_state, extra,
+                      unknown):
+    """(every, kinds) checked; ValueError naming the argument, its value and what is
+    accepted."""
+    def bad(name, value, accepted):
+        return ValueError("lockstep: watch(%s=%s) is not valid: %s; nothing is watched"
+                          % (name, _config.safe_repr(value), accepted))
+    if extra:
+        raise ValueError("lockstep: watch() takes model and optimizer, then its options by name; "
+                         "%d more positional argument(s) were given" % len(extra))
+    if unknown:
+        name = sorted(unknown)[0]
+        close = difflib.get_close_matches(name, ["model", "optimizer", "include", "exclude", "every",
+                                                 "kinds", "params", "optim_state"], n=1)
+        raise ValueError("lockstep: watch() has no argument %r%s" % (
+            name, "; did you mean %r?" % close[0] if close else ""))
+    if optimizer is not None:
+        try:
+            ok = hasattr(optimizer, "param_groups") and hasattr(optimizer, "state")
+        except Exception:  # pylint: disable=broad-except
+            ok = False
+        if not ok:
+            raise bad("optimizer", optimizer, "give a torch.optim.Optimizer or None")
+    for name, value in (("include", include), ("exclude", exclude)):
+        if value is not None and not isinstance(value, (str, re.Pattern)):
+            raise bad(name, value, "give a regular expression (a str) or None")
+    if isinstance(every, bool) or not hasattr(type(every), "__index__"):
+        raise bad("every", every, "give an integer from 1 to 2**31-1")
+    try:
+        n = operator.index(every)
+    except Exception:  # pylint: disable=broad-except
+        raise bad("every", every, "give an integer from 1 to 2**31-1") from None
+    if not 1 <= n <= 2**31 - 1:
+        raise bad("every", every, "give an integer from 1 to 2**31-1")
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    elif not isinstance(kinds, (list, tuple, set, frozenset)) or not all(
+            isinstance(k, str) for k in kinds):
+        raise bad("kinds", kinds, "give a tuple of kind names (act, act_grad, param_grad, param, "
+                                  "optim, loss)")
+    for name, value in (("params", params), ("optim_state", optim_state)):
+        if not (type(value) is bool or (type(value) is int and value in (0, 1))):  # noqa: E721
+            raise bad(name, value, "give True or False")
+    return n, tuple(kinds)
 
 
 class NoOpMonitor:
-    """What Monitor(...) returns under LOCKSTEP_DISABLE=1: same methods, does nothing."""
+    """What Monitor(...) returns under LOCKSTEP_DISABLE=1: same methods (taking any
+    arguments), does nothing."""
 
     enabled = False
 
     def __init__(self, *args, **kwargs):
         self.run = kwargs.get("run")
 
-    def watch(self, model, optimizer=None, **kwargs):
+    def watch(self, *args, **kwargs):
         return self
 
-    def step(self, loss=None, lr=None, loss_scale=None, grad_norm=None, samples=0):
+    def step(self, *args, **kwargs):
         return None
 
-    def flush(self, timeout=5.0):
+    def flush(self, *args, **kwargs):
         return True
 
-    def close(self, timeout=None):
+    def close(self, *args, **kwargs):
         return True
 
     def counters(self):
@@ -113,7 +201,13 @@ class Monitor:
     """
 
     def __new__(cls, *args, **kwargs):
-        if _config.env_flag("LOCKSTEP_DISABLE"):
+        try:
+            disabled, warning = _config.disable_requested()
+        except Exception:  # pylint: disable=broad-except
+            disabled, warning = False, None
+        if warning is not None:
+            warnings.warn("lockstep: " + warning, RuntimeWarning, stacklevel=2)
+        if disabled:
             return NoOpMonitor(*args, **kwargs)
         return super().__new__(cls)
 
@@ -121,13 +215,16 @@ class Monitor:
                  rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
                  device_name=None, queue_capacity=None, send_hwm=None, send_buffer_mb=None,
                  close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None,
-                 host_stats_thread=None, config=None, strict=False, _force_device_path=False):
+                 host_stats_thread=None, config=None, strict=False, _force_device_path=False,
+                 *extra, **unknown):
         self._guard = Guard()
         self._agent = None
         self._closed = False
         self._watches = []
         self._close_timeout = 5.0
+        self._warned_args = set()
         self.enabled = False
+        strict = strict is True  # only a real True raises (a hostile object cannot)
         args = dict(run=run, role=role, experiment=experiment, endpoint=endpoint,
                     platform=platform, rank=rank, world_size=world_size, sketch_k=sketch_k,
                     hist_bins=hist_bins, start_step=start_step, device_name=device_name,
@@ -136,10 +233,18 @@ class Monitor:
                     curve_server_key=curve_server_key, curve_key=curve_key,
                     host_stats_thread=host_stats_thread)
         try:
-            if config is not None and not isinstance(config, dict):
-                raise ValueError("lockstep: config= must be a dict (e.g. vars(args)), got %s; "
-                                 "pass a dict or leave it out" % type(config).__name__)
+            if extra:
+                raise ValueError("lockstep: Monitor() takes its arguments by name; %d more "
+                                 "positional argument(s) were given (%s)"
+                                 % (len(extra), _config.safe_repr(extra)))
+            if unknown:
+                name = sorted(unknown)[0]
+                close = difflib.get_close_matches(name, list(args) + ["config", "strict"], n=1)
+                raise ValueError("lockstep: Monitor() has no argument %r%s (see docs/python.md)"
+                                 % (name, "; did you mean %r?" % close[0] if close else ""))
+            user_config = _config.user_config(config)
             cfg = _config.resolve(args)
+            self._ident = Identity(rank, world_size, cfg)
             self._agent = _core.Agent.create(
                 endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
                 role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
@@ -149,13 +254,34 @@ class Monitor:
                 sketch_k=cfg["sketch_k"],
                 hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
                 curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
-                curve_secret_key=cfg["curve"][2])
+                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending)
         except ValueError as e:
             if strict:
                 raise
             self._guard.warn("%s; this Monitor records nothing" % str(e).replace(
                 "lockstep: ", "", 1))
             return
+        except Exception as e:  # pylint: disable=broad-except  (never into the job)
+            if strict:
+                raise
+            self._guard.warn("Monitor() could not start (%s: %s); this Monitor records nothing"
+                             % (type(e).__name__, _config.safe_repr(str(e), 200)))
+            return
+        try:
+            self._start(cfg, user_config, _force_device_path)
+        except Exception as e:  # pylint: disable=broad-except  (never into the job)
+            if strict:
+                raise
+            try:
+                self._agent.close(0.0)
+            except Exception:  # pylint: disable=broad-except
+                pass
+            self.enabled = False
+            _live.discard(self)
+            self._guard.warn("Monitor() could not start (%s: %s); this Monitor records nothing"
+                             % (type(e).__name__, _config.safe_repr(str(e), 200)))
+
+    def _start(self, cfg, user_config, _force_device_path):
         self.config = cfg
         self.run, self.role, self.rank = cfg["run"], cfg["role"], cfg["rank"]
         self.platform = cfg["platform"]
@@ -183,11 +309,19 @@ class Monitor:
         self._active = True
         self._bwd = False   # a backward hook fired since the last forward
         self._calls = {}    # module name -> calls in this micro step
+        # Inside a backward pass (from its first hook to the end-of-backward callback): a
+        # forward hook firing then is activation checkpointing's recomputation.
+        self._in_bwd = False
+        self._recalls = {}  # module name -> calls recomputed in this backward
         self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
-        self._user_config = dict(config or {})
+        self._user_config = user_config
         self._fingerprint = {}
         self._amp_seen = False  # the first watched forward read the autocast state
+        # A Watch whose initial weights wait for the first forward: the rank was not
+        # known at watch(), and nothing may go out before it is (_identity.py).
+        self._init_pending = None
+        self._next_delivery_check = self._t_last + 1.0  # None once warned
         self.enabled = True
         _live.add(self)
 
@@ -197,8 +331,8 @@ class Monitor:
     def current_step(self):
         return getattr(self, "_step", None)
 
-    def watch(self, model, optimizer=None, include=None, exclude=None, every=1,
-              kinds=DEFAULT_KINDS, params=False, optim_state=False):
+    def watch(self, model=None, optimizer=None, include=None, exclude=None, every=1,
+              kinds=DEFAULT_KINDS, params=False, optim_state=False, *extra, **unknown):
         """Hooks ``model`` (and reads ``optimizer``'s state when optim_state=True).
         include / exclude: regular expressions on module and parameter names.
         every: record tensors every N steps (scalars are recorded every step).
@@ -209,28 +343,52 @@ class Monitor:
         if not self.enabled or self._closed:
             return self
         try:
-            every = int(every)
-            if every < 1:
-                raise ValueError("lockstep: every=%d must be at least 1" % every)
+            every, kinds = _check_watch_args(optimizer, include, exclude, every, kinds, params,
+                                             optim_state, extra, unknown)
             w = Watch(self, model, optimizer, include, exclude, kinds, params, optim_state)
             self._watches.append(w)
             self._every = every
             self._active = self._step % every == 0
+            if self._ident.pending:  # the process group may be up by now
+                self._check_identity(release=False)
             self._send_fingerprint(model, optimizer)
             if self._active and len(self._watches) == 1:
-                w.record_initial(self)
+                if self._ident.pending:
+                    self._init_pending = w
+                else:
+                    w.record_initial(self)
         except ValueError as e:
             self._guard.warn(str(e).replace("lockstep: ", "", 1))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("watch()", e)
         return self
 
-    def step(self, loss=None, lr=None, loss_scale=None, grad_norm=None, samples=0):
+    def step(self, loss=None, lr=None, loss_scale=None, grad_norm=None, samples=0, *extra,
+             **unknown):
         """Closes the current step: records scalars (loss, lr, loss_scale — a number,
-        tensor or GradScaler —, grad_norm, step time) and ships the step's records."""
+        tensor or GradScaler —, grad_norm, step time) and ships the step's records.
+        A value that cannot be used (samples=-1, loss="0.5", a 10-element tensor) is
+        dropped with one warning per argument; the step is recorded without it."""
         if not self.enabled or self._closed:
             return
         s = self._step
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=True)
+        try:
+            if extra or unknown:
+                self._warn_arg("step()", "step() takes loss, lr, loss_scale, grad_norm and samples "
+                               "by name; %s ignored" % _config.safe_repr(
+                                   list(unknown) if unknown else list(extra)))
+            loss_v = self._arg("loss", loss, _scalar)
+            if loss_v is None:
+                loss = None
+            lr_v = self._arg("lr", lr, _scalar)
+            grad_norm_v = self._arg("grad_norm", grad_norm, _scalar)
+            loss_scale_v = self._arg("loss_scale", loss_scale, _loss_scale)
+            samples_v = self._arg("samples", samples, _samples)
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("step()", e)
+            loss = loss_v = lr_v = grad_norm_v = loss_scale_v = samples_v = None
         try:
             now = time.perf_counter()
             step_time, self._t_last = now - self._t_last, now
@@ -245,16 +403,26 @@ class Monitor:
                         rec.record("loss", KIND["loss"], loss.detach().reshape(-1))
                 except Exception as e:  # pylint: disable=broad-except
                     self._guard.fail("step()", e)
-            if grad_norm is None:
-                grad_norm = self._accum_grad_norm
+            nan = math.nan
+            # Which scalars the caller gave (and were usable): a given NaN loss is sent
+            # as NaN, not as "none".
+            given = (loss_v is not None) | (lr_v is not None) << 1 \
+                | (grad_norm is not None and grad_norm_v is not None) << 2 \
+                | (loss_scale_v is not None) << 3
+            if grad_norm is None or grad_norm_v is None:
+                grad_norm_v = _host_scalar(self._accum_grad_norm)
             scalars = {
-                "loss": _host_scalar(loss), "lr": _host_scalar(lr),
-                "grad_norm": _host_scalar(grad_norm), "loss_scale": _loss_scale(loss_scale),
+                "loss": nan if loss_v is None else loss_v, "lr": nan if lr_v is None else lr_v,
+                "grad_norm": grad_norm_v,
+                "loss_scale": nan if loss_scale_v is None else loss_scale_v,
                 "step_time_s": step_time, "micro_steps": rec.micro + 1,
-                "samples": int(samples or 0),
+                "samples": samples_v or 0,
+                "given": given,
                 "host_grad_sq": rec.grad_sq if rec.grad_count else None,
             }
             self._end_step(s, scalars)
+            if self._next_delivery_check is not None and now >= self._next_delivery_check:
+                self._check_delivery(now)
             if self._tuner is not None and self._active and rec.t_first is not None:
                 self._tuner.add(rec._threaded, now - rec.t_first)
         except Exception as e:  # pylint: disable=broad-except
@@ -264,11 +432,31 @@ class Monitor:
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("step()", e)
 
+    def _warn_arg(self, name, message):
+        """One RuntimeWarning per argument name and monitor."""
+        if name in self._warned_args:
+            return
+        self._warned_args.add(name)
+        self._guard.warn(message)
+
+    def _arg(self, name, value, convert):
+        """convert(value), or None with one warning per argument when it cannot be used."""
+        try:
+            return convert(value)
+        except Exception as e:  # pylint: disable=broad-except  (hostile __float__ and kin)
+            why = str(e) if isinstance(e, ValueError) else "%s: %s" % (type(e).__name__, e)
+            self._warn_arg(name, "step(%s=%s) is not valid: %s; the value is dropped (this "
+                           "warning is given once per argument)"
+                           % (name, _config.safe_repr(value), why))
+            return None
+
     def flush(self, timeout=5.0):
         """Ships every finished step and waits until the agent has handed it to the
         socket. Returns False on timeout. Never raises."""
         if not self.enabled or self._closed:
             return True
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=True)
         try:
             deadline = time.monotonic() + timeout
             self._rec.settle(wait=True)
@@ -289,6 +477,8 @@ class Monitor:
         timeout = self._close_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
         ok = True
+        if self._ident.open or self._ident.pending:
+            self._check_identity(release=False)  # Close() sends what is held anyway
         try:
             for w in self._watches:
                 w.remove()
@@ -355,17 +545,53 @@ class Monitor:
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
         self._calls.clear()
+        self._recalls.clear()
         self._bwd = False
+        self._in_bwd = False  # no backward spans step() (one cut short never called back)
         self._active = step % self._every == 0
+
+    def _check_identity(self, release):
+        """The rank again, once torch.distributed is initialised (_identity.py)."""
+        try:
+            ident = self._ident
+            ident.check(self._agent, self._guard.warn, self._step)
+            if release:
+                ident.release(self._agent)
+            self.rank = ident.rank
+            self.config["rank"], self.config["world_size"] = ident.rank, ident.world
+            fp = self._fingerprint
+            now = (str(ident.rank), str(ident.world))
+            if fp and (fp.get("dist.rank"), fp.get("dist.world_size")) != now:
+                fp["dist.rank"], fp["dist.world_size"] = str(ident.rank), str(ident.world)
+                self._agent.set_fingerprint(_fingerprint.entries(fp))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("reading the rank from torch.distributed", e)
 
     def _new_micro(self):
         self._rec.new_micro()
         self._calls.clear()
+        self._recalls.clear()
         self._bwd = False
+
+    def _backward_seen(self):
+        """A gradient hook fired: a backward pass is running. Once per pass, asks
+        autograd to say when it ends (until then forward hooks are recomputation)."""
+        self._bwd = True
+        if not self._in_bwd:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                self._in_bwd = True
+            except Exception:  # pylint: disable=broad-except  (not inside a backward)
+                pass
+
+    def _backward_done(self):
+        self._in_bwd = False
+        self._recalls.clear()
 
     def _on_act_grad(self, name, grad):
         try:
-            self._bwd = True
+            if not self._in_bwd:
+                self._backward_seen()
             if self._active and not self._closed:
                 self._rec.record(name, KIND["act_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
@@ -373,7 +599,8 @@ class Monitor:
 
     def _on_param_grad(self, name, grad):
         try:
-            self._bwd = True
+            if not self._in_bwd:
+                self._backward_seen()
             if self._active and not self._closed:
                 self._rec.record(name, KIND["param_grad"], grad)
         except Exception as e:  # pylint: disable=broad-except
@@ -419,7 +646,20 @@ class Monitor:
             self._guard.fail("the run fingerprint", e)
 
     def _on_backward_marker(self, _grad):
-        self._bwd = True
+        try:
+            if not self._in_bwd:
+                self._backward_seen()
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the backward marker hook", e)
+
+    def _check_delivery(self, now):
+        """Warns once when nothing reached a collector (the agent's sender thread decides
+        and names the endpoint); at most one cheap call a second."""
+        self._next_delivery_check = now + 1.0
+        problem = self._agent.delivery_problem()
+        if problem:
+            self._next_delivery_check = None
+            self._guard.warn(problem)
 
     def _end_step(self, step, scalars):
         p = self._pipeline
@@ -429,11 +669,14 @@ class Monitor:
         else:
             self._ship(step, None, None, None, None, None, scalars)
 
-    def _ship(self, step, rows, micros, ids, orders, device_grad_sq, scalars):
+    def _ship(self, step, rows, micros, ids, orders, device_grad_sq, scalars, flags=None):
         """Hands one finished step to the agent: its rows, scalars, then EndStep."""
         agent = self._agent
         if rows is not None and len(rows):
-            agent.record_packed(step, micros, ids, orders, rows)
+            if flags is None:
+                agent.record_packed(step, micros, ids, orders, rows)
+            else:  # some rows repeat a tensor recorded before them (kStatRepeat)
+                agent.record_packed(step, micros, ids, orders, rows, flags)
         nan = math.nan
         grad_norm = scalars.get("grad_norm", nan)
         micro_steps = int(scalars.get("micro_steps", 1))
@@ -446,5 +689,5 @@ class Monitor:
             agent.record_scalars(step, scalars.get("loss", nan), scalars.get("lr", nan),
                                  grad_norm, scalars.get("loss_scale", nan),
                                  scalars.get("step_time_s", nan), micro_steps,
-                                 scalars.get("samples", 0))
+                                 scalars.get("samples", 0), scalars.get("given", 0))
         agent.end_step(step)

@@ -3,9 +3,15 @@
 A module's output is named after the module's path in ``named_modules()`` (the root
 module is ``<root>``). Inside one micro step, the k-th call (k >= 1) of the same module
 gets ``#k`` appended; elements of tuple/list outputs get ``[i]``, of dict outputs
-``[key]``, nested as deep as ``_MAX_DEPTH``. Brackets and ``#`` never occur in module
-paths, so a suffixed name can never collide with a child module's name (``layers.0``
-is a child, ``layers[0]`` an output element).
+``[key]``, fields of namedtuple outputs ``.field`` (``heads.logits``), nested as deep as
+``_MAX_DEPTH``. Brackets and ``#`` never occur in module paths, so a suffixed name can
+never collide with a child module's name (``layers.0`` is a child, ``layers[0]`` an
+output element); a namedtuple field named like a child module of the same module
+(``heads.logits`` both) is written ``heads[logits]`` instead.
+
+Each name also carries the type of the module it belongs to (``module_type_of``: the
+output's module, the parameter's owner), sent in the tensor directory
+(TensorInfo.module_type), so a message can say ``features.0 (Conv2d)``.
 """
 import re
 
@@ -23,19 +29,45 @@ def call_name(base, call_index):
     return base if call_index == 0 else "%s#%d" % (base, call_index)
 
 
-def output_tensors(output, name, out, depth=0):
+def output_tensors(output, name, out, depth=0, paths=()):
     """Appends (name, tensor) for every tensor in ``output`` to ``out``; ignores
-    anything that is not a tensor, list, tuple or dict."""
+    anything that is not a tensor, list, tuple or dict. ``paths``: the module paths
+    (a namedtuple field must not take a child module's name)."""
     if isinstance(output, torch.Tensor):
         out.append((name, output))
     elif depth >= _MAX_DEPTH:
         return
     elif isinstance(output, (tuple, list)):
+        fields = getattr(output, "_fields", None)
+        if isinstance(output, tuple) and fields and len(fields) == len(output):
+            for field, item in zip(fields, output):
+                child = "%s.%s" % (name, field)
+                if child in paths:
+                    child = "%s[%s]" % (name, field)
+                output_tensors(item, child, out, depth + 1, paths)
+            return
         for i, item in enumerate(output):
-            output_tensors(item, "%s[%d]" % (name, i), out, depth + 1)
+            output_tensors(item, "%s[%d]" % (name, i), out, depth + 1, paths)
     elif isinstance(output, dict):
         for key, item in output.items():
-            output_tensors(item, "%s[%s]" % (name, key), out, depth + 1)
+            output_tensors(item, "%s[%s]" % (name, key), out, depth + 1, paths)
+
+
+def module_type_of(name, types):
+    """The type name of the module `name` belongs to ("" if none): the module whose
+    output it is (call and element suffixes dropped), else the nearest enclosing module
+    path (a parameter ``features.0.weight`` -> ``features.0``'s, a namedtuple field
+    ``heads.logits`` -> ``heads``'s). ``types``: module name -> type name."""
+    base = name.split("#", 1)[0].split("[", 1)[0]
+    while base:
+        found = types.get(base)
+        if found is not None:
+            return found
+        cut = base.rfind(".")
+        if cut < 0:
+            break
+        base = base[:cut]
+    return ""
 
 
 class NameFilter:

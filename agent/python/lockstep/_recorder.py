@@ -1,5 +1,7 @@
 """Recorder: turns (name, kind, tensor) into agent records at the current
-(step, micro step, execution order).
+(step, micro step, execution order). The order counts the step's records in the
+order they are made, across its micro steps (micro step 1's first record comes after
+micro step 0's last), so "first in execution order" within a step is well defined.
 
 CPU tensors go through the C++ one-pass kernel over the tensor's own memory
 (``Agent.record_host_tensor``, GIL released; a transposed or sliced view is read in
@@ -12,7 +14,9 @@ returns its input, and one gradient reaches the hooks of all of those. Its stati
 are computed once and recorded again for the other names (``record_repeat``), when the
 tensor is the very same memory and unchanged (same version counter) as the one just
 recorded on this thread. Only output and output-gradient tensors: holding a reference
-to a parameter gradient after its hook would cost a copy (see ``record``).
+to a parameter gradient after its hook would cost a copy (see ``record``). The device
+path does the same (``DevicePipeline.add_repeat``: the row of the tensor added last is
+shipped again, with no copy and no statistics kernels); both count ``repeats``.
 
 With a host statistics thread (``Agent.start_host_worker``, Monitor's
 host_stats_thread) the kernel runs there for outputs and output gradients while the
@@ -32,6 +36,7 @@ import time
 import torch
 
 from lockstep import _core
+from lockstep._names import module_type_of
 
 KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
@@ -96,10 +101,14 @@ class Recorder:
         self._host_dtypes = probe_host_dtypes(sketch_k, hist_bins)
         self._force_device = force_device_path
         self._ids = {}
+        self.module_types = {}  # module name -> type name (Watch fills it; _names.py)
         # (tensor, its version, thread) of the last host record of an output or output
         # gradient: what record_repeat would repeat. Holding the tensor keeps its memory
         # from being reused by another tensor while we compare addresses.
         self._last = None
+        # The same for the device path: (tensor, its version, thread) of the last tensor
+        # handed to the DevicePipeline, when it is an output or output gradient.
+        self._last_dev = None
         self.repeats = 0        # records that reused the statistics just computed
         self.step = 0
         self.micro = 0
@@ -128,6 +137,7 @@ class Recorder:
         self.settle(wait=True)
         self.t_first = None
         self._last = None
+        self._last_dev = None
         self.step = step
         self.micro = 0
         self.order = 0
@@ -136,14 +146,16 @@ class Recorder:
 
     def new_micro(self):
         self._last = None
+        self._last_dev = None
         self._last_pending = None
         self.micro += 1
-        self.order = 0
+        # order goes on counting: execution order within the step spans its micro steps
 
-    def _is_last(self, t):
+    def _is_last(self, t, last_record=None):
         """Whether `t` is the same memory, same layout and unchanged since the last
-        host record on this thread (views share their base's version counter)."""
-        last, version, ident = self._last
+        host record (or `last_record`) on this thread (views share their base's
+        version counter)."""
+        last, version, ident = self._last if last_record is None else last_record
         try:
             if ident != _get_ident() or t._version != version:
                 return False
@@ -159,7 +171,8 @@ class Recorder:
             tid = -1
         else:
             dtype = DTYPE_CODES.get(t.dtype, 0)
-            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order)
+            tid = self._agent.register_tensor(name, kind, dtype, list(t.shape), order,
+                                              module_type_of(name, self.module_types))
             if tid >= 0xFFFFFFFF:  # the agent refused (counted there); try again next time
                 return None
         self._ids[(name, kind)] = tid
@@ -245,6 +258,18 @@ class Recorder:
             if not t.dtype.is_floating_point:
                 self.skipped += 1
                 return
+            repeatable = kind == _ACT or kind == _ACT_GRAD
+            if (repeatable and self._last_dev is not None and self._is_last(t, self._last_dev)
+                    and self._pipeline.add_repeat(tid, order, self.micro)):
+                self.records += 1
+                self.repeats += 1
+                return
+            self._last_dev = None
+            if repeatable:
+                try:
+                    self._last_dev = (t, t._version, _get_ident())
+                except RuntimeError:  # inference tensors have no version counter
+                    pass
             self.records += 1
             # Every tensor is batched (one set of statistics kernels for up to 256 tensors:
             # a kernel launch costs ~10-20 us of host time, per-tensor statistics ~50 of

@@ -2,7 +2,17 @@
 
 ``device_stats(tensors, sketch_k, hist_bins)`` returns one float64 row per tensor, on
 the tensors' device, computed with a fixed number of batched torch ops per (dtype,
-chunk) group: no host sync, no ``.item()``, no per-tensor ``.cpu()``. The caller copies
+chunk) group: no host sync, no ``.item()``, no per-tensor ``.cpu()``. It is the path
+of every device without a fused kernel (an Ascend NPU through torch_npu, ROCm without
+Triton, CUDA with the kernel off), so it uses only dense element-wise ops, dense
+reductions along a dimension, ``index_select``, reading indexing and ``bucketize``: no
+``histc``, ``bincount``, ``index_add_``, ``scatter_*`` or ``index_put_`` (atomics into
+repeated targets: serial or an error in torch's deterministic mode, and an order that
+depends on timing), no matmul (cuBLAS asks for a workspace setting in deterministic
+mode), and no float64 arithmetic per element (float32 work for fp32/fp16/bf16/fp8;
+float64 only on partial sums of 16 elements, per-row and per-tensor results). Every
+reduction has a fixed order, so two calls on the same tensors on one device give
+bit-identical rows, with deterministic algorithms on or off. The caller copies
 the whole [N, F] result to the host once per step (non_blocking) and hands each row to
 the C++ agent. The definitions are those of the C++ host kernel
 (``lockstep::ComputeHostStats``): same NaN/Inf exclusion, same limit dtype and
@@ -17,13 +27,9 @@ column ``len(FIELDS)``, then ``hist[0..bins)``.
 import collections
 import math
 import threading
-import warnings
 
+import numpy as np
 import torch
-
-# torch 1.13 flags scatter_reduce_ as beta on first use; the amin/amax reductions used
-# here are stable in every version since.
-warnings.filterwarnings("ignore", message="scatter_reduce\\(\\) is in beta")
 
 FIELDS = ("numel", "min", "max", "mean", "std", "l2", "absmax", "nan", "inf", "zero",
           "sat", "subnormal", "limit_dtype")
@@ -127,16 +133,23 @@ def sketch_index(numel, k, device):
     return (o + rot[blk]) % k, neg
 
 
-# Elements hashed per kernel call when the hash of a large tensor is built: bounds the
-# int64 temporaries to a few hundred MB.
-_BUILD_ELEMENTS = 1 << 24
+def _block_codes(first_block, nblocks, k, device):
+    """int64 [2, nblocks]: the rotation r(b) and the sign-pattern row 2 p(b) + flip(b)
+    of blocks first_block .. first_block + nblocks (docs/statistics.md, bit for bit)."""
+    b = torch.arange(first_block, first_block + nblocks, dtype=torch.int64, device=device)
+    h1 = hash_index(b, ROT_SEED)
+    rot = (h1 * k) >> 32
+    h2 = mix32(h1 ^ PAT_SEED)
+    return torch.stack([rot, ((h2 >> 24) << 1) | ((h2 >> 23) & 1)])
 
 
 def _unit(k):
     """Row length U of the working layout: a multiple of 16 (the float32 partial sums)
-    and of K (whole sketch blocks), at least PIECE."""
+    and of K (whole sketch blocks), at least PIECE and at least _BLOCKS_PER_ROW blocks
+    (so the per-row sketch is a reduction, not a copy)."""
     base = 16 * k // math.gcd(k, 16) if k else 16
-    return base * max(1, -(-PIECE // base))
+    want = max(PIECE, _BLOCKS_PER_ROW * k)
+    return base * max(1, -(-want // base))
 
 
 def _padded(numel, k):
@@ -144,41 +157,25 @@ def _padded(numel, k):
     return -(-numel // u) * u
 
 
-def _hash_range(start, length, k, device):
-    """(sign int8 [length], rotation int64 [length / K]) of the elements
-    [start, start + length) of a tensor (start and length multiples of K)."""
-    signs, rots = [], []
-    step = max(1, _BUILD_ELEMENTS // k) * k
-    for s in range(start, start + length, step):
-        rot, neg, _, _ = _block_hash(min(step, start + length - s), k, device, s)
-        signs.append(1 - 2 * neg.to(torch.int8))
-        rots.append(rot)
-    if not signs:
-        return (torch.zeros(0, dtype=torch.int8, device=device),
-                torch.zeros(0, dtype=torch.int64, device=device))
-    if len(signs) == 1:
-        return signs[0], rots[0]
-    return torch.cat(signs), torch.cat(rots)
+def _tensor_blocks(numel, k, device):
+    """The block codes of a whole tensor of `numel` elements, padded to the layout."""
+    return (_block_codes(0, _padded(numel, k) // k, k, device),)
 
 
-def _tensor_hash(numel, k, device):
-    """The hash of every element of a tensor of `numel` elements, padded to the layout."""
-    return _hash_range(0, _padded(numel, k), k, device)
-
-
-def _hash_slice(numel, k, device, start, length):
-    """(sign, rotation) of elements [start, start + length) of a tensor of `numel`
-    elements, from the cache when the whole tensor's hash fits in it."""
-    padded = _padded(numel, k)
-    if padded + padded // k * 8 <= INDEX_CACHE.max_bytes:
-        sign, rot = INDEX_CACHE.get(_tensor_hash, numel, k, device)
-        return sign[start:start + length], rot[start // k:(start + length) // k]
-    return _hash_range(start, length, k, device)
+def _blocks_slice(numel, k, device, start, length):
+    """int64 [2, length / K]: block codes of elements [start, start + length) of a
+    tensor of `numel` elements (start, length multiples of K), from the cache when the
+    whole tensor's codes fit in it. A model's tensors have the same shapes every step,
+    so the hash is computed once."""
+    nblocks = _padded(numel, k) // k
+    if nblocks * 16 <= INDEX_CACHE.max_bytes:
+        codes = INDEX_CACHE.get(_tensor_blocks, numel, k, device)[0]
+        return codes[:, start // k:(start + length) // k]
+    return _block_codes(start // k, length // k, k, device)
 
 
 class _IndexCache:
-    """LRU of per-(kind, numel, K, device) hash tensors, bounded in bytes: a model's
-    tensors have the same shapes every step, so the hash is computed once."""
+    """LRU of per-(kind, numel, K, device) hash tensors, bounded in bytes."""
 
     def __init__(self, max_bytes):
         self.max_bytes = max_bytes
@@ -188,12 +185,16 @@ class _IndexCache:
 
     def get(self, build, numel, k, device):
         key = (build.__name__, numel, k, _unit(k), str(device))
+        return self.get_key(key, lambda: build(numel, k, device))
+
+    def get_key(self, key, build):
+        """The entry (a tuple of tensors) under `key`, built by build() on a miss."""
         with self.lock:
             hit = self.items.get(key)
             if hit is not None:
                 self.items.move_to_end(key)
                 return hit[0]
-        entry = build(numel, k, device)
+        entry = build()
         size = sum(t.numel() * t.element_size() for t in entry)
         if size <= self.max_bytes:
             with self.lock:
@@ -206,33 +207,35 @@ class _IndexCache:
 
 
 INDEX_CACHE = _IndexCache(256 << 20)
+# Reduction plans and row-to-tensor indices per group layout (the tuple of row counts):
+# a model's groups recur every step; dynamic shapes make new ones, so bounded in bytes.
+PLAN_CACHE = _IndexCache(64 << 20)
 # Elements per batched group and per pass of a larger tensor: bounds the working set
-# (at most ~20 bytes per element at once: the work-dtype copy, a zeroed copy, a scaled
-# copy, the float64 signed values of the sketch). One group per flush of the device
-# pipeline (256 MB of float32) keeps the per-group launches (~150) few.
+# (8 bytes per element: the work-dtype copy and its zeroed, scaled copy, plus the
+# input when a group is concatenated).
 CHUNK_ELEMENTS = 1 << 26
+# Elements per piece of the slot counting and of the sketch, whose temporaries are
+# larger (about 20 bytes per element at K = 32: |x|, the int32 slots and quad indices,
+# the packed int64 codes; the signs, the doubled signed blocks, the rotated values):
+# ~80 MB at once, in CHUNK_ELEMENTS / _WORK_ELEMENTS pieces per group at most.
+_WORK_ELEMENTS = 1 << 22
 # The working layout: every tensor starts a new row of U = _unit(K) >= PIECE elements
 # (rows padded with NaN, which is counted and then taken off the NaN count). Per-row
-# figures come from plain dim-1 reductions (no atomics); rows go to their tensor with
-# one small index_add_ / scatter_reduce_.
+# figures come from plain dim-1 reductions; rows go to their tensor through a
+# reduction tree (_seg_plan): rows gathered into groups of _TREE (padded with a
+# neutral row), reduced along a dimension, repeated until one row per tensor is left.
 PIECE = 256
+_BLOCKS_PER_ROW = 8
+_TREE = 16
 # Sums: float32 partial sums of 16 consecutive elements (after an exact power-of-2
-# scaling per row, so that nothing overflows or underflows), added in float64.
+# scaling per tensor, so that nothing overflows), added in float64.
 _PARTIAL = 16
-# Sketch: blocks are first added into float64 accumulators per (tensor, piece of
-# 8 K^2 elements, rotation), about 8 blocks each (few atomics meet on one address),
-# then per tensor, then the rotations are folded.
-_SKETCH_BLOCKS_PER_ACC = 8
-# How the slot counts are made (_count_slots): "histc", or "onehot" (the deterministic
-# fallback, in blocks of _ONEHOT_ELEMENTS bools; the tests force it on the CPU too).
-_COUNTS = "histc"
-_ONEHOT_ELEMENTS = 1 << 26
 
 _small_cache = {}
 
 
 def _cached(key, build):
-    """Small constant tensors (0-d constants, slot tables, fold/lane indices) per device,
+    """Small constant tensors (0-d constants, slot tables, reduction plans) per device,
     built once: no fill kernel or copy per call."""
     t = _small_cache.get(key)
     if t is None:
@@ -249,9 +252,13 @@ def _const(value, device, dtype=torch.float64):
 
 
 def _to_device(values, dtype, device):
-    """A small host list on `device` without a host sync: pinned, non_blocking (a plain
-    torch.tensor(..., device=cuda) copies from pageable memory and synchronizes)."""
-    t = torch.tensor(values, dtype=dtype)
+    """A small host list (or NumPy array) on `device` without a host sync: pinned,
+    non_blocking (a plain torch.tensor(..., device=cuda) copies from pageable memory
+    and synchronizes)."""
+    if isinstance(values, np.ndarray):
+        t = torch.from_numpy(values).to(dtype)
+    else:
+        t = torch.tensor(values, dtype=dtype)
     if device.type == "cpu":
         return t
     try:
@@ -320,6 +327,99 @@ def _slot_table(dtype, work, bins, device):
     return _cached(("slots", code, str(work), bins, str(device)), build)
 
 
+def _pack_table(s, u, device):
+    """Counting slots without a histogram: each element's slot has a packed int64 code
+    with a 1 in the slot's bit field (fields of ``bits`` bits, wide enough for U,
+    ``per`` fields to a word, W words), so the sum of a row's codes is every slot count
+    of the row at once, exact. Four consecutive elements share one code: table
+    [s^4, W] holds the sum of the codes of every quadruple of slots (s <= 20: at most
+    160000 rows, 3.8 MB), which quarters the gathered and summed bytes. Returns
+    (table, shifts [per], mask, W, per)."""
+    def build():
+        bits = u.bit_length()
+        per = 63 // bits
+        w = -(-s // per)
+        one = np.zeros((s, w), dtype=np.int64)
+        for i in range(s):
+            one[i, i // per] = 1 << (bits * (i % per))
+        quad = (one[:, None, None, None] + one[None, :, None, None] +
+                one[None, None, :, None] + one[None, None, None, :]).reshape(s ** 4, w)
+        shifts = np.arange(per, dtype=np.int64) * bits
+        return (_to_device(quad, torch.int64, device), _to_device(shifts, torch.int64, device),
+                (1 << bits) - 1, w, per)
+    return _cached(("pack", s, u, str(device)), build)
+
+
+def _row_counts(slot, s, u, device):
+    """int64 [P, s]: per row of slot int32 [P, U], how many elements fall in each slot."""
+    p = slot.shape[0]
+    table, shifts, mask, w, per = _pack_table(s, u, device)
+    pair = slot.view(-1, 2)
+    pair = torch.add(pair[:, 1], pair[:, 0], alpha=s).view(-1, 2)  # s0 * s + s1
+    quad = torch.add(pair[:, 1], pair[:, 0], alpha=s * s)  # index of (s0, s1, s2, s3)
+    words = table.index_select(0, quad).view(p, u // 4, w).sum(1)  # [P, W]
+    return ((words.unsqueeze(2) >> shifts) & mask).view(p, w * per)[:, :s]
+
+
+def _sign_table(k, work, device):
+    """[512, K] work dtype: row 2 p + f holds the signs (+-1) of sign pattern p, flipped
+    when f = 1, for offsets 0..K-1."""
+    def build():
+        bits = _patterns(device)[:, :k].to(torch.int8)  # [256, K] 0/1
+        both = torch.stack([bits, 1 - bits], dim=1).reshape(2 * NUM_PATTERNS, k)
+        return (1 - 2 * both).to(work)
+    return _cached(("signs", k, str(work), str(device)), build)
+
+
+def _seg_plan(rows, device):
+    """The reduction tree from rows to segments (rows: the row count of each segment,
+    consecutive): a list of int64 gather indices, one per level. A level takes each
+    segment's rows in groups of _TREE (the last group padded with the index of a
+    neutral row appended after the rows), so a segment of r rows becomes
+    max(1, ceil(r / _TREE)) rows, until every segment has one. None when there is one
+    segment with at least one row (a plain reduction over dim 0)."""
+    if len(rows) == 1 and rows[0] >= 1:
+        return None
+
+    def build():
+        levels = []
+        cur = np.asarray(rows, dtype=np.int64)
+        while len(cur) and np.any(cur != 1):
+            n_in = int(cur.sum())
+            out = np.maximum(1, -(-cur // _TREE))
+            width = out * _TREE
+            total = int(width.sum())
+            start_in = np.concatenate([[0], np.cumsum(cur)[:-1]])
+            start_w = np.concatenate([[0], np.cumsum(width)[:-1]])
+            pos = np.arange(total, dtype=np.int64) - np.repeat(start_w, width)
+            src = np.repeat(start_in, width) + pos
+            levels.append(_to_device(np.where(pos < np.repeat(cur, width), src, n_in),
+                                     torch.int64, device))
+            cur = out
+        return tuple(levels)
+    return PLAN_CACHE.get_key(("plan", tuple(rows), str(device)), build)
+
+
+def _seg_reduce(v, plan, op):
+    """[g, c]: per segment, the sum ("sum") or max ("max") of its rows of v [R, c]."""
+    if plan is None:
+        return v.sum(0, keepdim=True) if op == "sum" else v.amax(0, keepdim=True)
+    c = v.shape[1]
+    for idx in plan:
+        neutral = torch.full((1, c), 0.0 if op == "sum" else -float("inf"), dtype=v.dtype,
+                             device=v.device)
+        v = torch.cat([v, neutral]).index_select(0, idx).view(-1, _TREE, c)
+        v = v.sum(1) if op == "sum" else v.amax(1)
+    return v
+
+
+def _aminmax(v):
+    """(min, max) of each row of v [P, U] (one pass where torch has aminmax)."""
+    if hasattr(torch, "aminmax"):
+        return torch.aminmax(v, dim=1)
+    return v.amin(1), v.amax(1)
+
+
 def _work_dtype(dtype):
     """float32 for every float type it holds exactly, float64 otherwise."""
     if dtype in (torch.float16, torch.bfloat16, torch.float32) or dtype in (_F8E4M3, _F8E5M2):
@@ -328,35 +428,30 @@ def _work_dtype(dtype):
 
 
 def _pow2_scale(b, work):
-    """Per-row power of two s with |x| * s < 1 for |x| <= b (b [P]; 1 where b is not
-    finite, as for a row without finite values), clamped so that s is a normal number
-    of the work dtype. None (no scaling) for float64."""
+    """Per-segment power of two s with |x| * s < 1 for |x| <= b (b [g]; 1/2 where b is
+    not finite, as for a segment without finite values), clamped so that s is a normal
+    number of the work dtype. None (no scaling) for float64."""
     if work != torch.float32:
         return None
     e = torch.frexp(torch.nan_to_num(b, nan=1.0, posinf=1.0, neginf=1.0))[1]
     return ((127 - e.clamp_(-100, 126)) << 23).view(torch.float32)
 
 
-def _partial_sums(v, rows, scale, square):
-    """float64 [rows]: per row of `v` [rows, U] (already scaled by `scale` [rows]), the
-    sum (or the sum of squares) in float32 partials of 16 consecutive elements,
-    unscaled."""
+def _partial_sums(v, rows, square):
+    """float64 [rows]: per row of `v` [rows, U], the sum (or the sum of squares) in
+    float32 (work dtype) partials of 16 consecutive elements, added in float64."""
     q = v.view(-1, _PARTIAL)
     if square:
         p = torch.linalg.vector_norm(q, dim=1).to(torch.float64)
         p = p * p
     else:
         p = q.sum(1).to(torch.float64)
-    p = p.view(rows, v.shape[1] // _PARTIAL).sum(1)
-    if scale is None:
-        return p
-    s = scale.to(torch.float64)
-    return p / (s * s) if square else p / s
+    return p.view(rows, v.shape[1] // _PARTIAL).sum(1)
 
 
 class _Buffer:
     """The views of one pass, in the working layout: x [P, U] (work dtype, NaN-padded
-    rows), rowseg [P] (segment of each row), and the per-segment host lists."""
+    rows), rowseg [P] (segment of each row), the reduction plan and the host lists."""
 
     def __init__(self, views, dtype, work, u, device):
         g = len(views)
@@ -384,163 +479,128 @@ class _Buffer:
         self.g = g
         self.u = u
         self.numels = numels
-        self.pads = pads
         self.rows = rows
-        small = _to_device(rows + pads, torch.int64, device)
-        self.rows_t = small[:g]
-        self.pads_t = small[g:].to(torch.float64)
-        gi = torch.arange(g, dtype=torch.int64, device=device)
-        # output_size: without it repeat_interleave reads the total back from the device
-        self.rowseg = torch.repeat_interleave(gi, self.rows_t, output_size=self.p)
+        self.plan = _seg_plan(rows, device)
+
+        def build():
+            small = _to_device(np.repeat(np.arange(g, dtype=np.int64), rows), torch.int64,
+                               device)
+            return small, _to_device([float(p) for p in pads], torch.float64, device)
+        self.rowseg, self.pads_t = PLAN_CACHE.get_key(
+            ("rowseg", tuple(rows), tuple(pads), str(device)), build)
 
 
-def _pass1(buf, hashes, dtype, work, k, bins, device):
+def _row_sketch(xs, codes, k, p, u, work, device):
+    """[P, K] (work dtype): per row, sketch bucket j = the sum over the row's blocks of
+    sign * x at offset (j - r(b)) mod K. Signs from a [512, K] table per block; the
+    rotation without a per-element index: each signed block is written twice in a row
+    ([nb, 2K]), and block b reads the window of K starting at K - r(b) (an index per
+    block). No scatter."""
+    nb = p * (u // k)
+    signs = _sign_table(k, work, device).index_select(0, codes[1]).unsqueeze(1)
+    doubled = (xs.reshape(nb, 1, k).expand(nb, 2, k) * signs).view(nb, 2 * k)
+    block = torch.arange(nb, dtype=torch.int64, device=device)
+    z = doubled.unfold(1, k, 1)[block, k - codes[0]]  # [nb, K]
+    return z.view(p, u // k, k).sum(1)
+
+
+def _pass1(buf, codes, dtype, work, k, bins, device):
     """Everything but the variance, per segment of `buf`: (minmax [g, 2] float64 (-min,
-    max over the finite values; -inf where none), slot counts [g, E + 1], (sum, sum of
-    squares) [g, 2], rotation table R [g, K, K] or None), and the per-row |x| bound
-    [P] for the variance pass."""
+    max over the finite values; -inf where none), slot counts [g, E + 1] float64,
+    (sum, sum of squares) [g, 2] float64, sketch [g, K] float64 or None), and the
+    segment's |x| bound [g] (work dtype) for the variance pass."""
     f64 = torch.float64
     inf = float("inf")
-    g, p, x, rowseg = buf.g, buf.p, buf.x, buf.rowseg
+    p, u, x = buf.p, buf.u, buf.x
     edges, fold = _slot_table(dtype, work, bins, device)
     s = fold.shape[0]
-    # min / max of the finite values per row, then per segment
-    lo = torch.nan_to_num(x, nan=inf, posinf=inf, neginf=inf).amin(1)
-    hi = torch.nan_to_num(x, nan=-inf, posinf=-inf, neginf=-inf).amax(1)
-    minmax = _segment_max(torch.stack([-lo, hi], dim=1), buf, work, device).to(f64)
-    bound = torch.maximum(-lo, hi)  # -inf where a row has no finite value
-    # counts: one bucketing of |x|, counted per (segment, slot)
-    slot = torch.bucketize(x.abs(), edges, out_int32=True)
-    counts = _count_slots(slot, buf, s, device)
-    del slot
-    counts[:, s - 1] -= buf.pads_t  # the padding is NaN
-    xz = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    xs = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    lo, hi = _aminmax(xs)  # per row; a non-finite value reads as 0 here (fixed below)
+    # counts: one bucketing of |x|, counted per row in packed int64 fields; and the
+    # smallest finite |x| per row: as integers, |x|'s bits order every finite value
+    # below +Inf and NaN (abs clears the sign bit, IEEE 754)
+    step = max(1, _WORK_ELEMENTS // u)
+    bits = torch.int32 if work == torch.float32 else torch.int64
+    counts, min_abs = [], []
+    for a in range(0, max(p, 1), step):
+        ab = x[a:a + step].abs()
+        min_abs.append(ab.view(bits).amin(1))
+        counts.append(_row_counts(torch.bucketize(ab, edges, out_int32=True), s, u, device))
+        del ab
+    counts = counts[0] if len(counts) == 1 else torch.cat(counts)
+    min_abs = (min_abs[0] if len(min_abs) == 1 else torch.cat(min_abs)).view(work)
+    # min / max of the finite values per row, then per segment (exact). The zeros that
+    # stand for NaN/Inf in xs matter only in a row with NaN/Inf and no finite zero
+    # whose min (max) came out 0: all its finite values are > 0 (< 0), so its min (max)
+    # is +min|x| (-min|x|); a row without finite values has none (+Inf, -Inf).
+    n_nonfinite = counts[:, s - 1] + counts[:, s - 2]
+    fake = (n_nonfinite > 0) & (counts[:, 0] == 0)
+    lo = torch.where(fake & (lo == 0), min_abs, lo)
+    hi = torch.where(fake & (hi == 0), -min_abs, hi)
+    none = n_nonfinite == u
+    lo = torch.where(none, _const(inf, device, work), lo)
+    hi = torch.where(none, _const(-inf, device, work), hi)
+    minmax = _seg_reduce(torch.stack([-lo, hi], dim=1), buf.plan, "max")
+    bound = torch.maximum(minmax[:, 0], minmax[:, 1])  # -inf where nothing is finite
     scale = _pow2_scale(bound, work)
-    xs = xz * scale.unsqueeze(1) if scale is not None else xz
-    # the sum in float64 (the mean to float64 precision), squares in scaled float32
-    s12 = torch.zeros((g, 2), dtype=f64, device=device).index_add_(
-        0, rowseg, torch.stack([xz.sum(1, dtype=f64),
-                                _partial_sums(xs, p, scale, True)], dim=1))
-    del xs
-    table = None
+    if scale is not None:  # exact: a power of two per segment
+        xs.mul_(scale.index_select(0, buf.rowseg).unsqueeze(1))
+    parts = [_partial_sums(xs, p, False).unsqueeze(1), _partial_sums(xs, p, True).unsqueeze(1),
+             counts.to(f64)]
     if k:
-        table = _sketch_table(buf, xz, hashes, k, device)
-    return minmax, counts, s12, table, bound
+        bpr = u // k  # blocks per row
+        sk = [_row_sketch(xs[a:a + step], codes[:, a * bpr:(a + step) * bpr], k,
+                          min(step, p - a), u, work, device) for a in range(0, max(p, 1), step)]
+        parts.append((sk[0] if len(sk) == 1 else torch.cat(sk)).to(f64))
+    del xs
+    seg = _seg_reduce(torch.cat(parts, dim=1), buf.plan, "sum")
+    counts = seg[:, 2:2 + s] - torch.nn.functional.pad(buf.pads_t.unsqueeze(1), (s - 1, 0))
+    s1, s2 = seg[:, 0], seg[:, 1]
+    sketch = seg[:, 2 + s:] if k else None
+    if scale is not None:
+        sc = scale.to(f64)
+        s1, s2 = s1 / sc, s2 / (sc * sc)
+        if k:
+            sketch = sketch / sc.unsqueeze(1)
+    return minmax.to(f64), counts, torch.stack([s1, s2], dim=1), sketch, bound
 
 
-def _segment_max(rows_v, buf, work, device):
-    """[g, c]: per segment, the max of its rows of rows_v [P, c] (-inf for none)."""
-    p, c = rows_v.shape
-    return torch.full((buf.g, c), -float("inf"), dtype=work, device=device).scatter_reduce_(
-        0, buf.rowseg.unsqueeze(1).expand(p, c), rows_v, "amax")
-
-
-def _count_slots(slot, buf, s, device):
-    """float64 [g, s]: per segment, how many elements fall in each slot (slot int32
-    [P, U]). torch.histc of segment * s + slot (float64, exact integers), or where
-    histc is not deterministic (CUDA in torch's deterministic mode) or not known to
-    exist: per row, the sum of a one-hot comparison (exact, deterministic, no atomics,
-    slower), in blocks of rows that bound the bool temporary; then per segment."""
-    f64 = torch.float64
-    g, p, u = buf.g, buf.p, buf.u
-    if _COUNTS == "histc" and device.type in ("cpu", "cuda") and not (
-            device.type == "cuda" and torch.are_deterministic_algorithms_enabled()):
-        key = torch.add(slot, (buf.rowseg * s).to(f64).unsqueeze(1)).view(-1)
-        per = max(1, 4096 // s)
-        out = []
-        for a in range(0, g, per):
-            b = min(g, a + per)
-            out.append(torch.histc(key, bins=(b - a) * s, min=a * s - 0.5, max=b * s - 0.5))
-        return (out[0] if len(out) == 1 else torch.cat(out)).view(g, s)
-    lanes = _cached(("lanes", s, str(device)),
-                    lambda: torch.arange(s, dtype=torch.int32, device=device))
-    step = max(1, _ONEHOT_ELEMENTS // (u * s))
-    per_row = []
-    for a in range(0, p, step):
-        hit = slot[a:a + step].unsqueeze(2) == lanes  # [rows, U, s] bool
-        per_row.append(hit.sum(1, dtype=torch.int32))
-    per_row = (per_row[0] if len(per_row) == 1 else torch.cat(per_row)) if per_row else \
-        torch.zeros((0, s), dtype=torch.int32, device=device)
-    return torch.zeros((g, s), dtype=f64, device=device).index_add_(
-        0, buf.rowseg, per_row.to(f64))
-
-
-def _fold_index(k, device):
-    """[K, K] int64: G[r, j] = (j - r) mod K."""
-    def build():
-        r = torch.arange(k, dtype=torch.int64).unsqueeze(1)
-        j = torch.arange(k, dtype=torch.int64).unsqueeze(0)
-        return _to_device(((j - r) % k).tolist(), torch.int64, device)
-    return _cached(("fold", k, str(device)), build)
-
-
-def _sketch_table(buf, xz, hashes, k, device):
-    """float64 [g, K, K]: R[s, r, o] = sum over the blocks of segment s with rotation r
-    of sign * x at offset o (non-finite values are 0). Blocks go first to accumulators
-    per (segment, piece of a few 8 K^2 elements, rotation), then to the segment."""
-    f64 = torch.float64
-    g, p, u = buf.g, buf.p, buf.u
-    per_row = u // k
-    ch = max(1, _SKETCH_BLOCKS_PER_ACC * k * k // u)  # rows per accumulator piece
-    n_pieces = [-(-r // ch) for r in buf.rows]
-    row_start, piece_start, r0, c0 = [], [], 0, 0
-    for r, c in zip(buf.rows, n_pieces):
-        row_start.append(r0)
-        piece_start.append(c0)
-        r0 += r
-        c0 += c
-    n_acc = c0
-    small = _to_device(row_start + piece_start + n_pieces, torch.int64, device)
-    g_row_start, g_piece_start, g_pieces = small[:g], small[g:2 * g], small[2 * g:]
-    gi = torch.arange(g, dtype=torch.int64, device=device)
-    piece_seg = torch.repeat_interleave(gi, g_pieces, output_size=n_acc)
-    local = torch.arange(p, dtype=torch.int64, device=device) - g_row_start[buf.rowseg]
-    row_piece = torch.div(local, ch, rounding_mode="floor") + g_piece_start[buf.rowseg]
-    sign = hashes[0][0] if g == 1 else torch.cat([h[0] for h in hashes])
-    rot = hashes[0][1] if g == 1 else torch.cat([h[1] for h in hashes])
-    block_key = (row_piece.unsqueeze(1) * k + rot.view(p, per_row)).view(-1)
-    # one kernel: the product (exact: a sign) is stored as float64
-    signed = torch.mul(xz.view(-1), sign,
-                       out=torch.empty(xz.numel(), dtype=f64, device=device))
-    acc = torch.zeros((n_acc * k, k), dtype=f64, device=device).index_add_(
-        0, block_key, signed.view(-1, k))
-    return torch.zeros((g, k * k), dtype=f64, device=device).index_add_(
-        0, piece_seg, acc.view(n_acc, k * k)).view(g, k, k)
-
-
-def _fold_sketch(table, k, device):
-    g = table.shape[0]
-    return torch.gather(table, 2, _fold_index(k, device).unsqueeze(0).expand(g, k, k)).sum(1)
-
-
-def _pass2(buf, bound, mean, work, device):
-    """float64 [g, 2]: sums over the finite values of d = x - m and of d^2, with m the
-    mean rounded to the work dtype (float32 partials of scaled deviations, float64
+def _pass2(buf, bound, m, work, device):
+    """float64 [g, 2]: sums over the finite values of d = x - m and of d^2, with m [g]
+    the mean rounded to the work dtype (float32 partials of scaled deviations, float64
     beyond). The sum of d corrects both the mean and the variance (corrected two-pass
     algorithm): the deviations are small, so their sums are accurate relative to std."""
     f64 = torch.float64
-    g, p, x, rowseg = buf.g, buf.p, buf.x, buf.rowseg
-    m = mean.to(work)[rowseg]  # NaN where a segment has no finite value
+    p, x, rowseg = buf.p, buf.x, buf.rowseg
     scale = _pow2_scale(torch.maximum(bound, m.abs()), work)
     if scale is None:
-        dev = x - m.unsqueeze(1)
+        dev = x - m.index_select(0, rowseg).unsqueeze(1)
     else:  # x * s - m * s: the products are exact (powers of two), one rounding
-        dev = torch.addcmul((-m * scale).unsqueeze(1), x, scale.unsqueeze(1))
+        dev = torch.addcmul((-m * scale).index_select(0, rowseg).unsqueeze(1), x,
+                            scale.index_select(0, rowseg).unsqueeze(1))
     dev = torch.nan_to_num(dev, nan=0.0, posinf=0.0, neginf=0.0)
-    return torch.zeros((g, 2), dtype=f64, device=device).index_add_(
-        0, rowseg, torch.stack([_partial_sums(dev, p, scale, False),
-                                _partial_sums(dev, p, scale, True)], dim=1))
+    seg = _seg_reduce(torch.stack([_partial_sums(dev, p, False),
+                                   _partial_sums(dev, p, True)], dim=1), buf.plan, "sum")
+    if scale is None:
+        return seg
+    sc = scale.to(f64)
+    return torch.stack([seg[:, 0] / sc, seg[:, 1] / (sc * sc)], dim=1)
 
 
-def _finish_rows(numel, counts, fold, s1, s2, dev, minmax, sketch, code, bins, device):
+def _fold(counts, fold):
+    """counts [g, S] x fold [S, C] without a matmul (cuBLAS asks for a workspace setting
+    in deterministic mode): exact, small."""
+    return (counts.unsqueeze(2) * fold.unsqueeze(0)).sum(1)
+
+
+def _finish_rows(numel, folded, m, s2, dev, minmax, sketch, code, bins, device):
     """[g, F] rows from per-segment reductions (dev: sums of d = x - m and d^2, m the
-    mean rounded to the work dtype)."""
+    mean rounded to the work dtype, in float64)."""
     f64 = torch.float64
-    folded = counts.matmul(fold)  # [g, bins + 5]
     n_nan, n_inf = folded[:, bins + 3], folded[:, bins + 4]
     n_f = numel - n_inf - n_nan
     d1, d2 = dev[:, 0], dev[:, 1]
-    mean = s1 / n_f
+    mean = m + d1 / n_f
     # sum (x - mean)^2 = sum d^2 - (sum d)^2 / n_f
     var = torch.clamp(d2 - d1 * d1 / n_f, min=0.0) / n_f
     mn, mx = -minmax[:, 0], minmax[:, 1]
@@ -559,12 +619,6 @@ def _finish_rows(numel, counts, fold, s1, s2, dev, minmax, sketch, code, bins, d
     return torch.cat(parts, dim=1)
 
 
-def _mean(s1, counts, fold, numel, bins):
-    folded = counts.matmul(fold)
-    n_f = numel - folded[:, bins + 3] - folded[:, bins + 4]
-    return s1 / n_f  # NaN where nothing is finite (0 / 0)
-
-
 def _group_rows(ts, dtype, sketch_k, hist_bins, device):
     """[g, F] rows of g tensors of one dtype: one set of kernels for the whole group,
     or, for a tensor above CHUNK_ELEMENTS alone, the same in passes of about that many
@@ -573,47 +627,51 @@ def _group_rows(ts, dtype, sketch_k, hist_bins, device):
     k, bins = sketch_k, hist_bins
     work = _work_dtype(dtype)
     u = _unit(k)
-    edges, fold = _slot_table(dtype, work, bins, device)
+    _, fold = _slot_table(dtype, work, bins, device)
     numels = [t.numel() for t in ts]
     numel = _to_device([float(n) for n in numels], f64, device)
     code = limits(dtype)[0]
     flats = [t.detach().reshape(-1) for t in ts]
     if len(ts) == 1 and numels[0] > CHUNK_ELEMENTS:
         n = numels[0]
-        # whole rows and whole sketch pieces per pass, so that the pieces are those of
-        # a single pass
-        piece = u * max(1, _SKETCH_BLOCKS_PER_ACC * k * k // u) if k else u
-        step = max(1, CHUNK_ELEMENTS // piece) * piece
+        step = max(1, CHUNK_ELEMENTS // u) * u  # whole rows (and sketch blocks)
         slices = [(a, min(n, a + step)) for a in range(0, n, step)]
     else:
-        slices = None
-    if slices is None:
-        hashes = [_hash_slice(n, k, device, 0, _padded(n, k)) for n in numels] if k else None
-        buf = _Buffer(flats, dtype, work, u, device)
-        minmax, counts, s12, table, bound = _pass1(buf, hashes, dtype, work, k, bins, device)
-        mean = _mean(s12[:, 0], counts, fold, numel, bins)
-        dev = _pass2(buf, bound, mean, work, device)
+        slices = [None]
+    bufs, res = [], []
+    for sl in slices:
+        if sl is None:
+            buf = _Buffer(flats, dtype, work, u, device)
+            codes = None
+            if k:
+                codes = [_blocks_slice(nn, k, device, 0, _padded(nn, k)) for nn in numels]
+                codes = codes[0] if len(codes) == 1 else torch.cat(codes, dim=1)
+        else:
+            a, b = sl
+            buf = _Buffer([flats[0][a:b]], dtype, work, u, device)
+            codes = _blocks_slice(numels[0], k, device, a, _padded(b - a, k)) if k else None
+        bufs.append(buf)
+        res.append(_pass1(buf, codes, dtype, work, k, bins, device))
+        if len(slices) > 1:
+            buf.x = None  # rebuilt for the second pass: one pass's copy at a time
+    if len(res) == 1:
+        minmax, counts, s12, sketch, _ = res[0]
     else:
-        flat = flats[0]
-        n = numels[0]
-        parts, bounds = [], []
-        for a, b in slices:
-            buf = _Buffer([flat[a:b]], dtype, work, u, device)
-            hashes = [_hash_slice(n, k, device, a, _padded(b - a, k))] if k else None
-            res = _pass1(buf, hashes, dtype, work, k, bins, device)
-            parts.append(res[:4])
-            bounds.append(res[4])
-        minmax = torch.stack([r[0] for r in parts]).amax(0)
-        counts = torch.stack([r[1] for r in parts]).sum(0)
-        s12 = torch.stack([r[2] for r in parts]).sum(0)
-        table = torch.stack([r[3] for r in parts]).sum(0) if k else None
-        mean = _mean(s12[:, 0], counts, fold, numel, bins)
-        dev = torch.zeros((1, 2), dtype=f64, device=device)
-        for (a, b), bound in zip(slices, bounds):
-            buf = _Buffer([flat[a:b]], dtype, work, u, device)
-            dev = dev + _pass2(buf, bound, mean, work, device)
-    sketch = _fold_sketch(table, k, device) if k else None
-    return _finish_rows(numel, counts, fold, s12[:, 0], s12[:, 1], dev, minmax, sketch, code,
+        minmax = torch.stack([r[0] for r in res]).amax(0)
+        counts = torch.stack([r[1] for r in res]).sum(0)
+        s12 = torch.stack([r[2] for r in res]).sum(0)
+        sketch = torch.stack([r[3] for r in res]).sum(0) if k else None
+    folded = _fold(counts, fold)
+    n_f = numel - folded[:, bins + 3] - folded[:, bins + 4]
+    m = (s12[:, 0] / n_f).to(work)  # NaN where nothing is finite (0 / 0)
+    dev = None
+    for sl, buf, r in zip(slices, bufs, res):
+        if buf.x is None:
+            a, b = sl
+            buf = _Buffer([flats[0][a:b]], dtype, work, u, device)
+        d = _pass2(buf, r[4], m, work, device)
+        dev = d if dev is None else dev + d
+    return _finish_rows(numel, folded, m.to(f64), s12[:, 1], dev, minmax, sketch, code,
                         bins, device)
 
 

@@ -3,7 +3,9 @@
 - module outputs: a forward hook per selected module (``register_forward_hook``);
 - gradients w.r.t. module outputs: ``Tensor.register_hook`` on each output that
   requires grad, registered by that forward hook (works on torch 1.13 and 2.x, unlike
-  full backward hooks, and sees every element of tuple/dict outputs);
+  full backward hooks, and sees every element of tuple/dict outputs); on torch 1.13 an
+  output changed in place (``nn.ReLU(inplace=True)``) is hooked on its graph node
+  instead, so its gradient is that of the tensor the module returned (``_grad_hook``);
 - parameter gradients: ``Tensor.register_hook`` on each selected parameter; the hook
   sees this backward's gradient, so with gradient accumulation every micro step is
   recorded as its own micro step;
@@ -12,7 +14,8 @@
 A forward pass is recorded only while grad mode is on and the watched model is in
 training mode: ``torch.no_grad()`` / ``inference_mode`` / ``model.eval()`` passes are
 not training steps. A forward that follows a backward in the same step starts a new
-micro step (gradient accumulation). Hooks run on the training thread or autograd's
+micro step (gradient accumulation); a forward inside backward (activation
+checkpointing's recomputation) does not, and is not recorded twice. Hooks run on the training thread or autograd's
 threads, always under the GIL. Under ``torch.compile`` the forward hooks run eagerly
 (``torch.compiler.disable``: a graph break at each watched module), since Dynamo cannot
 trace lockstep's Python.
@@ -26,6 +29,9 @@ from lockstep._names import NameFilter, module_name, output_tensors
 from lockstep._recorder import KIND
 
 _DISABLE = []  # [torch.compiler.disable or None], looked up once
+# torch >= 2.0: the running backward's id, -1 outside backward. torch 1.13 has none; there
+# Monitor._in_bwd (first gradient hook .. end-of-backward callback) says the same.
+_GRAPH_TASK_ID = getattr(torch._C, "_current_graph_task_id", None)
 
 
 def _eager(fn):
@@ -47,6 +53,29 @@ def _eager(fn):
         return disable(fn)
     except Exception:  # pylint: disable=broad-except
         return fn
+
+
+# torch < 2.0 keeps a tensor's hooks on the graph node it had when its first hook was
+# registered: a hook registered after an in-place op (``nn.ReLU(inplace=True)``'s output,
+# a block ending in ``out += identity``) then gets the gradient of the value before the
+# op. There the gradient of a changed output is taken from its current node instead.
+_HOOKS_FOLLOW_INPLACE = int(torch.__version__.split(".")[0]) >= 2
+
+
+def _grad_hook(t, fn):
+    """Calls fn(gradient of `t` as the module returned it) in backward."""
+    node = t.grad_fn
+    if _HOOKS_FOLLOW_INPLACE or node is None or t._version == 0:
+        t.register_hook(fn)
+        return
+    nr = t.output_nr
+
+    def node_hook(_grad_inputs, grad_outputs):
+        g = grad_outputs[nr] if nr < len(grad_outputs) else None
+        if g is not None:
+            fn(g)
+
+    node.register_hook(node_hook)
 
 
 # "input": the watched model's forward inputs every step (the data fed to it); "init":
@@ -82,16 +111,20 @@ class Watch:
         self.params = [(n, p) for n, p in model.named_parameters()
                        if p.requires_grad and filt(n)]
         self._param_names = {id(p): n for n, p in model.named_parameters()}
+        self._paths = frozenset(module_name(path) for path, _ in model.named_modules())
+        mon._rec.module_types.update((module_name(path), type(m).__name__)
+                                     for path, m in model.named_modules())
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
-        need_marker = not ("act_grad" in kinds or "param_grad" in kinds)
         self._hook_inputs(mon, model, "input" in kinds)
         for path, module in model.named_modules():
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
                 # backward, even when its own output is not recorded.
                 root_ok = filt(module_name(path))
+                # Its output always gets a gradient hook or a marker: the first hook of
+                # a backward, which tells recomputation in backward from a new forward.
                 self._hook_module(mon, module, module_name(path), want_act and root_ok,
-                                  want_grad and root_ok, need_marker)
+                                  want_grad and root_ok, True)
                 continue
             if (want_act or want_grad) and filt(path):
                 self._hook_module(mon, module, path, want_act, want_grad, False)
@@ -105,6 +138,7 @@ class Watch:
 
     def _hook_module(self, mon, module, name, want_act, want_grad, marker):
         root = self.model
+        paths = self._paths
         rec = mon._rec
         act = KIND["act"]
         on_grad = mon._on_act_grad
@@ -113,18 +147,31 @@ class Watch:
         def forward_hook(_module, _inputs, output):
             if not mon._active or not root.training or not torch.is_grad_enabled():
                 return None
+            if mon._ident.pending:  # the process group may have appeared since
+                mon._check_identity(release=False)
             try:
-                if mon._bwd:
-                    mon._new_micro()
-                calls = mon._calls
-                n = calls.get(name, 0)
-                calls[name] = n + 1
+                if mon._in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                    # Recomputation inside backward (activation checkpointing): the same
+                    # micro step. A call its forward recorded is not recorded again (its
+                    # gradient hooks are live); one the forward did not see (reentrant
+                    # checkpoint runs the forward under no_grad) is recorded now, once.
+                    recalls = mon._recalls
+                    n = recalls.get(name, 0)
+                    recalls[name] = n + 1
+                    if n < mon._calls.get(name, 0):
+                        return None
+                else:
+                    if mon._bwd:
+                        mon._new_micro()
+                    calls = mon._calls
+                    n = calls.get(name, 0)
+                    calls[name] = n + 1
                 base = name if n == 0 else "%s#%d" % (name, n)
                 if isinstance(output, torch.Tensor):
                     items = ((base, output),)
                 else:
                     items = []
-                    output_tensors(output, base, items)
+                    output_tensors(output, base, items, 0, paths)
                 marked = not marker  # one backward marker is enough
                 for item_name, t in items:
                     if not t.is_floating_point():
@@ -133,7 +180,7 @@ class Watch:
                         rec.record(item_name, act, t)
                     if t.requires_grad:
                         if want_grad:
-                            t.register_hook(functools.partial(on_grad, item_name))
+                            _grad_hook(t, functools.partial(on_grad, item_name))
                         elif not marked:
                             t.register_hook(mark)
                             marked = True
@@ -157,9 +204,16 @@ class Watch:
         def pre_hook(_module, args, kwargs=None):
             if not mon._active or not root.training or not torch.is_grad_enabled():
                 return None
+            if mon._in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                return None  # recomputation inside backward: its inputs were recorded
+            if mon._ident.pending:  # the process group may have appeared since
+                mon._check_identity(release=False)
             try:
                 if mon._bwd:
                     mon._new_micro()
+                if mon._init_pending is not None:  # watch() came before the rank was known
+                    pending, mon._init_pending = mon._init_pending, None
+                    pending.record_initial(mon)
                 if not mon._amp_seen:
                     mon._note_first_forward()
                 if not want_input:

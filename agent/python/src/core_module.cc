@@ -71,6 +71,9 @@ py::dict CountersToDict(const PyAgent& a) {
   d["errors"] = c.errors;
   d["queue_depth"] = c.queue_depth;
   d["reconnects"] = c.reconnects;
+  d["handshakes"] = c.handshakes;
+  d["handshake_failures"] = c.handshake_failures;
+  d["delivery_problem"] = c.delivery_problem;
   d["host_stats_errors"] = a.host_stats_errors();
   d["packed_errors"] = a.packed_errors();
   return d;
@@ -78,6 +81,7 @@ py::dict CountersToDict(const PyAgent& a) {
 
 using U32Array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>;
 using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
 
 // torch's sizes and strides as a HostLayout; false if they cannot be read in place.
 bool ToLayout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
@@ -97,6 +101,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEFAULT_SKETCH_K") = kDefaultSketchK;
   m.attr("MAX_SKETCH_K") = kMaxSketchK;
   m.attr("HIST_BINS") = kHistBins;
+  m.attr("STAT_REPEAT") = kStatRepeat;  // record_packed flags: this row repeats an earlier one
   m.attr("PACKED_FIXED_COLUMNS") = static_cast<int>(kPackedFixed);
   m.attr("PACKED_FIXED_FIELDS") =
       py::make_tuple("numel", "min", "max", "mean", "std", "l2", "absmax", "nan", "inf",
@@ -196,7 +201,8 @@ PYBIND11_MODULE(_core, m) {
              size_t send_buffer_mb, int sketch_k, int hist_bins, uint32_t every, const std::string& include_regex,
              const std::string& exclude_regex, double heartbeat_interval_s,
              size_t max_records_per_message, const std::string& curve_server_key,
-             const std::string& curve_public_key, const std::string& curve_secret_key) {
+             const std::string& curve_public_key, const std::string& curve_secret_key,
+             bool identity_pending) {
             AgentOptions o;
             o.endpoint = endpoint;
             o.run = run;
@@ -207,6 +213,7 @@ PYBIND11_MODULE(_core, m) {
             o.framework = framework;
             o.rank = rank;
             o.world_size = world_size;
+            o.identity_pending = identity_pending;
             o.start_step = start_step;
             o.queue_capacity = queue_capacity;
             o.send_hwm = send_hwm;
@@ -238,15 +245,15 @@ PYBIND11_MODULE(_core, m) {
           py::arg("include_regex") = "", py::arg("exclude_regex") = "",
           py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024,
           py::arg("curve_server_key") = "", py::arg("curve_public_key") = "",
-          py::arg("curve_secret_key") = "")
+          py::arg("curve_secret_key") = "", py::arg("identity_pending") = false)
       .def("register_tensor",
            [](PyAgent& a, const std::string& name, int kind, int dtype,
-              const std::vector<int64_t>& shape, uint32_t order) {
+              const std::vector<int64_t>& shape, uint32_t order, const std::string& module_type) {
              return a.RegisterTensor(name, static_cast<TensorKind>(kind),
-                                     static_cast<DType>(dtype), shape, order);
+                                     static_cast<DType>(dtype), shape, order, module_type);
            },
            py::arg("name"), py::arg("kind"), py::arg("dtype"), py::arg("shape"),
-           py::arg("order"))
+           py::arg("order"), py::arg("module_type") = "")
       .def("record_host_tensor",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, uint64_t numel, int dtype) {
@@ -321,10 +328,11 @@ PYBIND11_MODULE(_core, m) {
            py::arg("as_last") = false)
       // One call per step: row i of `rows` ([n, 13 + sketch_k + hist_bins] float64,
       // the layout of lockstep._torch_stats) is tensor ids[i] at micro step micros[i]
-      // with order orders[i]. Returns how many records were accepted.
+      // with order orders[i]; flags (optional, uint8 [n]) marks rows that repeat a
+      // tensor recorded before them (kStatRepeat). Returns how many were accepted.
       .def("record_packed",
            [](PyAgent& a, uint64_t step, U32Array micros, U32Array ids, U32Array orders,
-              F64Array rows) -> size_t {
+              F64Array rows, py::object flags) -> size_t {
              if (rows.ndim() != 2) return 0;
              size_t n = static_cast<size_t>(rows.shape(0));
              size_t cols = static_cast<size_t>(rows.shape(1));
@@ -333,18 +341,26 @@ PYBIND11_MODULE(_core, m) {
                  micros.size() != static_cast<py::ssize_t>(n)) {
                return 0;
              }
+             U8Array flag_array;
+             const uint8_t* f_ptr = nullptr;
+             if (!flags.is_none()) {
+               flag_array = py::cast<U8Array>(flags);
+               if (flag_array.size() != static_cast<py::ssize_t>(n)) return 0;
+               f_ptr = flag_array.data();
+             }
              const uint32_t* m_ptr = micros.data();
              const uint32_t* i_ptr = ids.data();
              const uint32_t* o_ptr = orders.data();
              const double* r_ptr = rows.data();
              py::gil_scoped_release release;
-             return a.RecordPacked(step, m_ptr, i_ptr, o_ptr, r_ptr, n, cols);
+             return a.RecordPacked(step, m_ptr, i_ptr, o_ptr, r_ptr, n, cols, f_ptr);
            },
            py::arg("step"), py::arg("micros"), py::arg("ids"), py::arg("orders"),
-           py::arg("rows"))
+           py::arg("rows"), py::arg("flags") = py::none())
       .def("record_scalars",
            [](PyAgent& a, uint64_t step, double loss, double lr, double grad_norm,
-              double loss_scale, double step_time_s, uint32_t micro_steps, uint64_t samples) {
+              double loss_scale, double step_time_s, uint32_t micro_steps, uint64_t samples,
+              uint8_t given) {
              StepScalars s;
              s.loss = loss;
              s.lr = lr;
@@ -353,18 +369,24 @@ PYBIND11_MODULE(_core, m) {
              s.step_time_s = step_time_s;
              s.micro_steps = micro_steps;
              s.samples = samples;
+             s.given = given;
              py::gil_scoped_release release;
              return a.RecordScalars(step, s);
            },
            py::arg("step"), py::arg("loss") = NAN, py::arg("lr") = NAN,
            py::arg("grad_norm") = NAN, py::arg("loss_scale") = NAN,
-           py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0)
+           py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0,
+           py::arg("given") = 0)
       .def("set_fingerprint",
            [](PyAgent& a, std::vector<std::pair<std::string, std::string>> entries) {
              return a.SetFingerprint(std::move(entries));
            },
            py::arg("entries"))
       .def("end_step", &PyAgent::EndStep, py::arg("step"),
+           py::call_guard<py::gil_scoped_release>())
+      // The rank and world size from now on (the process group appeared after create());
+      // ends identity_pending. False when invalid or refused.
+      .def("set_identity", &PyAgent::SetIdentity, py::arg("rank"), py::arg("world_size"),
            py::call_guard<py::gil_scoped_release>())
       .def("flush",
            [](PyAgent& a, double timeout_s) {
@@ -379,6 +401,8 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("timeout_s") = 5.0)
       .def("counters", &CountersToDict)
+      // "" while delivery looks fine; else one sentence naming the endpoint (once set, kept).
+      .def("delivery_problem", &PyAgent::DeliveryProblem)
       .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.stats_config().sketch_k; })
       .def_property_readonly("hist_bins",
                              [](const PyAgent& a) { return a.stats_config().hist_bins; });

@@ -45,9 +45,9 @@ PyAgent::PyAgent(std::unique_ptr<Agent> agent, StatsConfig config)
 PyAgent::~PyAgent() = default;
 
 uint32_t PyAgent::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                 const std::vector<int64_t>& shape,
-                                 uint32_t order) noexcept {
-  return agent_->RegisterTensor(name, kind, dtype, shape, order);
+                                 const std::vector<int64_t>& shape, uint32_t order,
+                                 const std::string& module_type) noexcept {
+  return agent_->RegisterTensor(name, kind, dtype, shape, order, module_type);
 }
 
 
@@ -180,7 +180,7 @@ bool UnpackRow(const double* row, size_t cols, int sketch_k, int hist_bins,
 
 size_t PyAgent::RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
                              const uint32_t* orders, const double* rows, size_t n,
-                             size_t cols) noexcept {
+                             size_t cols, const uint8_t* flags) noexcept {
   size_t accepted = 0;
   TensorStats stats;
   for (size_t i = 0; i < n; ++i) {
@@ -189,6 +189,9 @@ size_t PyAgent::RecordPacked(uint64_t step, const uint32_t* micros, const uint32
       packed_errors_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
+    // flags[i] & kStatRepeat: row i repeats a tensor recorded before it under another
+    // name (the device path computes it once); said on the wire as on the host path.
+    stats.flags = flags != nullptr ? (flags[i] & kStatRepeat) : 0;
     if (agent_->RecordStats(step, micros[i], ids[i], orders[i], stats)) ++accepted;
   }
   return accepted;

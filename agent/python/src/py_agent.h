@@ -40,7 +40,8 @@ class PyAgent {
   PyAgent& operator=(const PyAgent&) = delete;
 
   uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                          const std::vector<int64_t>& shape, uint32_t order) noexcept;
+                          const std::vector<int64_t>& shape, uint32_t order,
+                          const std::string& module_type = std::string()) noexcept;
   // Runs the one-pass host kernel over `numel` contiguous elements at `data` and
   // records the result. Returns the tensor's l2 norm (for the global grad norm), or
   // -1 when the kernel refused the tensor (bad dtype). A record the queue refuses is
@@ -88,16 +89,20 @@ class PyAgent {
   // Returns how many were accepted.
   size_t RecordPacked(uint64_t step, const uint32_t* micros, const uint32_t* ids,
                       const uint32_t* orders, const double* rows, size_t n,
-                      size_t cols) noexcept;
+                      size_t cols, const uint8_t* flags = nullptr) noexcept;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept;
   bool EndStep(uint64_t step) noexcept;
   bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept {
     return agent_->SetFingerprint(std::move(entries));
   }
+  bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
+    return agent_->SetIdentity(rank, world_size);
+  }
   bool Flush(std::chrono::milliseconds timeout) noexcept;
   bool Close(std::chrono::milliseconds timeout) noexcept;
 
   AgentCounters Counters() const noexcept;
+  std::string DeliveryProblem() const noexcept { return agent_->DeliveryProblem(); }
   uint64_t host_stats_errors() const noexcept {
     return host_stats_errors_.load(std::memory_order_relaxed);
   }

@@ -70,11 +70,12 @@ ProducerSlot* AgentImpl::Slot() noexcept {
 }
 
 uint32_t AgentImpl::RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                   const std::vector<int64_t>& shape, uint32_t order) noexcept {
+                                   const std::vector<int64_t>& shape, uint32_t order,
+                                   const std::string& module_type) noexcept {
   uint32_t id = TensorRegistry::kInvalidId;
   bool added = false;
   try {
-    id = shared_.registry.Register(name, kind, dtype, shape, order, &added);
+    id = shared_.registry.Register(name, kind, dtype, shape, order, &added, module_type);
   } catch (...) {
     id = TensorRegistry::kInvalidId;
   }
@@ -174,6 +175,18 @@ bool AgentImpl::EndStep(uint64_t step) noexcept {
   return EnqueueOther(item);
 }
 
+bool AgentImpl::SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
+  if (world_size < 1 || rank >= world_size) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  QueueItem item;
+  item.type = ItemType::kIdentity;
+  item.tensor_id = rank;
+  item.order = world_size;
+  return EnqueueOther(item);
+}
+
 bool AgentImpl::WaitDone(uint64_t target, Clock::time_point deadline) noexcept {
   try {
     std::unique_lock<std::mutex> lock(shared_.mu);
@@ -236,7 +249,20 @@ AgentCounters AgentImpl::Counters() const noexcept {
   out.queue_depth = shared_.queue.size_approx();
   out.reconnects = s.reconnects.load(std::memory_order_relaxed);
   out.other_dropped = shared_.slots.Sum(p, &ProducerCounters::other_refused);
+  out.handshakes = s.handshakes.load(std::memory_order_relaxed);
+  out.handshake_failures = s.handshake_failures.load(std::memory_order_relaxed);
+  out.delivery_problem = shared_.delivery_problem.load(std::memory_order_acquire);
   return out;
+}
+
+std::string AgentImpl::DeliveryProblem() const noexcept {
+  if (!shared_.delivery_problem.load(std::memory_order_acquire)) return {};
+  try {
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    return shared_.delivery_message;
+  } catch (...) {
+    return {};
+  }
 }
 
 }  // namespace lockstep::engine

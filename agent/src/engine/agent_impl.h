@@ -26,16 +26,20 @@ class AgentImpl final : public Agent {
   AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> transport);
   ~AgentImpl() override;
 
+  using Agent::RegisterTensor;
   uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                          const std::vector<int64_t>& shape, uint32_t order) noexcept override;
+                          const std::vector<int64_t>& shape, uint32_t order,
+                          const std::string& module_type) noexcept override;
   bool RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id, uint32_t order,
                    const TensorStats& stats) noexcept override;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept override;
   bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept override;
   bool EndStep(uint64_t step) noexcept override;
+  bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept override;
   bool Flush(std::chrono::milliseconds timeout) noexcept override;
   bool Close(std::chrono::milliseconds timeout) noexcept override;
   AgentCounters Counters() const noexcept override;
+  std::string DeliveryProblem() const noexcept override;
   const AgentOptions& options() const noexcept override { return options_; }
 
  private:

@@ -21,6 +21,7 @@ enum class ItemType : uint8_t {
   kScalars = 1,    // run-level scalars of `step`
   kEndStep = 2,    // `step` is over: ship what is held for it
   kDirectory = 3,  // a tensor was registered: ship the directory delta soon
+  kIdentity = 4,   // from now on: rank = tensor_id, world_size = order (SetIdentity)
 };
 
 struct QueueItem {

@@ -1,6 +1,8 @@
 #include "engine/sender.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 namespace lockstep::engine {
 namespace {
@@ -53,6 +55,7 @@ Sender::Sender(const AgentOptions& options, SharedState* shared,
   batch_sketch_.reserve(options.max_records_per_message * kMaxSketchK);
   batch_hist_.reserve(options.max_records_per_message * kHistBins);
   last_step_ = options.start_step;
+  holding_ = options.identity_pending;
 }
 
 void Sender::Run() noexcept {
@@ -73,6 +76,7 @@ void Sender::Loop() {
   auto now = Clock::now();
   next_heartbeat_ = now + options_.heartbeat_interval;
   next_connect_poll_ = now;
+  if (started_ == Clock::time_point()) started_ = now;
   EnsurePreamble();
   for (;;) {
     now = Clock::now();
@@ -81,6 +85,7 @@ void Sender::Loop() {
 
     if (now >= next_connect_poll_) {
       PollConnections();
+      CheckDelivery(now);
       next_connect_poll_ = now + kConnectPollEvery;
     }
     if (!batch_stats_.empty() && now >= batch_deadline_) ShipBatch();
@@ -116,6 +121,7 @@ void Sender::Loop() {
 }
 
 void Sender::Finish() noexcept {
+  holding_ = false;
   try {
     ShipBatch();
     SendHeartbeat();
@@ -146,6 +152,10 @@ void Sender::ProcessNoThrow(const QueueItem& item, Clock::time_point now) noexce
 }
 
 void Sender::Process(const QueueItem& item, Clock::time_point now) {
+  if (holding_ && item.type != ItemType::kDirectory && item.type != ItemType::kIdentity) {
+    holding_ = false;  // data before the rank was settled: it goes out as it is
+    EnsurePreamble();
+  }
   switch (item.type) {
     case ItemType::kStats:
       AddRecord(item, now);
@@ -167,7 +177,30 @@ void Sender::Process(const QueueItem& item, Clock::time_point now) {
     case ItemType::kDirectory:
       EnsurePreamble();
       break;
+    case ItemType::kIdentity:
+      SetIdentity(item.tensor_id, item.order);
+      break;
   }
+}
+
+void Sender::SetIdentity(uint32_t rank, uint32_t world_size) {
+  ShipBatch();  // what was recorded before the call goes out under the old identity
+  const bool sent = !holding_ && (seq_ > 0 || !hello_pending_);
+  holding_ = false;
+  if (sent && rank != options_.rank) {
+    // The old rank's messages are out: the new rank is another (run, rank) stream to
+    // the collector, with its own seq from 0, its Hello, fingerprint and full directory.
+    seq_ = 0;
+    hello_pending_ = true;
+    fingerprint_sent_ = 0;
+    directory_sent_ = 0;
+  } else if (sent && world_size != options_.world_size) {
+    hello_pending_ = true;  // the same stream: its Hello corrected
+  }
+  options_.rank = rank;
+  options_.world_size = world_size;
+  encoder_.set_rank(rank);
+  EnsurePreamble();
 }
 
 void Sender::AddRecord(const QueueItem& item, Clock::time_point now) {
@@ -265,6 +298,7 @@ bool Sender::SendMessage(Bytes bytes, uint64_t records) {
 }
 
 void Sender::EnsurePreamble() {
+  if (holding_) return;
   if (hello_pending_) {
     if (!SendMessage(encoder_.Hello(options_, start_unix_ns_, seq_), 0)) return;
     hello_pending_ = false;
@@ -303,9 +337,48 @@ void Sender::PollConnections() {
   EnsurePreamble();
 }
 
+void Sender::CheckDelivery(Clock::time_point now) {
+  const Transport::PeerStatus peer = transport_->Peer();
+  shared_->sender.handshakes.store(peer.handshakes_ok, std::memory_order_relaxed);
+  shared_->sender.handshake_failures.store(peer.handshakes_failed, std::memory_order_relaxed);
+  if (delivery_checked_ || !peer.known || options_.delivery_warn_after.count() <= 0) return;
+  if (peer.handshakes_ok > 0) {
+    delivery_checked_ = true;  // a collector took the connection: nothing to say, ever
+    return;
+  }
+  if (now - started_ < options_.delivery_warn_after) return;
+  delivery_checked_ = true;
+  const double secs = std::chrono::duration<double>(options_.delivery_warn_after).count();
+  char after[32];
+  std::snprintf(after, sizeof after, "%.3g s", secs);
+  const std::string& ep = options_.endpoint;
+  std::string msg;
+  if (peer.handshakes_failed > 0) {
+    msg = "nothing reached a collector at " + ep + " in " + after + ": the peer there refused the ZeroMQ handshake (" +
+          std::to_string(peer.handshakes_failed) + (peer.handshakes_failed == 1 ? " time" : " times") +
+          "), so it is not a collector's ingest port (the view feed, --view-listen, is 6201; ingest, "
+          "--listen, is 6200) or the CURVE keys do not match; fix endpoint= or LOCKSTEP_ENDPOINT. The job goes on; "
+          "lockstep keeps retrying";
+  } else if (peer.connects > 0) {
+    msg = "nothing reached a collector at " + ep + " in " + after +
+          ": a connection was made but no handshake completed; is 'lockstep collect' listening there? "
+          "The job goes on; lockstep keeps retrying";
+  } else {
+    msg = "nothing reached a collector at " + ep + " in " + after +
+          ": no connection could be made (is 'lockstep collect --listen " + ep +
+          "' running? check endpoint= or LOCKSTEP_ENDPOINT). The job goes on; lockstep keeps retrying";
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->delivery_message = std::move(msg);
+  }
+  shared_->delivery_problem.store(true, std::memory_order_release);
+}
+
 void Sender::SendHeartbeat() {
   const auto& p = shared_->producer;
   const auto& s = shared_->sender;
+  if (holding_) return;
   HeartbeatValues h;
   h.records_enqueued = shared_->slots.Sum(p, &ProducerCounters::records_enqueued);
   h.records_sent = s.records_sent.load(std::memory_order_relaxed);

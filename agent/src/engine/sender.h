@@ -5,6 +5,8 @@
 // Rules it keeps (DESIGN.md, issue 2):
 // - Hello first, and every directory entry before any stats message that could use it;
 //   both again after each reconnection (the collector may have restarted).
+// - with identity_pending, nothing at all until SetIdentity or the first record,
+//   scalars, EndStep or Close; a rank changed later starts its own seq with a Hello;
 // - seq per (run, rank) starts at 0 and advances only for messages the socket accepted;
 //   a refused message is counted as dropped with its records and does not consume one.
 // - A batch ships on EndStep, when full (max_records_per_message), when the step or the
@@ -74,10 +76,15 @@ class Sender {
   bool SendMessage(Bytes bytes, uint64_t records);
   void EnsurePreamble();
   void PollConnections();
+  // Once, delivery_warn_after past the start with no handshake: publishes the sentence
+  // Agent::DeliveryProblem() returns (the Python package turns it into a warning).
+  void CheckDelivery(Clock::time_point now);
   void SendHeartbeat();
+  void SetIdentity(uint32_t rank, uint32_t world_size);
   void PublishDone();
 
-  const AgentOptions options_;
+  // Const but for rank and world_size, which SetIdentity (kIdentity) changes.
+  AgentOptions options_;
   SharedState* const shared_;
   // Before transport_ and encoder_: destroyed after both, since a block handed to the
   // transport comes back to it as late as the transport's Close().
@@ -99,6 +106,7 @@ class Sender {
   uint64_t seq_ = 0;
   bool hello_pending_ = true;
   uint32_t fingerprint_sent_ = 0;  // SharedState::fingerprint_version on the wire
+  bool holding_ = false;  // identity_pending: nothing goes out until the rank is known
   uint32_t directory_sent_ = 0;  // registry entries [0, directory_sent_) are on the wire
   uint64_t connects_ = 0;
   uint64_t last_step_ = 0;
@@ -106,6 +114,8 @@ class Sender {
   uint64_t published_done_ = 0;
   Clock::time_point next_heartbeat_;
   Clock::time_point next_connect_poll_;
+  Clock::time_point started_;
+  bool delivery_checked_ = false;
 };
 
 }  // namespace lockstep::engine

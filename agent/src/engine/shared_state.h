@@ -89,6 +89,8 @@ struct alignas(64) SenderCounters {
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> last_step{0};
+  std::atomic<uint64_t> handshakes{0};
+  std::atomic<uint64_t> handshake_failures{0};
 };
 
 struct SharedState {
@@ -110,7 +112,7 @@ struct SharedState {
   std::atomic<uint64_t> flush_target{0};  // items that a Flush() waits for (max over callers)
   std::atomic<bool> stop{false};          // Close(): drain, say goodbye, exit
   std::atomic<int64_t> close_deadline_ns{0};  // steady_clock; bounds the final linger
-  std::mutex mu;
+  mutable std::mutex mu;  // mutable: DeliveryProblem() reads under it
   std::condition_variable cv;
   uint64_t items_done = 0;  // guarded by mu
 
@@ -120,6 +122,9 @@ struct SharedState {
   std::vector<std::pair<std::string, std::string>> fingerprint;  // guarded by fingerprint_mu
   std::atomic<uint32_t> fingerprint_version{0};
   bool exited = false;      // guarded by mu
+  // Set once by the sender (under mu, then the flag): nothing reached a collector.
+  std::atomic<bool> delivery_problem{false};
+  std::string delivery_message;  // guarded by mu; written once before the flag
 
   void WakeSender() noexcept {
     // Deliberately no fence between the enqueue and this load: a seq_cst fence here

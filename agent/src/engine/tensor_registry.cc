@@ -3,7 +3,8 @@
 namespace lockstep::engine {
 
 uint32_t TensorRegistry::Register(const std::string& name, TensorKind kind, DType dtype,
-                                  const std::vector<int64_t>& shape, uint32_t order, bool* added) {
+                                  const std::vector<int64_t>& shape, uint32_t order, bool* added,
+                                  const std::string& module_type) {
   *added = false;
   if (name.empty() || name.size() > kMaxTensorNameLength) return kInvalidId;
   std::lock_guard<std::mutex> lock(mu_);
@@ -12,7 +13,8 @@ uint32_t TensorRegistry::Register(const std::string& name, TensorKind kind, DTyp
   if (it != ids_.end()) return it->second;
   if (entries_.size() >= kInvalidId) return kInvalidId;
   uint32_t id = static_cast<uint32_t>(entries_.size());
-  entries_.push_back(TensorEntry{id, name, kind, dtype, shape, order});
+  entries_.push_back(TensorEntry{id, name, kind, dtype, shape, order,
+                                 module_type.substr(0, kMaxTensorNameLength)});
   ids_.emplace(std::move(key), id);
   size_.store(id + 1, std::memory_order_release);
   *added = true;

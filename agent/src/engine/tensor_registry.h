@@ -29,6 +29,7 @@ struct TensorEntry {
   DType dtype;
   std::vector<int64_t> shape;
   uint32_t order;
+  std::string module_type;  // e.g. "Conv2d"; empty when none
 };
 
 class TensorRegistry {
@@ -39,7 +40,8 @@ class TensorRegistry {
   // kInvalidId on a bad name (empty or longer than kMaxTensorNameLength). May throw
   // std::bad_alloc; the caller (a noexcept API) catches.
   uint32_t Register(const std::string& name, TensorKind kind, DType dtype,
-                    const std::vector<int64_t>& shape, uint32_t order, bool* added);
+                    const std::vector<int64_t>& shape, uint32_t order, bool* added,
+                    const std::string& module_type = std::string());
 
   uint32_t size() const noexcept { return size_.load(std::memory_order_acquire); }
 

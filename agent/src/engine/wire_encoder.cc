@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "lockstep/common/wire.h"
@@ -26,12 +28,20 @@ std::string HostName() {
   return buf;
 }
 
+uint64_t NewSessionId() {
+  std::random_device rd;
+  uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(UnixNowNs()) ^
+                (static_cast<uint64_t>(getpid()) << 17);
+  return id == 0 ? 1 : id;
+}
+
 }  // namespace
 
 WireEncoder::WireEncoder(std::string run_id, uint32_t rank, BufferPool* pool,
                          size_t initial_bytes)
     : run_id_(std::move(run_id)),
       rank_(rank),
+      session_(NewSessionId()),
       allocator_(pool != nullptr ? std::make_unique<PooledAllocator>(pool) : nullptr),
       fbb_(initial_bytes, allocator_.get()) {}
 
@@ -47,7 +57,7 @@ OwnedBytes WireEncoder::Detach() {
 Bytes WireEncoder::Finish(wire::Body type, flatbuffers::Offset<void> body, uint64_t seq) {
   auto run = fbb_.CreateString(run_id_);
   auto env = wire::CreateEnvelope(fbb_, kSchemaMajor, kSchemaMinor, run, rank_, seq, UnixNowNs(),
-                                  type, body);
+                                  type, body, session_);
   wire::FinishEnvelopeBuffer(fbb_, env);
   return Bytes{fbb_.GetBufferPointer(), fbb_.GetSize()};
 }
@@ -78,7 +88,10 @@ Bytes WireEncoder::Directory(const TensorRegistry& registry, uint32_t from, uint
     infos.push_back(wire::CreateTensorInfo(fbb_, e.id, fbb_.CreateString(e.name),
                                            static_cast<wire::TensorKind>(e.kind),
                                            static_cast<wire::DType>(e.dtype),
-                                           fbb_.CreateVector(e.shape), e.order));
+                                           fbb_.CreateVector(e.shape), e.order,
+                                           e.module_type.empty()
+                                               ? flatbuffers::Offset<flatbuffers::String>()
+                                               : fbb_.CreateString(e.module_type)));
   });
   auto dir = wire::CreateTensorDirectory(fbb_, fbb_.CreateVector(infos));
   return Finish(wire::Body::TensorDirectory, dir.Union(), seq);
@@ -99,8 +112,19 @@ Bytes WireEncoder::Stats(uint64_t step, const wire::TensorStat* stats, size_t n,
 
 Bytes WireEncoder::Scalars(uint64_t step, const StepScalars& s, uint64_t seq) {
   fbb_.Clear();
+  // The mask always carries Authoritative, so a reader tells a NaN loss from none.
+  uint8_t given = static_cast<uint8_t>(wire::ScalarGiven::Authoritative) | s.given;
+  if (!std::isnan(s.loss)) given |= StepScalars::kLossGiven;
+  if (!std::isnan(s.lr)) given |= StepScalars::kLrGiven;
+  if (!std::isnan(s.grad_norm)) given |= StepScalars::kGradNormGiven;
+  if (!std::isnan(s.loss_scale)) given |= StepScalars::kLossScaleGiven;
+  static_assert(StepScalars::kLossGiven == static_cast<uint8_t>(wire::ScalarGiven::Loss) &&
+                StepScalars::kLrGiven == static_cast<uint8_t>(wire::ScalarGiven::Lr) &&
+                StepScalars::kGradNormGiven == static_cast<uint8_t>(wire::ScalarGiven::GradNorm) &&
+                StepScalars::kLossScaleGiven == static_cast<uint8_t>(wire::ScalarGiven::LossScale));
   auto body = wire::CreateStepScalars(fbb_, step, s.loss, s.lr, s.grad_norm, s.loss_scale,
-                                      s.step_time_s, s.micro_steps, s.samples);
+                                      s.step_time_s, s.micro_steps, s.samples,
+                                      static_cast<wire::ScalarGiven>(given));
   return Finish(wire::Body::StepScalars, body.Union(), seq);
 }
 

@@ -58,6 +58,8 @@ class WireEncoder {
   Bytes Heartbeat(const HeartbeatValues& h, uint64_t seq);
   Bytes Fingerprint(const std::vector<std::pair<std::string, std::string>>& entries, uint64_t seq);
   Bytes Goodbye(const char* reason, uint64_t last_step, uint64_t seq);
+  // The rank of every later message (Envelope.rank).
+  void set_rank(uint32_t rank) { rank_ = rank; }
 
   // Hands the last finished message's block to the caller (the builder takes a fresh
   // one from the pool for the next message). Only with a pool.
@@ -69,6 +71,7 @@ class WireEncoder {
 
   std::string run_id_;
   uint32_t rank_;
+  uint64_t session_;  // random, never 0: Envelope.session
   std::unique_ptr<PooledAllocator> allocator_;  // before fbb_: outlives it
   flatbuffers::FlatBufferBuilder fbb_;
 };

@@ -45,6 +45,19 @@ class Transport {
   // after the first: the peer may be a restarted collector that lost them.
   virtual int TakeConnectEvents() noexcept = 0;
 
+  // What the transport learnt of its peer so far (updated by TakeConnectEvents()).
+  // `known` false: this transport cannot tell (a test fake), and no one should warn.
+  struct PeerStatus {
+    bool known = false;
+    uint64_t connects = 0;           // TCP/IPC connections made
+    uint64_t handshakes_ok = 0;      // ZMTP handshakes completed: a collector took us
+    // Refused: a HANDSHAKE_FAILED event (CURVE keys), or a connection the peer dropped
+    // before any handshake completed (ZeroMQ 4.3 reports a socket-type mismatch, e.g. a
+    // PUB peer, only as a disconnect).
+    uint64_t handshakes_failed = 0;
+  };
+  virtual PeerStatus Peer() const noexcept { return {}; }
+
   // Lets queued messages go out for at most `linger`, then releases the socket.
   // Idempotent; Send() after Close() returns kError.
   virtual void Close(std::chrono::milliseconds linger) noexcept = 0;

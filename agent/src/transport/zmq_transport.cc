@@ -77,7 +77,10 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const ZmqTransportO
   // The monitor is set up before connect so the first connection is seen too. The
   // context is ours alone, so a fixed inproc name cannot collide.
   const char* kMonitor = "inproc://lockstep-agent-monitor";
-  if (zmq_socket_monitor(t->socket_, kMonitor, ZMQ_EVENT_CONNECTED) != 0) {
+  constexpr int kEvents = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                          ZMQ_EVENT_DISCONNECTED;
+  if (zmq_socket_monitor(t->socket_, kMonitor, kEvents) != 0) {
     return Status::Internal(std::string("could not monitor the agent socket: ") + zmq_strerror(zmq_errno()));
   }
   t->monitor_ = zmq_socket(t->ctx_, ZMQ_PAIR);
@@ -135,7 +138,30 @@ int ZmqTransport::TakeConnectEvents() noexcept {
     if (zmq_msg_size(&msg) >= 2) {
       uint16_t event;
       std::memcpy(&event, zmq_msg_data(&msg), sizeof event);
-      if (event == ZMQ_EVENT_CONNECTED) ++connects;
+      switch (event) {
+        case ZMQ_EVENT_CONNECTED:
+          ++connects;
+          ++peer_.connects;
+          handshake_pending_ = true;
+          break;
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+          ++peer_.handshakes_ok;
+          handshake_pending_ = false;
+          break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+          ++peer_.handshakes_failed;
+          handshake_pending_ = false;
+          break;
+        case ZMQ_EVENT_DISCONNECTED:
+          // Dropped before its handshake completed: the peer refused us.
+          if (handshake_pending_) ++peer_.handshakes_failed;
+          handshake_pending_ = false;
+          break;
+        default:
+          break;
+      }
     }
     bool more = zmq_msg_more(&msg);
     zmq_msg_close(&msg);

@@ -4,7 +4,8 @@
 // queue (up to the HWM) before the collector is up, every send with ZMQ_DONTWAIT, a
 // bounded ZMQ_LINGER applied at Close(). Optional CURVE when the collector's public key
 // is given. A socket monitor (inproc PAIR, read by the owner thread in
-// TakeConnectEvents) reports ZMQ_EVENT_CONNECTED.
+// TakeConnectEvents) reports ZMQ_EVENT_CONNECTED and the handshake's outcome (a peer
+// that is not a PULL socket, e.g. the collector's view PUB port, fails the handshake).
 //
 // Threads: Create() may run on any thread; afterwards only the sender thread calls it
 // (the hand-over is the std::thread start). Owns its own zmq context, so Close() does
@@ -40,6 +41,7 @@ class ZmqTransport final : public Transport {
   // Zero-copy (zmq_msg_init_data): ZeroMQ's I/O thread calls `release` once sent.
   SendResult SendOwned(uint8_t* data, size_t size, ReleaseFn release, void* hint) noexcept override;
   int TakeConnectEvents() noexcept override;
+  PeerStatus Peer() const noexcept override { return peer_; }
   void Close(std::chrono::milliseconds linger) noexcept override;
 
  private:
@@ -47,6 +49,8 @@ class ZmqTransport final : public Transport {
   void* ctx_ = nullptr;
   void* socket_ = nullptr;
   void* monitor_ = nullptr;  // PAIR connected to the socket's monitor endpoint
+  PeerStatus peer_{.known = true};
+  bool handshake_pending_ = false;  // connected, handshake not finished yet
 };
 
 }  // namespace lockstep

@@ -128,6 +128,14 @@ void NameTable::AddAlias(uint32_t producer, uint32_t alias, uint8_t kind) {
   v.push_back(alias);
 }
 
+std::vector<std::string> NameTable::Aliases(uint32_t id, uint8_t kind) const {
+  std::vector<std::string> v;
+  auto it = aliases_.find((static_cast<uint64_t>(id) << 8) | kind);
+  if (it != aliases_.end())
+    for (uint32_t a : it->second) v.push_back(names_[a]);
+  return v;
+}
+
 std::string NameTable::Label(uint32_t id, uint8_t kind) const {
   auto it = aliases_.find((static_cast<uint64_t>(id) << 8) | kind);
   if (it == aliases_.end() || it->second.empty()) return names_[id];

@@ -67,6 +67,8 @@ class NameTable {
   // The name and its aliases for that kind: "blocks.0.mlp.fc2 (= blocks.0.mlp)"; just
   // the name if none.
   std::string Label(uint32_t id, uint8_t kind) const;
+  // Just the aliases, in the order learned.
+  std::vector<std::string> Aliases(uint32_t id, uint8_t kind) const;
 
  private:
   std::unordered_map<std::string, uint32_t> ids_;

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::collector {
@@ -256,6 +257,8 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       auto sd = OpenStep(rs, rank, step, env.sent_unix_ns());
       sd->last_recv_ns = recv_ns;
       sd->scalars.loss = sc->loss();
+      sd->scalars.loss_given =
+          ScalarIsGiven(static_cast<uint8_t>(sc->given()), static_cast<uint8_t>(wire::ScalarGiven::Loss), sc->loss());
       sd->scalars.lr = sc->lr();
       sd->scalars.grad_norm = sc->grad_norm();
       sd->scalars.loss_scale = sc->loss_scale();

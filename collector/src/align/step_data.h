@@ -67,6 +67,7 @@ struct ScalarRow {
   double loss_scale = std::numeric_limits<double>::quiet_NaN();
   double step_time_s = std::numeric_limits<double>::quiet_NaN();
   uint64_t samples = 0;  // 0 = not given
+  bool loss_given = false;  // true: `loss` is the job's value, NaN included
 };
 
 struct StepData {

@@ -26,7 +26,7 @@ int AlertTestCommand(int argc, const char* const* argv) {
   flags.String("experiment", &experiment, "experiment name put on the test alert", "NAME");
   Status st = flags.Parse(argc, argv);
   if (!st.ok()) {
-    std::fprintf(stderr, "lockstep alert-test: %s\n", st.message().c_str());
+    std::fprintf(stderr, "lockstep alert-test: %s\n", OneLine(st.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {
@@ -40,7 +40,7 @@ int AlertTestCommand(int argc, const char* const* argv) {
   }
   auto opts = BuildAlertingOptions(af, "");
   if (!opts.ok()) {
-    std::fprintf(stderr, "lockstep alert-test: %s\n", opts.status().message().c_str());
+    std::fprintf(stderr, "lockstep alert-test: %s\n", OneLine(opts.status().message()).c_str());
     return kExitUsage;
   }
   if (opts->sinks.empty()) {
@@ -69,7 +69,7 @@ int AlertTestCommand(int argc, const char* const* argv) {
 
   auto results = alerting::SendTestAlert(*opts, a);
   if (!results.ok()) {
-    std::fprintf(stderr, "lockstep alert-test: %s\n", results.status().message().c_str());
+    std::fprintf(stderr, "lockstep alert-test: %s\n", OneLine(results.status().message()).c_str());
     return kExitUsage;
   }
   int failed = 0;
@@ -79,7 +79,7 @@ int AlertTestCommand(int argc, const char* const* argv) {
     failed += r.delivered ? 0 : 1;
   }
   std::printf("%zu of %zu sink(s) delivered the test alert\n", results->size() - failed, results->size());
-  return failed == 0 ? kExitOk : kExitFailure;
+  return failed == 0 ? kExitOk : kExitRuntime;
 }
 
 }  // namespace lockstep::cli

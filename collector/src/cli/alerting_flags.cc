@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace lockstep::cli {
@@ -50,9 +51,50 @@ SinkOptions Common(const AlertingFlags& f, alerting::Severity min) {
   return s;
 }
 
+// The formats --webhook-format accepts: --help and the error name this one list.
+constexpr const char* kWebhookFormats[] = {"generic", "slack", "feishu", "dingtalk", "wecom"};
+
+std::string WebhookFormats(const char* sep) {
+  std::string out;
+  for (const char* f : kWebhookFormats) out += (out.empty() ? "" : sep) + std::string(f);
+  return out;
+}
+
+// The keys --alert-sink knows, as its error lists them.
+constexpr const char* kSinkKeys =
+    "kind, url, path, name, min-severity, secret, token, ca-file, msg-type, generator-url, "
+    "rate-per-min, burst, retries, timeout-s, connect-timeout-s, cooldown-s";
+
+// A sink spec as messages may show it: URLs redacted (scheme and host kept), secrets
+// and tokens hidden, every other value as given.
+std::string RedactSpec(const std::string& spec) {
+  std::string out;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    std::string kv = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (pos > 0) out += ',';
+    pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) {
+      out += alerting::RedactUrl(kv);  // not key=value: show no more than a URL's parts
+      continue;
+    }
+    std::string k = kv.substr(0, eq), v = kv.substr(eq + 1), key = k;
+    for (char& c : key) c = c == '_' ? '-' : c;
+    while (!key.empty() && key.front() == ' ') key.erase(0, 1);
+    if (v.rfind("env:", 0) != 0) {
+      if (key == "url") v = alerting::RedactUrl(v);
+      else if (key == "secret" || key == "token") v = "***";
+    }
+    out += k + "=" + v;
+  }
+  return out;
+}
+
 // --alert-sink "kind=feishu,url=env:FEISHU_URL,secret=env:FEISHU_SECRET,min-severity=critical"
 Status ParseSinkSpec(const std::string& spec, SinkOptions* s) {
-  std::string who = "--alert-sink '" + alerting::RedactUrl(spec) + "'";
+  std::string who = "--alert-sink '" + RedactSpec(spec) + "'";
   bool has_kind = false;
   size_t pos = 0;
   while (pos <= spec.size()) {
@@ -95,20 +137,20 @@ Status ParseSinkSpec(const std::string& spec, SinkOptions* s) {
       s->feishu_text = v == "text";
     } else if (k == "generator-url") {
       s->generator_url = v;
-    } else {
+    } else if (k == "rate-per-min" || k == "burst" || k == "retries" || k == "timeout-s" ||
+               k == "connect-timeout-s" || k == "cooldown-s") {
       auto x = ParseNumber(v, what);
       if (!x.ok()) return x.status();
+      if (*x < 0) return Status::InvalidArgument(what + " must not be negative, got '" + v + "'");
+      if (*x > 1e9) return Status::InvalidArgument(what + " is too large, got '" + v + "'");
       if (k == "rate-per-min") s->rate_per_min = *x;
       else if (k == "burst") s->burst = static_cast<int>(*x);
       else if (k == "retries") s->max_retries = static_cast<int>(*x);
       else if (k == "timeout-s") s->request_timeout = Ms(*x);
       else if (k == "connect-timeout-s") s->connect_timeout = Ms(*x);
-      else if (k == "cooldown-s") s->cooldown = Ms(*x);
-      else
-        return Status::InvalidArgument(
-            who + ": unknown key '" + k +
-            "' (known: kind, url, path, name, min-severity, secret, token, ca-file, msg-type, "
-            "generator-url, rate-per-min, burst, retries, timeout-s, connect-timeout-s, cooldown-s)");
+      else s->cooldown = Ms(*x);
+    } else {
+      return Status::InvalidArgument(who + ": unknown key '" + k + "' (known: " + kSinkKeys + ")");
     }
   }
   if (!has_kind) return Status::InvalidArgument(who + " has no kind=...: say which format it is");
@@ -121,8 +163,8 @@ void RegisterAlertingFlags(FlagSet* f, AlertingFlags* v) {
   f->StringList("webhook", &v->webhooks,
                 "send alerts to this webhook URL (or env:VAR); format from --webhook-format", "URL");
   f->StringList("webhook-format", &v->webhook_formats,
-                "generic|slack|feishu|dingtalk|wecom: one for all --webhook URLs, or one per URL "
-                "in order (default generic)", "FORMAT");
+                WebhookFormats("|") + ": one for all --webhook URLs, or one per URL in order (default generic)",
+                "FORMAT");
   f->String("webhook-secret", &v->webhook_secret,
             "signing secret (or env:VAR) for feishu and dingtalk webhooks", "SECRET");
   f->String("webhook-token", &v->webhook_token,
@@ -169,8 +211,28 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
   if (!min.ok()) return Status::InvalidArgument("--alert-min-severity: " + min.status().message());
   if (f.timeout_s <= 0 || f.connect_timeout_s <= 0)
     return Status::InvalidArgument("--alert-timeout-s and --alert-connect-timeout-s must be positive");
-  if (f.cooldown_s < 0) return Status::InvalidArgument("--alert-cooldown-s must not be negative");
-  if (f.spool_max_mb < 1) return Status::InvalidArgument("--alert-spool-max-mb must be at least 1");
+  // Ranges: a negative rate or count is a mistake, not "off"; huge values would overflow
+  // the millisecond durations they become.
+  struct Range {
+    const char* flag;
+    double value, lo, hi;
+  };
+  for (const Range& r : {Range{"--alert-timeout-s", f.timeout_s, 0, 86400},
+                         Range{"--alert-connect-timeout-s", f.connect_timeout_s, 0, 86400},
+                         Range{"--alert-cooldown-s", f.cooldown_s, 0, 30 * 86400.0},
+                         Range{"--alert-rate-per-min", f.rate_per_min, 0, 1e6},
+                         Range{"--alert-burst", static_cast<double>(f.burst), 0, 1e6},
+                         Range{"--alert-retries", static_cast<double>(f.retries), 0, 100},
+                         Range{"--alert-backoff-ms", static_cast<double>(f.backoff_ms), 1, 86400e3},
+                         Range{"--alert-backoff-max-s", f.backoff_max_s, 0, 86400},
+                         Range{"--alert-spool-max-mb", static_cast<double>(f.spool_max_mb), 1, 1 << 20}}) {
+    if (!(r.value >= r.lo && r.value <= r.hi)) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "%s %.17g is out of range: give a number from %g to %g", r.flag, r.value,
+                    r.lo, r.hi);
+      return Status::InvalidArgument(buf);
+    }
+  }
   if (f.feishu_msg_type != "interactive" && f.feishu_msg_type != "text")
     return Status::InvalidArgument("--feishu-msg-type must be interactive or text, got '" +
                                    f.feishu_msg_type + "'");
@@ -183,8 +245,10 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
   o.spool_dir = f.spool_dir.empty() ? default_spool_dir : f.spool_dir;
   o.spool_max_bytes = static_cast<uint64_t>(f.spool_max_mb) << 20;
   o.dedup_cooldown = Ms(f.cooldown_s);
-  if (f.incident_digest_interval_s < 0 || f.incident_resolve_s < 0)
-    return Status::InvalidArgument("--incident-digest-interval-s and --incident-resolve-s must not be negative");
+  if (f.incident_digest_interval_s < 0)
+    return Status::InvalidArgument("--incident-digest-interval-s must not be negative (0 = no digests)");
+  if (f.incident_resolve_s < 0)
+    return Status::InvalidArgument("--incident-resolve-s must not be negative (0 = incidents never resolve)");
   o.group_incidents = f.incidents;
   o.incident_digest_interval = Ms(f.incident_digest_interval_s);
   o.incident_resolve_after = Ms(f.incident_resolve_s);
@@ -197,11 +261,10 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
     SinkOptions s = Common(f, *min);
     std::string fmt = f.webhook_formats.empty() ? "generic"
                       : f.webhook_formats.size() == 1 ? f.webhook_formats[0] : f.webhook_formats[i];
-    auto kind = alerting::ParseSinkKind(fmt);
-    if (!kind.ok()) return Status::InvalidArgument("--webhook-format: " + kind.status().message());
-    if (!alerting::IsHttpKind(*kind) || *kind == SinkKind::kAlertmanager)
-      return Status::InvalidArgument("--webhook-format '" + fmt +
-                                     "' is not a webhook format: use generic, slack, feishu, dingtalk or wecom");
+    auto kind = alerting::ParseSinkKind(fmt);  // also takes aliases (lark, json, wechat)
+    if (!kind.ok() || !alerting::IsHttpKind(*kind) || *kind == SinkKind::kAlertmanager)
+      return Status::InvalidArgument("--webhook-format '" + fmt + "' is not a webhook format: use one of " +
+                                     WebhookFormats(", ") + " (alertmanager: --alertmanager URL)");
     s.kind = *kind;
     auto url = Resolve(f.webhooks[i], "--webhook");
     if (!url.ok()) return url.status();

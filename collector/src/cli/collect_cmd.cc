@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "detect/analyzer.h"
+#include "detect/detection_settings.h"
 #include "detect/live_analyzer.h"
 #include "ingest/log_replay.h"
 #include "lockstep/alerting/dispatcher.h"
@@ -35,6 +36,8 @@
 #include "metrics/collector_metrics.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics_feed.h"
+#include "report/live_report.h"
+#include "report/report_recorder.h"
 #include "runlog/json_out.h"
 #include "runlog/log_format.h"
 #include "view/view_model.h"
@@ -47,7 +50,7 @@ using collector::Collector;
 using collector::CollectorOptions;
 
 int Usage(const std::string& msg) {
-  std::fprintf(stderr, "lockstep collect: %s\n", msg.c_str());
+  std::fprintf(stderr, "lockstep collect: %s\n", OneLine(msg).c_str());
   return kExitUsage;
 }
 
@@ -182,6 +185,9 @@ int CollectCommand(int argc, const char* const* argv) {
   collector::AddRuleFlags(&flags, &an_opt.rules);
   AlertingFlags alert_flags;
   RegisterAlertingFlags(&flags, &alert_flags);
+  flags.Range("fsync-interval-ms", 0, 86400e3);
+  flags.Range("status-interval-s", 0, 366 * 86400.0);
+  flags.Range("max-buffered-steps", 1, 1e6);
 
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Usage(s.message());
@@ -206,10 +212,14 @@ int CollectCommand(int argc, const char* const* argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
 
+  // Recorded next to each run's log, so `lockstep compare` gives the live answer.
+  collector::DetectionSettings settings{an_opt.rules, "", LOCKSTEP_VERSION};
   if (!name_map.empty()) {
     auto canon = collector::NameCanonicalizer::FromFile(name_map);
     if (!canon.ok()) return Usage(canon.status().message());
     an_opt.canon = std::move(*canon);
+    std::ifstream nm(name_map);
+    settings.name_map.assign(std::istreambuf_iterator<char>(nm), std::istreambuf_iterator<char>());
   }
   if (max_buffered < 1) return Usage("--max-buffered-steps must be 1 or more");
   an_opt.max_buffered_steps = static_cast<size_t>(max_buffered);
@@ -257,9 +267,9 @@ int CollectCommand(int argc, const char* const* argv) {
   };
   auto c = Collector::Create(std::move(opts));
   if (!c.ok()) {
-    std::fprintf(stderr, "lockstep collect: %s\n", c.status().message().c_str());
+    std::fprintf(stderr, "lockstep collect: %s\n", OneLine(c.status().message()).c_str());
     bool usage = c.status().IsInvalidArgument() || c.status().code() == Status::Code::kIOError;
-    return usage ? kExitUsage : kExitFailure;
+    return usage ? kExitUsage : kExitRuntime;
   }
   Collector& col = **c;
   auto dispatcher = alerting::Dispatcher::Create(*alert_opts);
@@ -267,6 +277,7 @@ int CollectCommand(int argc, const char* const* argv) {
   alerting::Dispatcher* disp = dispatcher->get();
   collector::ViewModel view_model;  // outlives the analyzer, which calls into it
   collector::metrics::MetricsFeed metrics_feed;  // step times and alert counts for /metrics
+  collector::ReportRecorder report_recorder;  // the live /report page's heatmap, curves and alerts
   // A restart replays the logs through the analysis first (below): alerts derived then
   // are marked `replayed` (each sink skips those its journal shows it handled before the
   // restart) and stamped with the replayed message's receive time.
@@ -275,7 +286,7 @@ int CollectCommand(int argc, const char* const* argv) {
   uint64_t replayed_alerts = 0;
   auto analyzer = std::make_unique<collector::Analyzer>(
       std::move(an_opt),
-      [disp, &view_model, &metrics_feed, &replaying, &replayed_alerts](alerting::Alert a) {
+      [disp, &view_model, &metrics_feed, &report_recorder, &replaying, &replayed_alerts](alerting::Alert a) {
         if (replaying.load(std::memory_order_relaxed)) {
           a.replayed = true;
           // The sinks' queues are bounded: a long history must not overflow them.
@@ -283,21 +294,29 @@ int CollectCommand(int argc, const char* const* argv) {
         }
         view_model.OnAlert(a);
         metrics_feed.OnAlert(a);
+        report_recorder.OnAlert(a);
         disp->Submit(std::move(a));
       },
       [&replay_now] {
         int64_t t = replay_now.load(std::memory_order_relaxed);
         return t != 0 ? t : WallNowNs();
       });
-  analyzer->SetPairStepObserver([&view_model](const collector::PairCtx& ctx, const collector::PairStepView& v) {
-    view_model.OnPairStep(ctx, v);
-  });
+  analyzer->SetPairStepObserver(
+      [&view_model, &report_recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
+        view_model.OnPairStep(ctx, v);
+        report_recorder.OnPairStep(ctx, v);
+      });
   if (!baseline_log.empty()) {
     auto b = analyzer->AddBaselineLog(baseline_log);
-    if (!b.ok()) return Usage(b.status().message());
+    if (!b.ok()) {  // a run log that cannot be read: the input-data code
+      std::fprintf(stderr, "lockstep collect: %s\n", OneLine(b.status().message()).c_str());
+      return kExitBadInput;
+    }
   }
   collector::LiveAnalyzer live(std::move(analyzer));
-  s = col.AddSink(&live);
+  collector::SettingsRecorder settings_recorder(data_dir, std::move(settings));
+  s = col.AddSink(&settings_recorder);
+  if (s.ok()) s = col.AddSink(&live);
   if (s.ok()) s = col.AddSink(&view_model);
   if (s.ok()) s = col.AddSink(&metrics_feed);
   if (!s.ok()) return Usage(s.message());
@@ -329,10 +348,18 @@ int CollectCommand(int argc, const char* const* argv) {
   // /metrics: its own thread; reads counters and snapshots (docs/metrics.md).
   std::unique_ptr<collector::metrics::MetricsServer> metrics_server;
   if (!metrics_listen.empty() && metrics_listen != "off") {
-    auto m = collector::metrics::StartCollectorMetrics(metrics_listen, {&col, &live, disp, &metrics_feed});
+    // The live report (/ and /report?experiment=NAME) on the same port: docs/report.md.
+    collector::LiveReportSources report_src{&report_recorder, &live, std::string("lockstep ") + LOCKSTEP_VERSION + " collect",
+                                            "this collector's detection settings (" + data_dir + "/<run>.settings.toml)"};
+    auto m = collector::metrics::StartCollectorMetrics(
+        metrics_listen, {&col, &live, disp, &metrics_feed},
+        [report_src](std::string_view target, std::string* type, std::string* body) {
+          return collector::ServeLiveReport(report_src, target, type, body);
+        });
     if (m.ok()) {
       metrics_server = std::move(*m);
-      spdlog::info("Prometheus metrics at http://{}/metrics", metrics_server->address());
+      spdlog::info("Prometheus metrics at http://{}/metrics, the live report at http://{}/",
+                   metrics_server->address(), metrics_server->address());
     } else if (flags.WasSet("metrics-listen")) {
       return Usage(m.status().message());
     } else {
@@ -351,7 +378,7 @@ int CollectCommand(int argc, const char* const* argv) {
   // their messages wait in the bound socket.
   if (col.counters().rebuilt_messages > 0) {
     const auto t0 = std::chrono::steady_clock::now();
-    ReplayFanOut fan({&live, &view_model, &metrics_feed}, &replay_now);
+    ReplayFanOut fan({&settings_recorder, &live, &view_model, &metrics_feed}, &replay_now);
     replaying = true;
     auto st = collector::ReplayLogs(col.options().data_dir, &fan, [&live, &replay_now](int64_t t) {
       replay_now.store(t, std::memory_order_relaxed);
@@ -376,7 +403,7 @@ int CollectCommand(int argc, const char* const* argv) {
   s = col.Start();
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
-    return kExitFailure;
+    return kExitRuntime;
   }
   std::string eps;
   for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
@@ -416,7 +443,7 @@ int CollectCommand(int argc, const char* const* argv) {
     Status h = col.health();
     if (!h.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", h.message().c_str());
-      return kExitFailure;
+      return kExitRuntime;
     }
     // Hand freed heap back to the kernel every 10 s. A burst of messages (every
     // agent's step at once, or a moment without CPU) is allocated by ZeroMQ's I/O
@@ -440,7 +467,7 @@ int CollectCommand(int argc, const char* const* argv) {
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   if (!s.ok()) {
     spdlog::error("{}", s.message());
-    return kExitFailure;
+    return kExitRuntime;
   }
   return kExitOk;
 }

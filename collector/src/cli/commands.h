@@ -1,13 +1,11 @@
 // The `lockstep` subcommands. Each takes the words after its name and returns the
-// process exit code (0 ok, 1 runtime failure or finding, 2 usage error).
+// process exit code, one of cli/exit_codes.h.
 #ifndef LOCKSTEP_CLI_COMMANDS_H_
 #define LOCKSTEP_CLI_COMMANDS_H_
 
-namespace lockstep::cli {
+#include "cli/exit_codes.h"
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitUsage = 2;
+namespace lockstep::cli {
 
 int CollectCommand(int argc, const char* const* argv);  // collect_cmd.cc
 int InspectCommand(int argc, const char* const* argv);  // inspect_cmd.cc
@@ -15,6 +13,7 @@ int CompareCommand(int argc, const char* const* argv);  // compare_cmd.cc
 int AlertTestCommand(int argc, const char* const* argv);  // alert_test_cmd.cc
 int TopCommand(int argc, const char* const* argv);  // top_cmd.cc
 int KeygenCommand(int argc, const char* const* argv);  // keygen_cmd.cc
+int ReportCommand(int argc, const char* const* argv);  // report_cmd.cc
 
 }  // namespace lockstep::cli
 

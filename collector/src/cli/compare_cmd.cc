@@ -1,8 +1,13 @@
 // `lockstep compare A B`: the live aligner and detectors over two recorded run logs.
 // A is the baseline, B the candidate, whatever roles their Hellos announce. A is read
 // at B's pace (Analyzer::AddBaselineLog), so memory stays bounded for any log length.
-// Prints the first divergence and a per-tensor table (or --json), and exits 1 when a
-// critical alert was raised, so a short smoke run can gate CI.
+// Prints a verdict of a few lines first (docs/rules.md "compare as a CI gate"), then the
+// settings, the first divergence and a per-tensor table (or --json). The exit status
+// gates CI (cli/exit_codes.h): a critical finding, a corrupt or truncated log, too few
+// steps compared, or two runs that do not look like the same model each have their own.
+// The detection settings the collector recorded next to the logs
+// (detect/detection_settings.h) are used unless flags override them.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -14,8 +19,12 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/offline_pair.h"
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
+#include "detect/compare_gate.h"
+#include "detect/detection_settings.h"
+#include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/json_out.h"
 #include "runlog/log_reader.h"
@@ -29,8 +38,13 @@ using collector::JsonOut;
 using collector::LogReader;
 using collector::PairReport;
 
+#ifndef LOCKSTEP_VERSION
+#define LOCKSTEP_VERSION "unknown"
+#endif
+
 std::string G(double x, const char* fmt = "%.4g") {
   if (std::isnan(x)) return "-";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char buf[48];
   std::snprintf(buf, sizeof buf, fmt, x);
   return buf;
@@ -39,7 +53,7 @@ std::string G(double x, const char* fmt = "%.4g") {
 // The run id of a log (from its first Hello), or a one-sentence error.
 StatusOr<std::string> RunIdOf(const std::string& path) {
   auto r = LogReader::Open(path);
-  if (!r.ok()) return Status::InvalidArgument("cannot open run log '" + path + "': " + r.status().message());
+  if (!r.ok()) return r.status();  // names the path and the reason (a directory: its run logs)
   LogReader::Record rec;
   while ((*r)->Next(&rec) == LogReader::Result::kRecord) {
     auto env = LogReader::Envelope(rec);
@@ -48,15 +62,51 @@ StatusOr<std::string> RunIdOf(const std::string& path) {
   return Status::InvalidArgument("run log '" + path + "' holds no readable message");
 }
 
+// The verdict's lines, headline first, as printed before everything else.
+void PrintVerdict(const collector::GateVerdict& v, int exit_code) {
+  for (size_t i = 0; i < v.lines.size(); ++i) {
+    if (i == 0) {
+      std::printf("verdict: %s: %s\n", exit_code == kExitOk ? "PASS" : ("FAIL (exit " + std::to_string(exit_code) + ")").c_str(),
+                  v.lines[0].c_str());
+    } else {
+      std::printf("  %s\n", v.lines[i].c_str());
+    }
+  }
+}
+
+// The detection settings in use and where they came from (header of the text output).
+
+void PrintSettings(const OfflineSettings& s) {
+  std::printf("settings: %s\n", s.source.c_str());
+  const auto defaults = collector::RuleFlagValues(collector::RulesConfig{});
+  std::string changed;
+  for (size_t i = 0; i < s.values.size(); ++i) {
+    const auto& name = s.values[i].first;
+    const bool flag = std::find(s.from_flags.begin(), s.from_flags.end(), name) != s.from_flags.end();
+    if (!flag && i < defaults.size() && defaults[i] == s.values[i]) continue;
+    changed += (changed.empty() ? "" : ", ") + name + "=" + s.values[i].second + (flag ? " (flag)" : " (recorded)");
+  }
+  std::printf("  rules: %s\n", changed.empty() ? "all at their defaults" : ("set: " + changed + "; the rest at their defaults").c_str());
+  if (!s.name_map.empty()) std::printf("  name map: %s\n", s.name_map.c_str());
+  for (const auto& n : s.notes) std::printf("  note: %s\n", n.c_str());
+}
+
 void PrintText(const PairReport& r, const std::string& path_a, const std::string& path_b,
-               const std::vector<alerting::Alert>& alerts, const collector::AlertEmitter& em) {
+               const std::vector<alerting::Alert>& alerts, const collector::AlertEmitter& em,
+               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings) {
+  PrintVerdict(verdict, exit_code);
+  std::printf("\n");
   std::printf("baseline  %s  (%s)\ncandidate %s  (%s)\n", r.baseline.c_str(), path_a.c_str(), r.candidate.c_str(),
               path_b.c_str());
+  PrintSettings(settings);
   std::printf("steps compared: %llu  (only in baseline: %llu, only in candidate: %llu, not compared: %llu)\n",
               static_cast<unsigned long long>(r.steps_compared), static_cast<unsigned long long>(r.steps_only_baseline),
               static_cast<unsigned long long>(r.steps_only_candidate), static_cast<unsigned long long>(r.steps_evicted));
-  if (!std::isnan(r.loss_b)) {
-    std::printf("loss at the last compared step: %s vs %s\n", G(r.loss_b, "%.6g").c_str(), G(r.loss_c, "%.6g").c_str());
+  if (r.loss_b_given || r.loss_c_given) {
+    // A NaN loss the job gave is "NaN"; "-" is a run that gave none.
+    auto loss = [](double v, bool given) { return !given ? std::string("-") : std::isnan(v) ? "NaN" : G(v, "%.6g"); };
+    std::printf("loss at the last compared step: %s vs %s\n", loss(r.loss_b, r.loss_b_given).c_str(),
+                loss(r.loss_c, r.loss_c_given).c_str());
   }
   if (!r.setup_known) {
     std::printf("\nsetup: not compared (a run sent no fingerprint)\n");
@@ -80,7 +130,7 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   std::printf("\n%5s  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6s  %s\n", "order", "tensor", "kind", "dtype", "l2 base",
               "l2 cand", "rel_l2", "rel_dist", "cosine", "step", "status");
   for (const auto& t : r.tensors) {
-    std::string name = t.name;
+    std::string name = t.label.empty() ? t.name : t.label;
     if (t.micro_step) name += "[micro " + std::to_string(t.micro_step) + "]";
     std::string dtype = t.dtype_b == t.dtype_c ? t.dtype_b : t.dtype_b + "/" + t.dtype_c;
     std::string status = t.status;
@@ -115,10 +165,46 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   }
 }
 
-void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, bool critical) {
+void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, bool critical,
+               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings) {
   std::string s;
   JsonOut j(&s);
   j.BeginObject();
+  j.Key("verdict").BeginObject();
+  j.Key("exit").Int(exit_code);
+  j.Key("pass").Bool(exit_code == kExitOk);
+  j.Key("lines").BeginArray();
+  for (const auto& l : verdict.lines) j.Str(l);
+  j.EndArray();
+  j.Key("problems").BeginArray();
+  for (const auto& p : verdict.problems) j.Str(p);
+  j.EndArray();
+  j.Key("steps_compared").Uint(verdict.steps_compared);
+  j.Key("steps_expected").Uint(verdict.steps_expected);
+  j.Key("tensor_names_shared").Uint(verdict.tensors_shared);
+  j.Key("tensor_names_baseline").Uint(verdict.tensors_baseline);
+  j.Key("tensor_names_candidate").Uint(verdict.tensors_candidate);
+  j.EndObject();
+  j.Key("settings").BeginObject();
+  j.Key("source").Str(settings.source);
+  j.Key("file");
+  if (settings.file.empty()) {
+    j.Null();
+  } else {
+    j.Str(settings.file);
+  }
+  j.Key("recorded_by").Str(settings.recorded_version);
+  j.Key("rules").BeginObject();
+  for (const auto& [k, v] : settings.values) j.Key(k).Str(v);
+  j.EndObject();
+  j.Key("from_file").BeginArray();
+  for (const auto& n : settings.from_file) j.Str(n);
+  j.EndArray();
+  j.Key("from_flags").BeginArray();
+  for (const auto& n : settings.from_flags) j.Str(n);
+  j.EndArray();
+  j.Key("name_map").Str(settings.name_map);
+  j.EndObject();
   j.Key("experiment").Str(r.experiment);
   j.Key("baseline").Str(r.baseline);
   j.Key("candidate").Str(r.candidate);
@@ -151,6 +237,11 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   for (const auto& t : r.tensors) {
     j.BeginObject();
     j.Key("name").Str(t.name);
+    if (!t.aliases.empty()) {
+      j.Key("aliases").BeginArray();
+      for (const auto& a : t.aliases) j.Str(a);
+      j.EndArray();
+    }
     j.Key("kind").Str(t.kind);
     j.Key("micro_step").Uint(t.micro_step);
     j.Key("order").Uint(t.order);
@@ -200,57 +291,85 @@ int CompareCommand(int argc, const char* const* argv) {
   auto logger = spdlog::get("compare");
   if (!logger) logger = spdlog::stderr_color_mt("compare");
   spdlog::set_default_logger(logger);
-  bool json = false;
-  std::string name_map, alerts_file;
+  bool json = false, default_settings = false;
+  std::string name_map, alerts_file, rename_b, rename_c;
   int64_t max_buffered = 64;
   AnalyzerOptions opt;
   FlagSet fs("compare", "compare BASELINE.lslog CANDIDATE.lslog [FLAGS]",
-             "Aligns two recorded run logs step by step and tensor by tensor, runs every detector, and prints the "
-             "first divergence and a per-tensor table. Exit status: 0 no critical finding, 1 a critical "
-             "divergence (or NaN/overflow), 2 usage error.");
+             "Aligns two recorded run logs step by step and tensor by tensor, runs every detector, and prints a "
+             "verdict of five lines (first divergence, first NaN/Inf and its producer, loss gap, steps compared of "
+             "steps expected), then the settings used, the first divergence and a per-tensor table. The detection "
+             "settings lockstep collect recorded next to the logs (<run>.settings.toml) are used unless a flag "
+             "overrides them. As a CI gate it exits with the first that applies of 3 (a log unreadable, corrupt "
+             "or truncated), 6 (the runs share under half their tensor names: not the same model), 5 (under 90 % "
+             "of the expected steps compared), 1 (a critical divergence, NaN or overflow), else 0.");
   fs.Bool("json", &json, "print one JSON object instead of the table");
   fs.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
   fs.String("alerts-file", &alerts_file, "also write every alert as one JSON line to FILE", "FILE");
   fs.Int("max-buffered-steps", &max_buffered, "steps a run may wait in memory for its partner");
+  fs.Bool("default-settings", &default_settings,
+          "ignore the detection settings recorded next to the logs: every rule at its default unless a flag "
+          "sets it");
+  fs.String("rename-baseline", &rename_b,
+            "take the baseline's run as ID (to compare two recordings of one run id)", "ID");
+  fs.String("rename-candidate", &rename_c,
+            "take the candidate's run as ID (to compare two recordings of one run id)", "ID");
   collector::AddRuleFlags(&fs, &opt.rules);
   Status st = fs.Parse(argc, argv);
   if (fs.help_requested()) {
     std::printf("%s", fs.Help().c_str());
     return kExitOk;
   }
-  if (!st.ok()) {
-    std::fprintf(stderr, "lockstep compare: %s\n", st.message().c_str());
-    return kExitUsage;
-  }
+  auto fail = [](int code, const std::string& msg) {
+    std::fprintf(stderr, "lockstep compare: %s\n", OneLine(msg, 1000).c_str());  // one line, whatever a value holds
+    return code;
+  };
+  if (!st.ok()) return fail(kExitUsage, st.message());
   if (fs.positional().size() != 2) {
-    std::fprintf(stderr, "lockstep compare: give exactly two run logs, the baseline then the candidate "
-                         "(e.g. lockstep compare data/gpu-run.lslog data/npu-run.lslog)\n");
-    return kExitUsage;
+    return fail(kExitUsage, "give exactly two run logs, the baseline then the candidate "
+                            "(e.g. lockstep compare data/gpu-run.lslog data/npu-run.lslog)");
+  }
+  for (const auto* id : {&rename_b, &rename_c}) {
+    if (!id->empty() && !IsValidRunId(*id)) {
+      return fail(kExitUsage, "'" + *id + "' is not a run id (1-128 characters of A-Z a-z 0-9 . _ -, not "
+                              "starting with '.')");
+    }
   }
   const std::string path_a = fs.positional()[0], path_b = fs.positional()[1];
-  if (!name_map.empty()) {
-    auto c = collector::NameCanonicalizer::FromFile(name_map);
-    if (!c.ok()) {
-      std::fprintf(stderr, "lockstep compare: %s\n", c.status().message().c_str());
-      return kExitUsage;
-    }
-    opt.canon = std::move(*c);
+
+  // The logs: the baseline scanned whole here (the analyzer reads it again at the
+  // candidate's pace), the candidate's run id from its first message.
+  auto base_scan = collector::ScanLog(path_a);
+  if (!base_scan.ok()) return fail(kExitBadInput, base_scan.status().message());
+  if (base_scan->run_id.empty()) {
+    return fail(kExitBadInput, "run log '" + path_a + "' holds no readable message" +
+                                   (base_scan->problem.empty() ? "" : " (" + base_scan->problem + ")"));
   }
+  auto cand_orig = RunIdOf(path_b);
+  if (!cand_orig.ok()) return fail(kExitBadInput, cand_orig.status().message());
+  const std::string base_id = rename_b.empty() ? base_scan->run_id : rename_b;
+  const std::string cand_id = rename_c.empty() ? *cand_orig : rename_c;
+  if (base_id == cand_id) {
+    return fail(kExitUsage, "both logs hold run " + base_id + "; give one of them another name for this "
+                            "comparison with --rename-baseline ID or --rename-candidate ID (e.g. "
+                            "--rename-baseline " + base_id + "-before)");
+  }
+
+  // Settings: recorded next to the candidate's log (else the baseline's), then the
+  // flags given here on top (cli/offline_pair.h, shared with report).
+  OfflineSettings si;
+  std::string error;
+  if (int code = ResolveOfflineSettings(fs, path_a, path_b, default_settings, name_map, &opt, &si, &error)) {
+    return fail(code, error);
+  }
+
   opt.max_buffered_steps = static_cast<size_t>(std::max<int64_t>(max_buffered, 1));
   opt.idle_close_ns = 0;  // offline: steps close on the data, never on a timer
   std::unique_ptr<collector::JsonlAlertFile> jsonl;
   if (!alerts_file.empty()) {
     auto f = collector::JsonlAlertFile::Open(alerts_file);
-    if (!f.ok()) {
-      std::fprintf(stderr, "lockstep compare: %s\n", f.status().message().c_str());
-      return kExitUsage;
-    }
+    if (!f.ok()) return fail(kExitUsage, f.status().message());
     jsonl = std::move(*f);
-  }
-  auto cand_id = RunIdOf(path_b);
-  if (!cand_id.ok()) {
-    std::fprintf(stderr, "lockstep compare: %s\n", cand_id.status().message().c_str());
-    return kExitUsage;
   }
 
   std::vector<alerting::Alert> alerts;
@@ -258,50 +377,37 @@ int CompareCommand(int argc, const char* const* argv) {
     if (jsonl) jsonl->Write(a);
     alerts.push_back(std::move(a));
   });
-  an.OverrideRun(*cand_id, "compare", collector::RunRole::kCandidate);
-  auto base_id = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true);
-  if (!base_id.ok()) {
-    std::fprintf(stderr, "lockstep compare: %s\n", base_id.status().message().c_str());
-    return kExitUsage;
-  }
+  if (!rename_c.empty()) an.RenameRun(*cand_orig, rename_c);
+  an.OverrideRun(cand_id, "compare", collector::RunRole::kCandidate);
+  auto added = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true, rename_b);
+  if (!added.ok()) return fail(kExitBadInput, added.status().message());
 
-  auto reader = LogReader::Open(path_b);
-  if (!reader.ok()) {
-    std::fprintf(stderr, "lockstep compare: cannot open run log '%s': %s\n", path_b.c_str(),
-                 reader.status().message().c_str());
-    return kExitUsage;
+  collector::LogScan cand_scan;
+  if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) {
+    return fail(kExitBadInput, fed.message());
   }
-  LogReader::Record rec;
-  uint64_t bad = 0;
-  while (true) {
-    auto res = (*reader)->Next(&rec);
-    if (res == LogReader::Result::kRecord) {
-      auto env = LogReader::Envelope(rec);
-      if (!env.ok()) {
-        ++bad;
-        continue;
-      }
-      an.OnMessage(**env, rec.recv_unix_ns);
-      continue;
-    }
-    if (res != LogReader::Result::kEnd) spdlog::warn("{}; comparing what came before it", (*reader)->problem());
-    break;
-  }
-  if (bad > 0) spdlog::warn("{} unreadable message(s) in '{}' were skipped", bad, path_b);
+  if (!cand_scan.problem.empty()) spdlog::warn("{}; comparing what came before it", cand_scan.problem);
+  if (cand_scan.unreadable > 0) spdlog::warn("{} unreadable message(s) in '{}' were skipped", cand_scan.unreadable, path_b);
   an.Finish();
 
   auto reports = an.Reports();
   const bool critical = an.emitter().count(alerting::Severity::kCritical) > 0;
-  if (reports.empty()) {
-    std::fprintf(stderr, "lockstep compare: the logs could not be paired\n");
-    return kExitFailure;
+  if (reports.empty()) return fail(kExitBadInput, "the logs could not be paired");
+  const auto verdict = collector::JudgeCompare(reports.front(), *base_scan, cand_scan, alerts, critical);
+  int code = kExitOk;
+  switch (verdict.outcome) {
+    case collector::GateOutcome::kOk: code = kExitOk; break;
+    case collector::GateOutcome::kFinding: code = kExitFinding; break;
+    case collector::GateOutcome::kBadInput: code = kExitBadInput; break;
+    case collector::GateOutcome::kTooFewSteps: code = kExitTooFewSteps; break;
+    case collector::GateOutcome::kNotSameModel: code = kExitNotSameModel; break;
   }
   if (json) {
-    PrintJson(reports.front(), alerts, critical);
+    PrintJson(reports.front(), alerts, critical, verdict, code, si);
   } else {
-    PrintText(reports.front(), path_a, path_b, alerts, an.emitter());
+    PrintText(reports.front(), path_a, path_b, alerts, an.emitter(), verdict, code, si);
   }
-  return critical ? kExitFailure : kExitOk;
+  return code;
 }
 
 }  // namespace lockstep::cli

@@ -1,9 +1,14 @@
 #include "cli/flags.h"
 
+#include "cli/exit_codes.h"
+
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -26,7 +31,63 @@ const char* TypeName(int t) {
   }
 }
 
+// The tables a config file may hold: one per subcommand (cli/commands.h).
+constexpr const char* kCommandTables[] = {"collect", "top", "compare", "inspect", "alert-test", "keygen"};
+
+// Edits (insert, delete, substitute, swap two neighbours) from a to b.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// " (did you mean 'X'?)" for the closest of `names` within a few edits, else "".
+std::string Suggest(const std::string& word, const std::vector<std::string>& names, const char* prefix) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 4) + 1;
+  for (const auto& n : names) {
+    const size_t d = EditDistance(word, n);
+    if (d < best_d) best_d = d, best = n;
+  }
+  return best.empty() ? "" : " (did you mean '" + std::string(prefix) + best + "'?)";
+}
+
+std::string Number(double x) {
+  std::ostringstream o;
+  o << x;
+  return o.str();
+}
+
 }  // namespace
+
+std::string OneLine(const std::string& text, size_t max) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (out.size() > max && max >= 40) {
+    out = out.substr(0, max - 30) + "...(" + std::to_string(text.size()) + " chars)..." + out.substr(out.size() - 8);
+  }
+  return out;
+}
 
 FlagSet::FlagSet(std::string command, std::string usage, std::string summary)
     : command_(std::move(command)), usage_(std::move(usage)), summary_(std::move(summary)) {
@@ -60,6 +121,10 @@ void FlagSet::Bool(const std::string& name, bool* target, const std::string& hel
   Add({name, Type::kBool, target, help, "", *target ? "true" : "false"});
 }
 
+void FlagSet::Range(const std::string& name, double lo, double hi) {
+  if (Flag* f = Find(name)) f->lo = lo, f->hi = hi;
+}
+
 FlagSet::Flag* FlagSet::Find(const std::string& name) {
   std::string n = Normalize(name);
   for (auto& f : flags_)
@@ -76,7 +141,14 @@ bool FlagSet::WasSet(const std::string& name) const {
 Status FlagSet::Assign(Flag* f, const std::string& value, const std::string& origin) {
   auto bad = [&](const char* what) {
     return Status::InvalidArgument(origin + ": --" + f->name + " expects " + what + ", got '" +
-                                   value + "'");
+                                   OneLine(value, 80) + "'");
+  };
+  auto range = [&](double x) -> Status {
+    if (x >= f->lo && x <= f->hi) return Status::OK();
+    std::string want = f->hi >= 1e300 ? (f->lo == 0 ? "must not be negative"
+                                                    : "must be at least " + Number(f->lo))
+                                      : "must be from " + Number(f->lo) + " to " + Number(f->hi);
+    return Status::InvalidArgument(origin + ": --" + f->name + " " + want + ", got '" + OneLine(value, 80) + "'");
   };
   switch (f->type) {
     case Type::kString:
@@ -94,6 +166,7 @@ Status FlagSet::Assign(Flag* f, const std::string& value, const std::string& ori
       char* end = nullptr;
       long long x = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || errno != 0 || *end != '\0') return bad("an integer");
+      LOCKSTEP_RETURN_IF_ERROR(range(static_cast<double>(x)));
       *static_cast<int64_t*>(f->target) = x;
       break;
     }
@@ -101,7 +174,8 @@ Status FlagSet::Assign(Flag* f, const std::string& value, const std::string& ori
       errno = 0;
       char* end = nullptr;
       double x = std::strtod(value.c_str(), &end);
-      if (value.empty() || errno != 0 || *end != '\0' || std::isnan(x)) return bad("a number");
+      if (value.empty() || errno != 0 || *end != '\0' || !std::isfinite(x)) return bad("a number");
+      LOCKSTEP_RETURN_IF_ERROR(range(x));
       *static_cast<double*>(f->target) = x;
       break;
     }
@@ -156,8 +230,11 @@ Status FlagSet::Parse(int argc, const char* const* argv) {
       }
     }
     if (f == nullptr) {
-      return Status::InvalidArgument("unknown flag '--" + body + "' for 'lockstep " + command_ +
-                                     "' (see 'lockstep " + command_ + " --help')");
+      std::vector<std::string> names;
+      for (const auto& fl : flags_) names.push_back(fl.name);
+      std::string hint = Suggest(Normalize(body), names, "--");
+      return Status::InvalidArgument("unknown flag '--" + body + "' for 'lockstep " + command_ + "'" +
+                                     (hint.empty() ? " (see 'lockstep " + command_ + " --help')" : hint));
     }
     if (!has_value) {
       if (f->type == Type::kBool) {
@@ -197,25 +274,47 @@ Status FlagSet::LoadConfig(const std::string& path) {
     return false;
   };
 
+  std::vector<std::string> names, tables(std::begin(kCommandTables), std::end(kCommandTables));
+  for (const auto& f : flags_)
+    if (f.name != "config") names.push_back(f.name);
   auto apply = [&](const toml::table& t, const std::string& where) -> Status {
     for (const auto& [k, node] : t) {
       std::string key(k.str());
-      if (node.is_table()) continue;  // other subcommands' sections
+      const auto line = node.source().begin.line ? node.source().begin.line : k.source().begin.line;
+      std::string origin = "config file " + path + " line " + std::to_string(line) +
+                           (where.empty() ? "" : " (in [" + command_ + "])");
+      if (node.is_table()) {
+        // Only a top-level table named after a subcommand; [colect] is a mistake, not
+        // another subcommand's section.
+        bool known = false;
+        for (const auto& c : tables) known = known || Normalize(key) == c;
+        if (where.empty() && known) continue;
+        return Status::InvalidArgument(
+            origin + ": unknown table [" + (where.empty() ? key : command_ + "." + key) + "]" +
+            (where.empty() ? Suggest(Normalize(key), tables, "")
+                           : std::string(" (a [") + command_ + "] table holds keys, not tables)") +
+            "; tables are named after subcommands: collect, top, compare, inspect, alert-test, keygen");
+      }
       Flag* f = Find(key);
-      std::string origin = "config file " + path + where;
       if (f == nullptr || f->name == "config") {
-        return Status::InvalidArgument(origin + ": unknown key '" + key + "' for 'lockstep " +
-                                       command_ + "'");
+        std::string hint = Suggest(Normalize(key), names, "");
+        return Status::InvalidArgument(origin + ": unknown key '" + key + "' for 'lockstep " + command_ + "'" +
+                                       (hint.empty() ? " (see 'lockstep " + command_ + " --help')" : hint));
       }
       if (on_cli(f->name)) continue;
       auto scalar = [&](const toml::node& n, std::string* out) -> bool {
         if (auto s = n.value<std::string>(); s && n.is_string()) { *out = *s; return true; }
         if (n.is_integer()) { *out = std::to_string(*n.value<int64_t>()); return true; }
         if (n.is_floating_point()) {
-          std::ostringstream o;
-          o.precision(17);
-          o << *n.value<double>();
-          *out = o.str();
+          // The shortest text that reads back as the same double (-0.1, not -0.10000000000000001).
+          const double x = *n.value<double>();
+          for (int p = 1; p <= 17; ++p) {
+            std::ostringstream o;
+            o.precision(p);
+            o << x;
+            *out = o.str();
+            if (std::strtod(out->c_str(), nullptr) == x) break;
+          }
           return true;
         }
         if (n.is_boolean()) { *out = *n.value<bool>() ? "true" : "false"; return true; }
@@ -240,7 +339,7 @@ Status FlagSet::LoadConfig(const std::string& path) {
   };
   LOCKSTEP_RETURN_IF_ERROR(apply(tbl, ""));
   if (const auto* sec = tbl[command_].as_table()) {
-    LOCKSTEP_RETURN_IF_ERROR(apply(*sec, " [" + command_ + "]"));
+    LOCKSTEP_RETURN_IF_ERROR(apply(*sec, command_));
   }
   return Status::OK();
 }
@@ -260,6 +359,7 @@ std::string FlagSet::Help() const {
     o << "\n";
   }
   o << "  --help                    show this help\n";
+  o << "\n" << kExitCodesHelp;
   return o.str();
 }
 

@@ -5,7 +5,8 @@
 // targets from argv and, when `--config FILE` is given, from a TOML file whose keys
 // are the flag names (dashes or underscores) at top level or in a table named after
 // the subcommand ([collect], [top], ...). The command line wins over the file.
-// Unknown flags or keys, and values of the wrong type, give one clear sentence.
+// Unknown flags, keys and tables, values of the wrong type and numbers out of range give
+// one clear sentence (a config mistake names the file and line, and the closest flag).
 // Single-threaded: used once at start-up.
 #ifndef LOCKSTEP_CLI_FLAGS_H_
 #define LOCKSTEP_CLI_FLAGS_H_
@@ -18,6 +19,10 @@
 #include "lockstep/common/status.h"
 
 namespace lockstep::cli {
+
+// `text` safe for a one-line message: control characters escaped (\n, \x01), at most
+// `max` characters (the middle elided, the length said).
+std::string OneLine(const std::string& text, size_t max = 400);
 
 class FlagSet {
  public:
@@ -35,6 +40,10 @@ class FlagSet {
               const std::string& value_name = "X");
   // --name, --name=true|false, --no-name.
   void Bool(const std::string& name, bool* target, const std::string& help);
+  // The values an Int or Double flag accepts (inclusive). Without a call: 0 to +inf,
+  // finite (every number lockstep takes is a count, a size, a duration or a tolerance,
+  // so a negative one is a mistake, never "off").
+  void Range(const std::string& name, double lo, double hi);
 
   // Parses argv[0..argc) (the words after the subcommand). Positionals are collected
   // in positional(). "--" ends flags. `--help`/`-h` sets help_requested().
@@ -57,6 +66,7 @@ class FlagSet {
     std::string value_name;
     std::string default_text;
     bool set = false;
+    double lo = 0, hi = 1e300;  // Int and Double only
   };
   Flag* Find(const std::string& name);
   Status Assign(Flag* f, const std::string& value, const std::string& origin);

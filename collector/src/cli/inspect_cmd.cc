@@ -27,7 +27,7 @@ int InspectCommand(int argc, const char* const* argv) {
   flags.Bool("summary", &summary, "print one summary object per (run, rank) instead of records");
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep inspect: %s\n", s.message().c_str());
+    std::fprintf(stderr, "lockstep inspect: %s\n", OneLine(s.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {
@@ -47,7 +47,7 @@ int InspectCommand(int argc, const char* const* argv) {
     auto reader = LogReader::Open(path);
     if (!reader.ok()) {
       std::fprintf(stderr, "lockstep inspect: %s\n", reader.status().message().c_str());
-      rc = kExitFailure;
+      rc = kExitBadInput;
       continue;
     }
     collector::InspectFormatter fmt;
@@ -58,7 +58,7 @@ int InspectCommand(int argc, const char* const* argv) {
       if (!env.ok()) {
         std::fprintf(stderr, "lockstep inspect: %s: %s (skipped)\n", path.c_str(),
                      env.status().message().c_str());
-        rc = kExitFailure;
+        rc = kExitBadInput;
         continue;
       }
       if (summary) {
@@ -80,7 +80,7 @@ int InspectCommand(int argc, const char* const* argv) {
                    "is trusted\n",
                    (*reader)->problem().c_str(),
                    static_cast<unsigned long long>((*reader)->records()));
-      rc = kExitFailure;
+      rc = kExitBadInput;
     }
   }
   if (summary) {

@@ -21,7 +21,7 @@ int KeygenCommand(int argc, const char* const* argv) {
   flags.Bool("force", &force, "overwrite NAME.key and NAME.pub if they exist");
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep keygen: %s\n", s.message().c_str());
+    std::fprintf(stderr, "lockstep keygen: %s\n", OneLine(s.message()).c_str());
     return kExitUsage;
   }
   if (flags.help_requested()) {
@@ -36,12 +36,12 @@ int KeygenCommand(int argc, const char* const* argv) {
   auto pair = collector::MakeCurveKeyPair();
   if (!pair.ok()) {
     std::fprintf(stderr, "lockstep keygen: %s\n", pair.status().message().c_str());
-    return kExitFailure;
+    return kExitRuntime;
   }
   auto written = collector::WriteCurveKeyFiles(flags.positional().front(), *pair, force);
   if (!written.ok()) {
     std::fprintf(stderr, "lockstep keygen: %s\n", written.status().message().c_str());
-    return written.status().IsInvalidArgument() ? kExitUsage : kExitFailure;
+    return written.status().IsInvalidArgument() ? kExitUsage : kExitRuntime;
   }
   std::printf("wrote %s (secret, mode 0600) and %s\npublic key: %s\n", (*written)[0].c_str(),
               (*written)[1].c_str(), pair->public_key.c_str());

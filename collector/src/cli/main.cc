@@ -20,6 +20,8 @@ constexpr Command kCommands[] = {
     {"top", lockstep::cli::TopCommand, "live terminal view of a running collector (runs, loss, drifting tensors, alerts)"},
     {"compare", lockstep::cli::CompareCommand,
      "align two recorded runs offline and print the first divergence and a per-tensor table"},
+    {"report", lockstep::cli::ReportCommand,
+     "write the comparison of two recorded runs as one self-contained HTML page"},
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},
     {"alert-test", lockstep::cli::AlertTestCommand,
      "send one test alert through the configured sinks and say per sink if it arrived"},

@@ -63,6 +63,7 @@ struct Analyzer::PairState {
   alerting::Alert first_divergence;
   PairFacts facts;  // setup differences and scalar findings: first_divergence's cause
   double loss_b = std::nan(""), loss_c = std::nan("");
+  bool loss_b_given = false, loss_c_given = false;
 };
 
 namespace {
@@ -129,13 +130,24 @@ void Analyzer::OverrideRun(const std::string& run, const std::string& experiment
   r->fixed = true;
 }
 
+namespace {
+const char* RoleName(RunRole r) {
+  switch (r) {
+    case RunRole::kBaseline: return "baseline";
+    case RunRole::kCandidate: return "candidate";
+    case RunRole::kSolo: return "solo";
+    default: return "unknown";
+  }
+}
+}  // namespace
+
 void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role) {
   if (r->fixed) return;
   if (r->role == role && r->experiment == experiment) return;
   if (r->role != RunRole::kUnknown) {
     if (r->role != role || r->experiment != experiment) {
       spdlog::warn("run {} announced experiment '{}' role {} after '{}' role {}; keeping the first", r->id,
-                   experiment, static_cast<int>(role), r->experiment, static_cast<int>(r->role));
+                   experiment, RoleName(role), r->experiment, RoleName(r->role));
     }
     return;
   }
@@ -170,21 +182,43 @@ void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role)
       return;
     }
     baseline_of_[experiment] = r->id;
+    std::string waiting;  // unpaired candidates of other experiments (a typo on either side)
+    bool paired = false;
     for (auto& [id, other] : runs_) {
-      if (other->role == RunRole::kCandidate && other->experiment == experiment && other->pairs.empty()) {
+      if (other->role != RunRole::kCandidate || !other->pairs.empty()) continue;
+      if (other->experiment == experiment) {
         make_pair(r, other.get());
+        paired = true;
+      } else {
+        waiting += (waiting.empty() ? "" : ", ") + other->id + " ('" + other->experiment + "')";
       }
+    }
+    if (!paired && !waiting.empty()) {
+      spdlog::warn("baseline {} of experiment '{}' has no candidate; candidates still waiting for a baseline: {} — "
+                   "check experiment= of both runs",
+                   r->id, experiment, waiting);
     }
   } else if (role == RunRole::kCandidate) {
     auto it = baseline_of_.find(experiment);
-    if (it != baseline_of_.end()) make_pair(runs_.at(it->second).get(), r);
+    if (it != baseline_of_.end()) {
+      make_pair(runs_.at(it->second).get(), r);
+    } else {
+      // Waiting for its baseline is normal at start; a typo in the experiment name
+      // waits forever. Name the experiments that do have a baseline, so it shows.
+      std::string known;
+      for (const auto& [exp, run] : baseline_of_) known += (known.empty() ? "'" : ", '") + exp + "' (" + run + ")";
+      spdlog::warn("candidate {} of experiment '{}' is not paired: no baseline of that experiment yet{}", r->id,
+                   experiment,
+                   known.empty() ? std::string(" (none of any experiment)")
+                                 : "; experiments with a baseline: " + known + " — check experiment= of both runs");
+    }
   } else {
     r->buffer.clear();
   }
 }
 
 StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const std::string& experiment,
-                                               bool run_rules) {
+                                               bool run_rules, const std::string& as_run) {
   auto reader = LogReader::Open(path);
   if (!reader.ok()) {
     return Status::InvalidArgument("cannot open the baseline log '" + path + "': " + reader.status().message());
@@ -201,7 +235,7 @@ StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const st
     if (!env.ok()) continue;
     const wire::Envelope* e = *env;
     if (e->body_type() != wire::Body::Hello) continue;
-    run_id = e->run_id()->str();
+    run_id = as_run.empty() ? e->run_id()->str() : as_run;
     if (exp.empty() && e->body_as_Hello()->experiment()) exp = e->body_as_Hello()->experiment()->str();
     break;
   }
@@ -221,7 +255,10 @@ StatusOr<std::string> Analyzer::AddBaselineLog(const std::string& path, const st
 
 void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   ++counters_.messages;
-  const std::string run_id = env.run_id() ? env.run_id()->str() : std::string();
+  std::string run_id = env.run_id() ? env.run_id()->str() : std::string();
+  if (!rename_.empty()) {
+    if (auto it = rename_.find(run_id); it != rename_.end()) run_id = it->second;
+  }
   RunState* r = GetRun(run_id);
   if (r->source && !r->readback) return;  // a recorded baseline that is also live: the log wins
   if (env.body_type() == wire::Body::Hello) {
@@ -621,6 +658,8 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
   if (bs.has_scalars && cs.has_scalars) {
     p->loss_b = bs.scalars.loss;
     p->loss_c = cs.scalars.loss;
+    p->loss_b_given = bs.scalars.loss_given;
+    p->loss_c_given = cs.scalars.loss_given;
   }
   ++p->steps_compared;
   ++counters_.steps_compared;
@@ -641,13 +680,17 @@ std::vector<PairReport> Analyzer::Reports() const {
     r.steps_evicted = p->evicted;
     r.loss_b = p->loss_b;
     r.loss_c = p->loss_c;
+    r.loss_b_given = p->loss_b_given;
+    r.loss_c_given = p->loss_c_given;
     r.diverged = p->diverged;
     if (p->diverged) r.first_divergence = p->first_divergence;
     r.setup_known = p->facts.setup_known;
     r.setup = p->facts.setup;
     for (const auto& [key, t] : p->tracks) {
       TensorReport tr;
-      tr.name = names_.Label(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));  // with its aliases, if any
+      tr.name = names_.Name(KeyNameId(key));
+      tr.label = names_.Label(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));
+      tr.aliases = names_.Aliases(KeyNameId(key), static_cast<uint8_t>(KeyKind(key)));
       tr.kind = KindName(KeyKind(key));
       tr.micro_step = KeyMicroStep(key);
       tr.order = t.order;

@@ -79,6 +79,8 @@ struct AnalyzerCounters {
 // One row of the compare table: a matched tensor at its worst step.
 struct TensorReport {
   std::string name;
+  std::string label;                 // name with its aliases: "blocks.0.mlp.fc2 (= blocks.0.mlp)"
+  std::vector<std::string> aliases;  // names whose records repeat this one (docs/rules.md)
   std::string kind;
   uint32_t micro_step = 0;
   uint32_t order = 0;
@@ -112,6 +114,7 @@ struct PairReport {
   double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)
   bool setup_known = false;              // both runs sent a fingerprint
   std::vector<SetupDiff> setup;          // their differences (rule `setup`)
+  bool loss_b_given = false, loss_c_given = false;  // false: no loss; true: loss_b/c, NaN included
 };
 
 class Analyzer : public MessageSink {
@@ -136,9 +139,13 @@ class Analyzer : public MessageSink {
   // A recorded run log as the baseline of `experiment` ("" = the log's own), read
   // from disk at its candidates' pace. Its per-run rules run only if `run_rules`
   // (compare: yes; a live collector: no, they ran when it was recorded). Returns the
-  // log's run id.
+  // log's run id, or `as_run` when given: the run is known by that id instead
+  // (compare --rename-baseline, for two recordings of one run id).
   StatusOr<std::string> AddBaselineLog(const std::string& path, const std::string& experiment = "",
-                                       bool run_rules = false);
+                                       bool run_rules = false, const std::string& as_run = "");
+  // Messages of run `from` given to OnMessage are taken as run `to` (compare
+  // --rename-candidate). Before the first message of `from`.
+  void RenameRun(const std::string& from, const std::string& to) { rename_[from] = to; }
 
   std::vector<PairReport> Reports() const;
   AnalyzerCounters counters() const;
@@ -181,6 +188,7 @@ class Analyzer : public MessageSink {
   std::unordered_map<std::string, std::unique_ptr<RunState>> runs_;
   std::vector<std::unique_ptr<PairState>> pairs_;
   std::map<std::string, std::string> baseline_of_;  // experiment -> baseline run
+  std::map<std::string, std::string> rename_;       // RenameRun: run id -> id used here
   bool dirty_ = false;
   bool finishing_ = false;  // Finish(): a read-back log's end is the run's end
   AnalyzerCounters counters_;

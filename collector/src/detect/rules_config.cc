@@ -62,6 +62,14 @@ void AddRuleFlags(cli::FlagSet* fs, RulesConfig* c) {
   fs->Double("spike-loss-ratio", &c->spike_loss_ratio, "loss above ratio x its EWMA (or below EWMA / ratio) is a spike");
   fs->Double("spike-grad-ratio", &c->spike_grad_ratio, "grad norm above ratio x its EWMA (or below EWMA / ratio) is a spike");
   fs->Double("stall-seconds", &c->stall_s, "a run with no message or no new step for this long has stalled");
+  // Every other number: 0 or more, finite (FlagSet's default).
+  fs->Range("critical-factor", 1, 1e12);
+  fs->Range("floor-steps", 0, 1e6);
+  fs->Range("trend-window", 0, 1e4);  // each tensor keeps this many scores
+  fs->Range("underflow-frac", 0, 1);
+  fs->Range("spike-loss-ratio", 1, 1e12);
+  fs->Range("spike-grad-ratio", 1, 1e12);
+  fs->Range("stall-seconds", 0, 366 * 86400.0);  // held in nanoseconds
 }
 
 }  // namespace lockstep::collector

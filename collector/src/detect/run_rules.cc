@@ -62,7 +62,9 @@ void NonfiniteDetector::OnStep(const StepData& s) {
     ++n_bad;
     if (first == nullptr || r.order < first->order) first = &r;
   }
-  const bool loss_bad = s.has_scalars && std::isinf(s.scalars.loss);
+  // A NaN loss counts when the job gave it (an agent that says so on the wire); from an
+  // older agent a NaN loss means "not given".
+  const bool loss_bad = s.has_scalars && (std::isinf(s.scalars.loss) || (s.scalars.loss_given && std::isnan(s.scalars.loss)));
   const bool loss_nan = s.has_scalars && std::isnan(s.scalars.loss) && first != nullptr;
   bool& active = active_[s.rank];
   if (first == nullptr && !loss_bad) {
@@ -83,7 +85,7 @@ void NonfiniteDetector::OnStep(const StepData& s) {
                 std::to_string(first->nan_count) + " NaN and " + std::to_string(first->inf_count) +
                 " Inf of " + std::to_string(first->numel) + " values";
     if (n_bad > 1) a.message += "; " + std::to_string(n_bad - 1) + " later tensor(s) also non-finite";
-    if (loss_nan || loss_bad) a.message += "; the loss is non-finite too";
+    if (loss_nan || loss_bad) a.message += std::string("; the loss is ") + (std::isnan(s.scalars.loss) ? "NaN" : "inf") + " too";
   } else {
     a.tensor = "loss";
     a.kind = "loss";

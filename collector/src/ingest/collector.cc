@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "ingest/run_claims.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_writer.h"
@@ -122,6 +123,7 @@ class Collector::Impl {
   std::vector<std::string> endpoints;
   std::vector<MessageSink*> sinks;
   Registry registry;
+  RunClaims claims;  // ingest thread
   std::thread thread;
   bool started = false, stopped = false;
   std::atomic<bool> stop{false};
@@ -356,6 +358,14 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
   }
   const wire::Envelope& env = *c.env;
   std::string_view run(env.run_id()->c_str(), env.run_id()->size());
+  // A second job under a live run id with another role: its data stays out.
+  std::string claim_error;
+  if (claims.Refuse(env, now, &claim_error)) {
+    Bump(n.rejected);
+    Bump(n.rejected_by[static_cast<size_t>(Reject::kRunClaimed)]);
+    if (!claim_error.empty()) spdlog::error("{}", claim_error);
+    return;
+  }
   // The log first: it is the truth that restarts and replays rebuild from.
   if (LogWriter* w = WriterFor(run)) {
     bool was_empty = !w->has_buffered();

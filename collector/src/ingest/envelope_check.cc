@@ -123,6 +123,7 @@ const char* RejectName(Reject r) {
     case Reject::kRunId: return "run_id";
     case Reject::kNoBody: return "no_body";
     case Reject::kTooLong: return "too_long";
+    case Reject::kRunClaimed: return "run_claimed";
     case Reject::kCount: break;
   }
   return "unknown";
@@ -211,6 +212,8 @@ std::string DescribeReject(const EnvelopeCheck& c, size_t size, size_t max_bytes
       return "a message with a tensor name longer than " + std::to_string(kMaxTensorNameLength) +
              " characters, an experiment name longer than " + std::to_string(kMaxRunIdLength) +
              " or a label longer than " + std::to_string(kMaxLabelLength);
+    case Reject::kRunClaimed:
+      return "a message of a second process using a live run id with another role";
     case Reject::kCount: break;
   }
   return "a bad message";

@@ -28,6 +28,7 @@ enum class Reject : uint8_t {
   kRunId,           // run id empty, too long or with characters outside [A-Za-z0-9._-]
   kNoBody,          // body union is NONE
   kTooLong,         // a tensor name or a Hello/Goodbye string over its length cap
+  kRunClaimed,      // a second process under a live run id with another role (ingest/run_claims.h)
   kCount,
 };
 

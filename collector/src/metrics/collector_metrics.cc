@@ -343,12 +343,15 @@ std::string CollectorMetrics::Render() {
   return w.Take();
 }
 
-StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(const std::string& listen, MetricsSources sources) {
+StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(
+    const std::string& listen, MetricsSources sources,
+    std::function<bool(std::string_view, std::string*, std::string*)> page) {
   auto m = std::make_shared<CollectorMetrics>(sources);
   m->Tick();  // the rate window starts now
   MetricsServerHandlers h;
   h.render = [m] { return m->Render(); };
   h.tick = [m] { m->Tick(); };
+  h.page = std::move(page);
   return MetricsServer::Start(listen, std::move(h));
 }
 

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "lockstep/common/status.h"
 
@@ -73,8 +74,10 @@ class CollectorMetrics {
 // one) and serves CollectorMetrics over HTTP on its own thread, ticking it every
 // second. InvalidArgument for a malformed address, Unavailable when it cannot bind;
 // each one sentence naming --metrics-listen.
-StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(const std::string& listen,
-                                                               MetricsSources sources);
+// `page`, when given, answers the other GET paths (MetricsServerHandlers::page).
+StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(
+    const std::string& listen, MetricsSources sources,
+    std::function<bool(std::string_view, std::string*, std::string*)> page = nullptr);
 
 }  // namespace lockstep::collector::metrics
 

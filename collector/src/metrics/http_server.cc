@@ -110,9 +110,25 @@ class MetricsServer::Impl {
   std::string Respond(const http::request<http::string_body>& req, http::status* status,
                       std::string* content_type) {
     std::string_view target(req.target().data(), req.target().size());
+    const std::string_view full_target = target;
     target = target.substr(0, target.find('?'));
     const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
     *content_type = "text/plain; charset=utf-8";
+    if (handlers_.page && get && target != "/metrics") {
+      try {
+        std::string body;
+        if (handlers_.page(full_target, content_type, &body)) {
+          *status = http::status::ok;
+          return body;
+        }
+        *content_type = "text/plain; charset=utf-8";
+      } catch (const std::exception& e) {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        *status = http::status::internal_server_error;
+        *content_type = "text/plain; charset=utf-8";
+        return std::string("rendering the page failed: ") + e.what() + "\n";
+      }
+    }
     if (target == "/metrics" || target == "/") {
       if (!get) {
         *status = http::status::method_not_allowed;

@@ -2,7 +2,8 @@
 // thread, asynchronous, so a slow or stuck client never holds up another one.
 //
 //   GET /metrics  -> 200, Content-Type text/plain; version=0.0.4, body = render()
-//   GET /         -> 200, one line pointing at /metrics
+//   GET /         -> 200, one line pointing at /metrics (or handlers.page's answer)
+//   other GETs    -> handlers.page's answer, when given
 //   anything else -> 404 (405 for a method other than GET/HEAD on a known path)
 //
 // Connections are kept alive (Prometheus reuses them) and closed after 10 s without
@@ -21,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "lockstep/common/status.h"
 
@@ -30,6 +32,9 @@ struct MetricsServerHandlers {
   std::function<std::string()> render;  // the /metrics body; required
   std::function<void()> tick;           // optional, every tick_period on the server thread
   std::chrono::milliseconds tick_period{1000};
+  // Optional: any other GET path (`target` with its query), e.g. the live report
+  // (report/live_report.h). True: 200 with `body` of `content_type`; false: 404.
+  std::function<bool(std::string_view target, std::string* content_type, std::string* body)> page;
 };
 
 class MetricsServer {

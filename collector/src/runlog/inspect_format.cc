@@ -1,5 +1,8 @@
 #include "runlog/inspect_format.h"
 
+#include <utility>
+
+#include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/json_out.h"
 
@@ -88,6 +91,7 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
       .FieldU("rank", env.rank())
       .FieldU("seq", env.seq())
       .FieldI("sent_unix_ns", env.sent_unix_ns())
+      .FieldU("session", env.session())
       .Field("schema", std::to_string(env.schema_major()) + "." + std::to_string(env.schema_minor()))
       .Field("type", wire::EnumNameBody(env.body_type()));
   j.Key("body").BeginObject();
@@ -111,7 +115,9 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
               .Field("kind", KindName(d.kind))
               .Field("dtype", DTypeName(d.dtype));
           Ints(j, "shape", t->shape());
-          j.FieldU("order", t->order()).EndObject();
+          j.FieldU("order", t->order());
+          if (t->module_type() != nullptr) j.Field("module_type", std::string(Sv(t->module_type())));
+          j.EndObject();
         }
       }
       j.EndArray();
@@ -182,6 +188,18 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
           .FieldD("step_time_s", s->step_time_s())
           .FieldU("micro_steps", s->micro_steps())
           .FieldU("samples", s->samples());
+      // Which scalars the job gave (a NaN loss that was given is a real NaN, not "none").
+      j.Key("given").BeginArray();
+      const auto mask = static_cast<uint8_t>(s->given());
+      const std::pair<wire::ScalarGiven, const char*> fields[] = {{wire::ScalarGiven::Loss, "loss"},
+                                                                 {wire::ScalarGiven::Lr, "lr"},
+                                                                 {wire::ScalarGiven::GradNorm, "grad_norm"},
+                                                                 {wire::ScalarGiven::LossScale, "loss_scale"}};
+      const double values[] = {s->loss(), s->lr(), s->grad_norm(), s->loss_scale()};
+      for (size_t i = 0; i < 4; ++i) {
+        if (ScalarIsGiven(mask, static_cast<uint8_t>(fields[i].first), values[i])) j.Str(fields[i].second);
+      }
+      j.EndArray();
       break;
     }
     case wire::Body::Heartbeat: {

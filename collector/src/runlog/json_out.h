@@ -46,6 +46,20 @@ class JsonOut {
     return *this;
   }
 
+  // A double rounded to `digits` significant digits (%.*g: compact, for pages and
+  // plots, not for round trips); null when not finite.
+  JsonOut& Rounded(double v, int digits) {
+    Sep();
+    if (!std::isfinite(v)) {
+      out_->append("null");
+      return *this;
+    }
+    char b[32];
+    int n = std::snprintf(b, sizeof b, "%.*g", digits, v);
+    out_->append(b, static_cast<size_t>(n));
+    return *this;
+  }
+
   // Shorthands for "key": value.
   JsonOut& Field(std::string_view k, std::string_view v) { return Key(k).Str(v); }
   JsonOut& Field(std::string_view k, const char* v) { return Key(k).Str(v); }

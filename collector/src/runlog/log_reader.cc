@@ -2,8 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <vector>
 
 #include "ingest/envelope_check.h"
 #include "runlog/crc32c.h"
@@ -18,6 +21,21 @@ uint32_t Load32(const uint8_t* p) {
   return v;
 }
 
+// "'DIR' is a directory, not a run log: give one of its run logs, e.g. DIR/a.lslog, ..."
+std::string DirectoryMessage(const std::string& path) {
+  std::vector<std::string> logs;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".lslog") logs.push_back(it->path().string());
+  std::sort(logs.begin(), logs.end());
+  std::string msg = "'" + path + "' is a directory, not a run log: ";
+  if (logs.empty()) return msg + "give a .lslog file written by 'lockstep collect' (it holds none)";
+  msg += "give one of its run logs, e.g. " + logs[0];
+  for (size_t i = 1; i < logs.size() && i < 3; ++i) msg += ", " + logs[i];
+  if (logs.size() > 3) msg += " (" + std::to_string(logs.size()) + " in all)";
+  return msg;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
@@ -27,6 +45,11 @@ StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
     std::string msg = "cannot open run log '" + path + "': " + std::strerror(e);
     if (e == ENOENT) return Status::NotFound(msg);
     return Status::IOError(msg);
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fclose(f);
+    return Status::InvalidArgument(DirectoryMessage(path));
   }
   // Large stdio buffer: records are read with two small freads each.
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);

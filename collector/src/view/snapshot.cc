@@ -29,20 +29,68 @@ std::string S(const json& j, const char* k) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 double At(const json& a, size_t i) { return i < a.size() && a[i].is_number() ? a[i].get<double>() : std::nan(""); }
-
-std::string Clip(const std::string& s, size_t w) {
-  if (s.size() <= w) return s;
-  if (w <= 1) return s.substr(0, w);
-  // Keep the end of a tensor name: "...layers.11.mlp.fc2" says more than its start.
-  return "~" + s.substr(s.size() - (w - 1));
+// A loss value: a number, "NaN"/"inf"/"-inf" (given, non-finite) or null (not given).
+double LossOf(const json& v, bool* given) {
+  *given = true;
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string t = v.get<std::string>();
+    if (t == "inf") return INFINITY;
+    if (t == "-inf") return -INFINITY;
+    return std::nan("");
+  }
+  *given = false;
+  return std::nan("");
+}
+double LossAt(const json& j, const char* k, bool* given) {
+  auto it = j.find(k);
+  if (it == j.end()) {
+    *given = false;
+    return std::nan("");
+  }
+  return LossOf(*it, given);
 }
 
-std::string ClipEnd(const std::string& s, size_t w) { return s.size() <= w ? s : s.substr(0, w); }
-
-std::string Pad(const std::string& s, size_t w) {
-  std::string c = Clip(s, w);
-  c.resize(w, ' ');
-  return c;
+// Display columns of a UTF-8 string (every code point one column: ours are).
+size_t Cols(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+// The first `w` columns.
+std::string ClipCols(const std::string& s, size_t w) {
+  size_t n = 0, i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (n == w) break;
+      ++n;
+    }
+  }
+  return s.substr(0, i);
+}
+std::string PadCols(std::string s, size_t w) {
+  const size_t n = Cols(s);
+  if (n > w) return ClipCols(s, w);
+  s.append(w - n, ' ');
+  return s;
+}
+std::string Right(const std::string& s, size_t w) {
+  const size_t n = Cols(s);
+  return n >= w ? s : std::string(w - n, ' ') + s;
+}
+const char* RoleShort(const std::string& role) {
+  if (role == "baseline") return "base";
+  if (role == "candidate") return "cand";
+  if (role == "solo") return "solo";
+  return role.empty() ? "?" : role.c_str();
+}
+std::string ClockText(int64_t unix_ms) {
+  std::time_t tt = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  localtime_r(&tt, &tm);
+  char ts[16];
+  std::strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+  return ts;
 }
 
 }  // namespace
@@ -77,7 +125,7 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
       row.lag = I(r, "lag");
       row.ended = r.value("ended", false);
       row.sps = D(r, "sps");
-      row.loss = D(r, "loss");
+      row.loss = LossAt(r, "loss", &row.has_loss);
       row.step_time_s = D(r, "step_time_s");
       row.last_seen_s = D(r, "last_seen_s");
       row.drops = U(r, "drops");
@@ -94,11 +142,13 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
       pr.compared = U(p, "compared");
       pr.tensors_total = U(p, "tensors_total");
       pr.drifting = U(p, "drifting");
-      pr.loss_b = D(p, "loss_b");
-      pr.loss_c = D(p, "loss_c");
+      pr.loss_b = LossAt(p, "loss_b", &pr.has_loss_b);
+      pr.loss_c = LossAt(p, "loss_c", &pr.has_loss_c);
       pr.loss_rel = D(p, "loss_rel");
       for (const json& h : p.value("loss_hist", json::array())) {
-        if (h.is_array()) pr.loss_hist.push_back({static_cast<int64_t>(At(h, 0)), At(h, 1), At(h, 2)});
+        if (!h.is_array() || h.size() < 3) continue;
+        bool g = false;
+        pr.loss_hist.push_back({static_cast<int64_t>(At(h, 0)), LossOf(h[1], &g), LossOf(h[2], &g)});
       }
       if (auto f = p.find("setup"); f != p.end() && f->is_object()) {
         pr.setup_differences = I(*f, "differences");
@@ -109,6 +159,12 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
         pr.first_div_step = I(*f, "step");
         pr.first_div_tensor = S(*f, "tensor");
       }
+      if (auto f = p.find("nan_onset"); f != p.end() && f->is_object()) {
+        pr.has_nan_onset = true;
+        pr.nan_onset_step = I(*f, "step");
+        pr.nan_onset_tensor = S(*f, "tensor");
+        pr.nan_onset_kind = S(*f, "kind");
+      }
       for (const json& t : p.value("tensors", json::array())) {
         TensorRow tr;
         tr.name = S(t, "name");
@@ -118,6 +174,7 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
         tr.order = static_cast<uint32_t>(U(t, "order"));
         tr.step = I(t, "step");
         tr.first = I(t, "first", -1);
+        tr.first_nonfinite = I(t, "first_nonfinite", -1);
         tr.ratio = D(t, "ratio");
         tr.score = D(t, "score");
         tr.rel_l2 = D(t, "rel_l2");
@@ -159,27 +216,169 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
     return Status::InvalidArgument(std::string("the view feed's snapshot is malformed (") + e.what() +
                                    "); use the same lockstep version for collect and top");
   }
+  // Display order: what is running first (an 80x24 screen shows only a few runs).
+  auto ended = [&s](const std::string& run) {
+    for (const RunRow& r : s.runs) {
+      if (r.run == run) return r.ended;
+    }
+    return true;
+  };
+  for (PairRow& p : s.pairs) p.active = !ended(p.baseline) || !ended(p.candidate);
+  std::string baselines;
+  for (const RunRow& r : s.runs) {
+    if (r.role == "baseline") baselines += (baselines.empty() ? "'" : ", '") + r.experiment + "' (" + r.run + ")";
+  }
+  for (const RunRow& r : s.runs) {
+    if (r.role != "candidate" || r.ended) continue;
+    bool has_baseline = false;
+    for (const RunRow& b : s.runs) has_baseline = has_baseline || (b.role == "baseline" && b.experiment == r.experiment);
+    if (has_baseline) continue;
+    s.unpaired.push_back("candidate " + r.run + " is not paired: no baseline of experiment '" + r.experiment + "'" +
+                         (baselines.empty() ? std::string(" yet") : "; baselines: " + baselines));
+  }
+  std::stable_sort(s.pairs.begin(), s.pairs.end(),
+                   [](const PairRow& a, const PairRow& b) { return a.active > b.active; });
+  auto rank = [&s](const RunRow& r) {
+    int pair_pos = static_cast<int>(s.pairs.size());
+    for (size_t i = 0; i < s.pairs.size(); ++i) {
+      if (s.pairs[i].baseline == r.run || s.pairs[i].candidate == r.run) {
+        pair_pos = static_cast<int>(i);
+        break;
+      }
+    }
+    const bool paired = pair_pos < static_cast<int>(s.pairs.size());
+    const int group = r.ended ? (paired ? 2 : 3) : (paired ? 0 : 1);
+    return group * 1'000'000 + (paired ? pair_pos : 0);
+  };
+  std::stable_sort(s.runs.begin(), s.runs.end(), [&](const RunRow& a, const RunRow& b) { return rank(a) < rank(b); });
   return s;
+}
+
+bool AlertOfPair(const AlertRow& a, const PairRow& p) {
+  for (const std::string& r : a.runs) {
+    if (r == p.baseline || r == p.candidate) return true;
+  }
+  return false;
+}
+
+std::string AlertLabel(const AlertRow& a) {
+  std::string l;
+  for (const std::string& r : a.runs) l += (l.empty() ? "" : "/") + r;
+  return l.empty() ? a.experiment : l;
 }
 
 std::string FormatNum(double v, int width) {
   if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
   // JSON has no Inf: the view model sends a non-finite drift (NaN/Inf on one side) as 1e30.
   if (std::fabs(v) >= 1e29) return v > 0 ? "inf" : "-inf";
-  char buf[64];
+  if (v == 0) return "0";
   const double a = std::fabs(v);
-  if (v == 0) {
-    return "0";
-  } else if (a >= 1e5 || a < 1e-3) {
-    std::snprintf(buf, sizeof(buf), "%.*e", width >= 9 ? 2 : 1, v);
-  } else if (a >= 100) {
-    std::snprintf(buf, sizeof(buf), "%.1f", v);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.4g", v);
+  const size_t w = static_cast<size_t>(std::max(width, 3));
+  char buf[64];
+  std::string s;
+  if (a >= 1e-3 && a < 1e5) {
+    // Fewer significant digits until it fits; never cut a number's tail off.
+    for (int prec = 5; prec >= 1; --prec) {
+      std::snprintf(buf, sizeof(buf), "%.*g", prec, v);
+      s = buf;
+      if (s.size() <= w) return s;
+    }
   }
-  std::string s = buf;
-  if (static_cast<int>(s.size()) > width) s.resize(static_cast<size_t>(width));
+  for (int prec = 2; prec >= 0; --prec) {
+    std::snprintf(buf, sizeof(buf), "%.*e", prec, v);
+    // "7.8e-03" -> "7.8e-3": a short exponent, so narrow columns keep it whole.
+    s = buf;
+    const size_t e = s.find('e');
+    std::string mant = s.substr(0, e), ex = s.substr(e + 1);
+    const bool neg = ex[0] == '-';
+    size_t i = (ex[0] == '-' || ex[0] == '+') ? 1 : 0;
+    while (i + 1 < ex.size() && ex[i] == '0') ++i;
+    s = mant + "e" + (neg ? "-" : "") + ex.substr(i);
+    if (s.size() <= w) return s;
+  }
   return s;
+}
+
+std::string FormatLoss(double v, bool given, int width) {
+  if (!given) return "-";
+  if (std::isnan(v)) return "NaN";
+  return FormatNum(v, width);
+}
+
+std::string FormatSeconds(double s) {
+  if (!std::isfinite(s) || s < 0) return "-";
+  char buf[32];
+  if (s < 0.01) {
+    std::snprintf(buf, sizeof(buf), "%.2fms", s * 1e3);
+  } else if (s < 0.1) {
+    std::snprintf(buf, sizeof(buf), "%.1fms", s * 1e3);
+  } else if (s < 0.9995) {
+    std::snprintf(buf, sizeof(buf), "%.0fms", s * 1e3);
+  } else if (s < 10) {
+    std::snprintf(buf, sizeof(buf), "%.2fs", s);
+  } else if (s < 100) {
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  }
+  return buf;
+}
+
+std::string ShortName(const std::string& name, size_t w, bool unicode) {
+  if (Cols(name) <= w) return name;
+  const std::string ell = unicode ? "\u2026" : "~";
+  if (w <= 1) return ClipCols(name, w);
+  // The last w-1 columns, not starting inside a UTF-8 sequence.
+  size_t start = name.size(), cols = 0;
+  while (start > 0 && cols < w - 1) {
+    --start;
+    while (start > 0 && (static_cast<unsigned char>(name[start]) & 0xC0) == 0x80) --start;
+    ++cols;
+  }
+  std::string tail = name.substr(start);
+  // Start at a component boundary when one is in view: "…11.mlp.fc2", not "…s.11.mlp.fc2".
+  const size_t dot = tail.find('.');
+  if (dot != std::string::npos && dot + 1 < tail.size()) tail = tail.substr(dot + 1);
+  return ell + tail;
+}
+
+size_t TensorNameWidth(int width) { return static_cast<size_t>(std::clamp(width - 53, 12, 60)); }
+
+// ">" or " ", NAME, KIND (10: "param_grad" whole), DRIFT, REL_L2, COSINE, FIRST, STATUS.
+std::string TensorHeader(size_t name_w) {
+  return PadCols("NAME", name_w) + " KIND        DRIFT   REL_L2  COSINE FIRST STATUS";
+}
+
+std::string TensorLine(const TensorRow& t, size_t name_w, bool unicode) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), " %-10s %6s %8s %7s %5s %s", t.kind.c_str(), FormatNum(t.ratio, 6).c_str(),
+                FormatNum(t.rel_l2, 8).c_str(), FormatNum(t.cos, 7).c_str(),
+                t.first >= 0 ? std::to_string(t.first).c_str() : "-", t.status.c_str());
+  return PadCols(ShortName(t.name, name_w, unicode), name_w) + buf;
+}
+
+// PLAT only from 90 columns: at 80 the run's name needs the room more.
+bool RunShowsPlatform(int width) { return width >= 90; }
+size_t RunNameWidth(int width) {
+  return static_cast<size_t>(std::clamp(width - (RunShowsPlatform(width) ? 70 : 64), 10, 40));
+}
+
+std::string RunHeader(size_t name_w, bool platform) {
+  return PadCols("RUN", name_w) + " ROLE" + (platform ? " PLAT " : "") +
+         " RANKS    STEP STEP/S  LAG DROPS GAPS  SEEN STEP_T     LOSS";
+}
+
+std::string RunLine(const RunRow& r, size_t name_w, bool platform, bool unicode) {
+  char plat[16] = "";
+  if (platform) std::snprintf(plat, sizeof(plat), " %-5.5s", r.platform.c_str());
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), " %-4.4s%s %2u/%-2u %7s %6s %4s %5llu %4llu %5s %6s %8s", RoleShort(r.role),
+                plat, r.ranks, r.world, r.step >= 0 ? std::to_string(r.step).c_str() : "-",
+                FormatNum(r.sps, 6).c_str(), r.has_lag ? std::to_string(r.lag).c_str() : "-",
+                (unsigned long long)r.drops, (unsigned long long)r.gaps,
+                r.ended ? "ended" : FormatAge(r.last_seen_s).c_str(), FormatSeconds(r.step_time_s).c_str(),
+                FormatLoss(r.loss, r.has_loss).c_str());
+  return PadCols(ShortName(r.run, name_w, unicode), name_w) + buf;
 }
 
 std::string Sparkline(const std::vector<double>& values, int width, bool unicode) {
@@ -231,75 +430,99 @@ std::string FormatAge(double s) {
 std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int width, bool unicode) {
   width = std::max(width, 60);
   std::string out;
-  char line[512];
-  std::snprintf(line, sizeof(line), "lockstep top  %s  records %llu  bad %llu  alerts %llu (%llu critical)\n",
-                endpoint.c_str(), (unsigned long long)s.records, (unsigned long long)s.bad,
-                (unsigned long long)s.alerts_total, (unsigned long long)s.alerts_critical);
-  out += line;
-  out += "\nRUNS\n";
-  const size_t name_w = static_cast<size_t>(std::clamp(width - 72, 12, 40));
-  out += Pad("run", name_w) + " role      platform ranks     step steps/s  lag drops gaps  seen step_t\n";
-  for (const RunRow& r : s.runs) {
-    std::snprintf(line, sizeof(line), " %-9.9s %-8.8s %2u/%-2u %8s %7s %4s %5llu %4llu %5s %6s\n", r.role.c_str(),
-                  r.platform.c_str(), r.ranks, r.world, r.step >= 0 ? std::to_string(r.step).c_str() : "-",
-                  FormatNum(r.sps, 7).c_str(), r.has_lag ? std::to_string(r.lag).c_str() : "-",
-                  (unsigned long long)r.drops, (unsigned long long)r.gaps,
-                  r.ended ? "ended" : FormatAge(r.last_seen_s).c_str(), FormatNum(r.step_time_s, 6).c_str());
-    out += Pad(r.run, name_w) + line;
+  auto line = [&out](const std::string& l) { out += l + "\n"; };
+  // One alert count, here; the sections below list alerts per pair.
+  line("lockstep top  alerts " + std::to_string(s.alerts_total) + " (" + std::to_string(s.alerts_critical) +
+       " critical)  records " + std::to_string(s.records) + "  bad " + std::to_string(s.bad) + "  " + endpoint);
+  line("");
+  line("RUNS");
+  const size_t run_w = RunNameWidth(width);
+  const bool plat = RunShowsPlatform(width);
+  line(RunHeader(run_w, plat));
+  for (const RunRow& r : s.runs) line(RunLine(r, run_w, plat, unicode));
+  for (const std::string& u : s.unpaired) {
+    // Wrapped, not clipped: the experiments it names are the point.
+    std::string rest = "! " + u;
+    const size_t w = static_cast<size_t>(width);
+    while (Cols(rest) > w) {
+      size_t cut = rest.rfind(' ', w);
+      if (cut == std::string::npos || cut <= 2) cut = w;
+      line(rest.substr(0, cut));
+      rest = "   " + rest.substr(cut + (rest[cut] == ' ' ? 1 : 0));
+    }
+    line(rest);
   }
+  auto alert_line = [&](const AlertRow& a, bool label) {
+    return " " + ClockText(a.unix_ms) + " " + a.severity + " " + (label ? "[" + AlertLabel(a) + "] " : std::string()) +
+           a.rule + " step " + std::to_string(a.step) +
+           // Most messages begin with the tensor's name already.
+           (a.tensor.empty() || a.message.rfind(a.tensor, 0) == 0 ? "" : " " + a.tensor) + ": " + a.message;
+  };
+  const size_t tw = TensorNameWidth(width);
   for (const PairRow& p : s.pairs) {
-    std::snprintf(line, sizeof(line), "\nPAIR %s: %s vs %s  step %lld  compared %llu\n", p.experiment.c_str(),
-                  p.baseline.c_str(), p.candidate.c_str(), (long long)p.step, (unsigned long long)p.compared);
-    out += line;
+    line("");
+    line("PAIR " + p.experiment + ": " + p.baseline + " vs " + p.candidate + "  step " + std::to_string(p.step) +
+         "  compared " + std::to_string(p.compared) + (p.active ? "" : "  (ended)"));
     std::vector<double> rel;
     for (const LossPoint& lp : p.loss_hist) {
       rel.push_back(std::isfinite(lp.b) && std::isfinite(lp.c) ? std::fabs(lp.c - lp.b) / std::max(std::fabs(lp.b), 1e-12)
                                                                : std::nan(""));
     }
-    std::snprintf(line, sizeof(line), "  loss baseline %s  candidate %s  rel diff %s  ", FormatNum(p.loss_b).c_str(),
-                  FormatNum(p.loss_c).c_str(), FormatNum(p.loss_rel).c_str());
-    out += line;
-    const int spark_w = std::max(8, width - static_cast<int>(std::string(line).size()) - 1);
-    out += Sparkline(rel, spark_w, unicode) + "\n";
+    const std::string l = " loss baseline " + FormatLoss(p.loss_b, p.has_loss_b) + "  candidate " +
+                          FormatLoss(p.loss_c, p.has_loss_c) + "  rel diff " + FormatNum(p.loss_rel) + "  ";
+    line(l + Sparkline(rel, std::max(8, width - static_cast<int>(Cols(l)) - 1), unicode));
     if (p.setup_differences > 0) {
-      out += "  setup: " + p.setup_summary + "\n";
+      line(" setup: " + p.setup_summary);
     } else if (p.setup_differences == 0) {
-      out += "  setup: the same\n";
+      line(" setup: the same");
     }
-    if (p.diverged) {
-      std::snprintf(line, sizeof(line), "  first divergence: step %lld at %s\n", (long long)p.first_div_step,
-                    p.first_div_tensor.c_str());
-      out += line;
+    if (p.has_nan_onset) {
+      line(" first NaN/Inf: step " + std::to_string(p.nan_onset_step) + " in " + p.nan_onset_tensor + " (" +
+           p.nan_onset_kind + ")");
     }
-    std::snprintf(line, sizeof(line), "  TOP DRIFTING (%llu of %llu tensors drifting now)\n",
-                  (unsigned long long)p.drifting, (unsigned long long)p.tensors_total);
-    out += line;
-    const size_t tw = static_cast<size_t>(std::max(16, width - 56));
-    out += "  " + Pad("tensor", tw) + " kind       drift   rel_l2      cos first status\n";
+    if (p.diverged) line(" first divergence: step " + std::to_string(p.first_div_step) + " at " + p.first_div_tensor);
+    line(" TENSORS (" + std::to_string(p.drifting) + " of " + std::to_string(p.tensors_total) + " drifting now)");
+    line(" " + TensorHeader(tw));
     size_t shown = 0;
     for (const TensorRow& t : p.tensors) {
       if (++shown > 10) break;
-      std::snprintf(line, sizeof(line), " %-9.9s %7s %8s %8s %5s %s\n", t.kind.c_str(), FormatNum(t.ratio, 7).c_str(),
-                    FormatNum(t.rel_l2).c_str(), FormatNum(t.cos).c_str(),
-                    t.first >= 0 ? std::to_string(t.first).c_str() : "-", t.status.c_str());
-      out += "  " + Pad(t.name, tw) + line;
+      line(" " + TensorLine(t, tw, unicode));
     }
+    line(" ALERTS of this pair");
+    shown = 0;
+    for (const AlertRow& a : s.alerts) {
+      if (!AlertOfPair(a, p)) continue;
+      if (++shown > 6) break;
+      line(alert_line(a, false));
+    }
+    if (shown == 0) line(" (none)");
   }
-  out += "\nALERTS\n";
-  size_t shown = 0;
+  // Alerts of no pair (solo runs, the collector itself), labelled with their runs.
+  std::vector<const AlertRow*> other;
   for (const AlertRow& a : s.alerts) {
-    if (++shown > 8) break;
-    std::time_t tt = static_cast<std::time_t>(a.unix_ms / 1000);
-    std::tm tm{};
-    localtime_r(&tt, &tm);
-    char ts[16];
-    std::strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
-    std::string l = std::string(ts) + " " + a.severity + " " + a.rule + " step " + std::to_string(a.step) +
-                    (a.tensor.empty() || a.message.rfind(a.tensor, 0) == 0 ? "" : " " + a.tensor) + ": " + a.message;
-    out += "  " + ClipEnd(l, static_cast<size_t>(width - 2)) + "\n";
+    bool paired = false;
+    for (const PairRow& p : s.pairs) paired = paired || AlertOfPair(a, p);
+    if (!paired) other.push_back(&a);
   }
-  if (s.alerts.empty()) out += "  (none)\n";
-  return out;
+  if (!other.empty() || s.pairs.empty()) {
+    line("");
+    line(s.pairs.empty() ? "ALERTS" : "ALERTS of no pair");
+    size_t shown = 0;
+    for (const AlertRow* a : other) {
+      if (++shown > 8) break;
+      line(alert_line(*a, true));
+    }
+    if (other.empty()) line(" (none)");
+  }
+  // Every line within the width.
+  std::string clipped;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    const size_t nl = out.find('\n', pos);
+    clipped += ClipCols(out.substr(pos, nl - pos), static_cast<size_t>(width)) + "\n";
+    pos = nl + 1;
+  }
+  return clipped;
 }
 
 }  // namespace lockstep::collector::view

@@ -22,6 +22,7 @@ struct RunRow {
   int64_t step = -1, lag = 0;
   bool has_lag = false, ended = false;
   double sps = 0, loss = 0, step_time_s = 0, last_seen_s = 0;
+  bool has_loss = false;  // false: no loss given ("-"); true: `loss`, NaN/Inf included
   uint64_t drops = 0, gaps = 0, bad = 0;
 };
 
@@ -33,7 +34,7 @@ struct HistPoint {
 struct TensorRow {
   std::string name, kind, metric, status;
   uint32_t order = 0;
-  int64_t step = 0, first = -1;
+  int64_t step = 0, first = -1, first_nonfinite = -1;
   double ratio = 0, score = 0, rel_l2 = 0, cos = 1, b_l2 = 0, c_l2 = 0, worst = 0;
   bool has_hist = false;
   std::vector<HistPoint> hist;
@@ -41,7 +42,7 @@ struct TensorRow {
 
 struct LossPoint {
   int64_t step = 0;
-  double b = 0, c = 0;
+  double b = 0, c = 0;  // NaN also when not given
 };
 
 struct PairRow {
@@ -49,13 +50,18 @@ struct PairRow {
   int64_t step = 0;
   uint64_t compared = 0, tensors_total = 0, drifting = 0;
   double loss_b = 0, loss_c = 0, loss_rel = 0;
+  bool has_loss_b = false, has_loss_c = false;  // as RunRow::has_loss
   std::vector<LossPoint> loss_hist;
   int64_t setup_differences = -1;  // -1: fingerprints not compared (yet)
   std::string setup_summary;
   bool diverged = false;
   int64_t first_div_step = -1;
   std::string first_div_tensor;
-  std::vector<TensorRow> tensors;  // most drifting first
+  bool has_nan_onset = false;  // the first tensor to go NaN/Inf on one side only
+  int64_t nan_onset_step = -1;
+  std::string nan_onset_tensor, nan_onset_kind;
+  bool active = false;             // a run of the pair has not said goodbye
+  std::vector<TensorRow> tensors;  // the NaN producer first, then most drifting
 };
 
 struct AlertRow {
@@ -71,10 +77,28 @@ struct Snapshot {
   std::vector<PairRow> pairs;
   uint64_t alerts_total = 0, alerts_info = 0, alerts_warning = 0, alerts_critical = 0;
   std::vector<AlertRow> alerts;  // newest first
+  // Derived: one sentence per live candidate that no baseline of its experiment can
+  // pair (a typo in experiment= is the usual cause), naming the experiments that do
+  // have a baseline.
+  std::vector<std::string> unpaired;
 };
 
 // InvalidArgument (one sentence) when `json` is not a feed snapshot of version 1.
+// Orders for display: pairs with a live run first, then runs of those pairs, other live
+// runs, and ended runs last, so a small screen shows what is running.
 StatusOr<Snapshot> ParseSnapshot(std::string_view json);
+
+// Whether an alert is about the pair: one of its runs is the pair's baseline or candidate.
+bool AlertOfPair(const AlertRow& a, const PairRow& p);
+// Short label of the runs an alert is about: "base/cand" or "run".
+std::string AlertLabel(const AlertRow& a);
+// A loss: "-" when not given, "NaN", "inf", else FormatNum.
+std::string FormatLoss(double v, bool given, int width = 8);
+// A duration in seconds as "7.81ms", "781ms", "1.23s"; "-" for NaN. At most 6 characters.
+std::string FormatSeconds(double s);
+// A tensor name cut to `w` columns from the left, at a '.' when one fits, so the leaf
+// stays: "...layers.11.mlp.fc2". `unicode`: an ellipsis character, else "~".
+std::string ShortName(const std::string& name, size_t w, bool unicode);
 
 // "1.23e-05", "0.0123", "12.3", "-" for NaN; at most `width` characters.
 std::string FormatNum(double v, int width = 8);
@@ -84,8 +108,19 @@ std::string Sparkline(const std::vector<double>& values, int width, bool unicode
 // "ago" text for an age in seconds: "0.4s", "12s", "3m", "-".
 std::string FormatAge(double seconds);
 
-// The plain-text report of `lockstep top --once` (and the heart of the screen's rows).
+// The plain-text report of `lockstep top --once` (and the heart of the screen's rows),
+// at most `width` columns (at least 60).
 std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int width, bool unicode);
+
+// Column layout of the tensor table for a terminal `width` wide (screen and --once).
+size_t TensorNameWidth(int width);
+std::string TensorHeader(size_t name_w);
+std::string TensorLine(const TensorRow& t, size_t name_w, bool unicode);
+// Column layout of the runs table (PLAT only when RunShowsPlatform(width)).
+bool RunShowsPlatform(int width);
+size_t RunNameWidth(int width);
+std::string RunHeader(size_t name_w, bool platform);
+std::string RunLine(const RunRow& r, size_t name_w, bool platform, bool unicode);
 
 }  // namespace lockstep::collector::view
 

@@ -51,12 +51,6 @@ std::string ClipCols(const std::string& s, size_t w) {
   }
   return s.substr(0, i);
 }
-std::string Fit(const std::string& s, size_t w) {  // clip the start of a long name, pad
-  std::string c = s;
-  if (Cols(c) > w) c = w > 1 ? "~" + c.substr(c.size() - (w - 1)) : c.substr(0, w);
-  c.resize(c.size() + (w > Cols(c) ? w - Cols(c) : 0), ' ');
-  return c;
-}
 
 bool UnicodeLocale() {
   const char* cs = nl_langinfo(CODESET);
@@ -189,6 +183,9 @@ class Screen {
     }
     auto num = [](double x, double nan_as) { return std::isnan(x) ? nan_as : x; };
     std::stable_sort(v.begin(), v.end(), [&](const TensorRow* a, const TensorRow* b) {
+      // The NaN/Inf producer stays pinned on the first row whatever the sort.
+      const bool pa = a->status == "producer", pb = b->status == "producer";
+      if (pa != pb) return pa;
       switch (sort_) {
         case SortKey::kDrift: return num(a->ratio, -1) > num(b->ratio, -1);
         case SortKey::kRelL2: return num(a->rel_l2, -1) > num(b->rel_l2, -1);
@@ -213,7 +210,7 @@ class Screen {
     attrset(A_NORMAL);
   }
   short StatusColour(const std::string& st) const {
-    return st == "ok" ? kOk : st == "drift" ? kWarn : kBad;
+    return st == "ok" ? kOk : st == "drifting" || st == "drifted" ? kWarn : kBad;
   }
   attr_t Strong(short colour) const { return colour == kBad ? A_BOLD : A_NORMAL; }
 
@@ -243,6 +240,7 @@ class Screen {
       localtime_r(&tt, &tm);
       char ts[16];
       std::strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+      // The one alert count on screen (the ALERTS section lists, it does not count again).
       h += "  " + std::string(ts) + "  alerts " + std::to_string(snap_.alerts_total) + " (" +
            std::to_string(snap_.alerts_critical) + " critical)";
     }
@@ -267,9 +265,9 @@ class Screen {
     int y = 2;
     const int w = COLS;
     if (!have_) return;
-    const size_t name_w = static_cast<size_t>(std::clamp(w - 70, 10, 40));
-    Put(y++, 0, Fit("RUN", name_w) + " ROLE      PLATFORM RANKS    STEP STEPS/S  LAG DROPS GAPS  SEEN STEP_T",
-        A_BOLD, kHead);
+    const size_t name_w = RunNameWidth(w);
+    const bool plat = RunShowsPlatform(w);
+    Put(y++, 0, RunHeader(name_w, plat), A_BOLD, kHead);
     const int max_runs = std::max(2, (LINES - 12) / 3);
     int shown = 0;
     for (const RunRow& r : snap_.runs) {
@@ -277,15 +275,14 @@ class Screen {
         Put(y++, 0, "  ... " + std::to_string(snap_.runs.size() - static_cast<size_t>(max_runs)) + " more runs");
         break;
       }
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), " %-9.9s %-8.8s %2u/%-2u %7s %7s %4s %5llu %4llu %5s %6s", r.role.c_str(),
-                    r.platform.c_str(), r.ranks, r.world, r.step >= 0 ? std::to_string(r.step).c_str() : "-",
-                    FormatNum(r.sps, 7).c_str(), r.has_lag ? std::to_string(r.lag).c_str() : "-",
-                    (unsigned long long)r.drops, (unsigned long long)r.gaps,
-                    r.ended ? "ended" : FormatAge(r.last_seen_s).c_str(), FormatNum(r.step_time_s, 6).c_str());
       const bool lossy = r.drops + r.gaps > 0;
-      Put(y, 0, Fit(r.run, name_w));
-      Put(y++, static_cast<int>(name_w), buf, A_NORMAL, lossy ? kWarn : 0);
+      const bool nan_loss = r.has_loss && !std::isfinite(r.loss);
+      Put(y++, 0, RunLine(r, name_w, plat, unicode_), nan_loss ? A_BOLD : A_NORMAL, nan_loss ? kBad : lossy ? kWarn : 0);
+    }
+    if (!snap_.unpaired.empty()) {
+      std::string u = "! " + snap_.unpaired.front();
+      if (snap_.unpaired.size() > 1) u += " (+" + std::to_string(snap_.unpaired.size() - 1) + " more)";
+      Put(y++, 0, u, A_BOLD, kBad);
     }
     const PairRow* p = Pair();
     if (!p) {
@@ -298,8 +295,8 @@ class Screen {
                         std::to_string(p->step);
     if (snap_.pairs.size() > 1) title += "  (pair " + std::to_string(pair_ + 1) + "/" + std::to_string(snap_.pairs.size()) + ", Tab: next)";
     Put(y++, 0, title, A_BOLD, kHead);
-    std::string l = " baseline " + FormatNum(p->loss_b) + "  candidate " + FormatNum(p->loss_c) + "  rel diff " +
-                    FormatNum(p->loss_rel) + "  ";
+    std::string l = " baseline " + FormatLoss(p->loss_b, p->has_loss_b) + "  candidate " +
+                    FormatLoss(p->loss_c, p->has_loss_c) + "  rel diff " + FormatNum(p->loss_rel) + "  ";
     std::vector<double> rel;
     for (const LossPoint& lp : p->loss_hist) {
       rel.push_back(std::fabs(lp.c - lp.b) / std::max(std::fabs(lp.b), 1e-12));
@@ -309,6 +306,12 @@ class Screen {
         p->loss_rel > 1e-2 ? kWarn : kOk);
     if (p->setup_differences > 0) {
       Put(y++, 0, " setup: " + p->setup_summary, A_NORMAL, kWarn);
+    }
+    if (p->has_nan_onset) {
+      Put(y++, 0,
+          " first NaN/Inf: step " + std::to_string(p->nan_onset_step) + " in " + p->nan_onset_tensor + " (" +
+              p->nan_onset_kind + ")",
+          A_BOLD, kBad);
     }
     if (p->diverged) {
       Put(y++, 0, " first divergence: step " + std::to_string(p->first_div_step) + " at " + p->first_div_tensor,
@@ -322,21 +325,17 @@ class Screen {
                      std::to_string(p->drifting) + " of " + std::to_string(p->tensors_total) + " drifting";
     if (!filter_.empty()) th += "  filter: " + filter_ + " (" + std::to_string(vis.size()) + ")";
     Put(y++, 0, th, A_BOLD, kHead);
-    const size_t tw = static_cast<size_t>(std::clamp(w - 54, 12, 80));
-    Put(y++, 0, Fit("  NAME", tw + 1) + " KIND       DRIFT   REL_L2    COSINE FIRST STATUS", A_UNDERLINE);
+    const size_t tw = TensorNameWidth(w);
+    Put(y++, 0, " " + TensorHeader(tw), A_UNDERLINE);
     const int rows = std::max(0, table_end - y);
     if (cursor_ >= vis.size()) cursor_ = vis.empty() ? 0 : vis.size() - 1;
     size_t top = cursor_ >= static_cast<size_t>(rows) && rows > 0 ? cursor_ - static_cast<size_t>(rows) + 1 : 0;
     for (int i = 0; i < rows && top + static_cast<size_t>(i) < vis.size(); ++i) {
       const size_t idx = top + static_cast<size_t>(i);
       const TensorRow& t = *vis[idx];
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), " %-9.9s %7s %8s %9s %5s %s", t.kind.c_str(), FormatNum(t.ratio, 7).c_str(),
-                    FormatNum(t.rel_l2).c_str(), FormatNum(t.cos, 9).c_str(),
-                    t.first >= 0 ? std::to_string(t.first).c_str() : "-", t.status.c_str());
       const short c = StatusColour(t.status);
       attr_t a = idx == cursor_ ? A_REVERSE : Strong(c);
-      Put(y + i, 0, (idx == cursor_ ? ">" : " ") + Fit(t.name, tw) + buf, a, c);
+      Put(y + i, 0, (idx == cursor_ ? ">" : " ") + TensorLine(t, tw, unicode_), a, c);
     }
     DrawAlerts(table_end);
     if (editing_) {
@@ -346,13 +345,26 @@ class Screen {
     }
   }
 
+  // The selected pair's alerts, newest first, with the number of recent alerts of other
+  // runs on the title line; with no pair yet, every alert, labelled with its runs.
   void DrawAlerts(int y) {
     if (y >= LINES - 1) return;
-    Put(y++, 0, "ALERTS  " + std::to_string(snap_.alerts_total) + " (" + std::to_string(snap_.alerts_critical) +
-                    " critical, " + std::to_string(snap_.alerts_warning) + " warning)",
-        A_BOLD, kHead);
-    if (snap_.alerts.empty()) Put(y, 0, " (none yet)", A_NORMAL, kDim);
+    const PairRow* p = Pair();
+    std::vector<const AlertRow*> mine;
+    size_t others = 0;
     for (const AlertRow& a : snap_.alerts) {
+      if (!p || AlertOfPair(a, *p)) {
+        mine.push_back(&a);
+      } else {
+        ++others;
+      }
+    }
+    std::string title = p ? "ALERTS of " + p->baseline + " vs " + p->candidate : std::string("ALERTS");
+    if (others) title += "  (+" + std::to_string(others) + " of other runs; top --once lists all)";
+    Put(y++, 0, title, A_BOLD, kHead);
+    if (mine.empty()) Put(y, 0, " (none yet)", A_NORMAL, kDim);
+    for (const AlertRow* ap : mine) {
+      const AlertRow& a = *ap;
       if (y >= LINES - 1) break;
       std::time_t tt = static_cast<std::time_t>(a.unix_ms / 1000);
       std::tm tm{};
@@ -361,7 +373,8 @@ class Screen {
       std::strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
       const short c = a.severity == "critical" ? kBad : a.severity == "warning" ? kWarn : kOk;
       Put(y++, 0,
-          " " + std::string(ts) + " " + a.severity + " " + a.rule + " step " + std::to_string(a.step) +
+          " " + std::string(ts) + " " + a.severity + " " + (p ? "" : "[" + AlertLabel(a) + "] ") + a.rule +
+              " step " + std::to_string(a.step) +
               // Most messages begin with the tensor's name already.
               (a.tensor.empty() || a.message.rfind(a.tensor, 0) == 0 ? "" : " " + a.tensor) + ": " + a.message,
           Strong(c), c);
@@ -414,7 +427,12 @@ class Screen {
                     " (each line scaled to its own range; drift 1 = the tolerance)", A_NORMAL, kDim);
     ++y;
     Put(y++, 0, "    STEP      DRIFT   |BASELINE|  |CANDIDATE|   REL DIFF", A_UNDERLINE);
-    for (size_t i = t->hist.size(); i-- > 0 && y < LINES - 1;) {
+    // Newest first; the oldest point (the onset, when the collector kept it) stays on
+    // the last row whatever the height.
+    const size_t n = t->hist.size();
+    const size_t fit = static_cast<size_t>(std::max(1, LINES - 1 - y));
+    for (size_t k = 0; k < n && k < fit; ++k) {
+      const size_t i = (k + 1 == fit && fit < n) ? 0 : n - 1 - k;
       const HistPoint& h = t->hist[i];
       char buf[128];
       std::snprintf(buf, sizeof(buf), " %7lld %10s %12s %12s %10s", (long long)h.step, FormatNum(h.ratio).c_str(),
@@ -497,7 +515,7 @@ int RunTopOnce(const TopOptions& opt) {
       std::fprintf(stderr, "lockstep top: %s\n", snap.status().message().c_str());
       return 1;
     }
-    std::fputs(FormatPlain(*snap, opt.connect, 100, UnicodeLocale()).c_str(), stdout);
+    std::fputs(FormatPlain(*snap, opt.connect, opt.once_width, UnicodeLocale()).c_str(), stdout);
     return 0;
   }
   std::fprintf(stderr,

@@ -18,6 +18,7 @@ struct TopOptions {
   int64_t unreachable_after_ms = 3000;  // no snapshot this long: say so on screen
   int64_t once_timeout_ms = 5000;       // --once: how long to wait for a snapshot
   bool monochrome = false;              // --no-color, or a terminal without colours
+  int once_width = 100;                 // --once: line width in columns (60..1000)
 };
 
 // Interactive view until `q`. Returns a process exit code (0, or 1 with one sentence

@@ -8,6 +8,7 @@
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
 #include "detect/detector.h"
+#include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::collector {
@@ -22,6 +23,15 @@ json Short(double v) {
   if (v == 0) return json(0);
   const double mag = std::pow(10.0, 4 - static_cast<int>(std::floor(std::log10(std::fabs(v)))));
   return json(std::round(v * mag) / mag);
+}
+
+// A loss: null when the run gave none, "NaN" / "inf" / "-inf" when it gave a non-finite
+// one (JSON has no NaN), else the number.
+json Loss(double v, bool given) {
+  if (!given) return json(nullptr);
+  if (std::isnan(v)) return json("NaN");
+  if (std::isinf(v)) return json(v > 0 ? "inf" : "-inf");
+  return Short(v);
 }
 
 double RelDiff(double b, double c) {
@@ -55,7 +65,8 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
   ++p.steps_compared;
   if (v.b && v.c && v.b->has_scalars && v.c->has_scalars &&
       (p.loss.empty() || p.loss.back().step < v.step)) {
-    p.loss.push_back(LossPoint{v.step, v.b->scalars.loss, v.c->scalars.loss});
+    p.loss.push_back(LossPoint{v.step, v.b->scalars.loss, v.c->scalars.loss, v.b->scalars.loss_given,
+                               v.c->scalars.loss_given});
     while (p.loss.size() > opt_.loss_points) p.loss.pop_front();
   }
   if (!v.matched) return;
@@ -86,10 +97,26 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
       t.c_l2 = m.c->l2;
       t.metric = MetricName(m.eval.dominant);
     }
-    t.nonfinite = t.nonfinite || m.eval.nonfinite_mismatch;
+    const bool nf = m.eval.nonfinite_mismatch;
+    if (!same_step) t.nonfinite_now = nf;
+    t.nonfinite_now = t.nonfinite_now || nf;
+    t.nonfinite = t.nonfinite || nf;
+    if (nf && (t.first_nonfinite_step < 0 || static_cast<int64_t>(v.step) < t.first_nonfinite_step)) {
+      t.first_nonfinite_step = static_cast<int64_t>(v.step);
+    }
+    // The producer: non-finite at the earliest step, and first in execution order there
+    // (a NaN made in the backward pass reaches every forward tensor of the next step).
+    if (nf && (!p.has_onset || v.step < p.onset_step || (v.step == p.onset_step && m.c->order < p.onset_order))) {
+      p.has_onset = true;
+      p.onset_step = v.step;
+      p.onset_order = m.c->order;
+      p.onset_key = key;
+    }
     t.worst_ratio = std::max(t.worst_ratio, ratio);
     if (ratio > 1 && (t.first_drift_step < 0 || static_cast<int64_t>(v.step) < t.first_drift_step)) {
       t.first_drift_step = static_cast<int64_t>(v.step);
+      t.onset = Point{v.step, static_cast<float>(ratio), static_cast<float>(m.b->l2), static_cast<float>(m.c->l2)};
+      t.has_onset = true;
       if (!p.diverged || v.step < p.first_div_step) {
         p.diverged = true;
         p.first_div_step = v.step;
@@ -115,7 +142,8 @@ void ViewModel::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   std::lock_guard<std::mutex> l(mu_);
   RunState& r = runs_[env.run_id()->str()];
   if (!r.any_step || s->step() >= r.max_step) {
-    if (std::isfinite(s->loss())) {
+    // A NaN loss the job gave is shown as NaN; one it did not give leaves the last.
+    if (ScalarIsGiven(static_cast<uint8_t>(s->given()), static_cast<uint8_t>(wire::ScalarGiven::Loss), s->loss())) {
       r.loss = s->loss();
       r.has_loss = true;
     }
@@ -212,7 +240,7 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     json sps = nullptr, loss = nullptr, st = nullptr;
     if (it != runs_.end()) {
       const RunState& s = it->second;
-      if (s.has_loss) loss = Short(s.loss);
+      loss = Loss(s.loss, s.has_loss);
       if (s.has_time) st = Short(s.step_time_s);
       if (!s.progress.empty()) {
         const auto& [t1, s1] = s.progress.back();
@@ -236,15 +264,24 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     json j = {{"experiment", p.experiment}, {"baseline", p.baseline}, {"candidate", p.candidate},
               {"step", p.step},             {"compared", p.steps_compared}};
     const LossPoint* last = p.loss.empty() ? nullptr : &p.loss.back();
-    j["loss_b"] = last ? Short(last->b) : json(nullptr);
-    j["loss_c"] = last ? Short(last->c) : json(nullptr);
+    j["loss_b"] = last ? Loss(last->b, last->b_given) : json(nullptr);
+    j["loss_c"] = last ? Loss(last->c, last->c_given) : json(nullptr);
     j["loss_rel"] = last ? Short(RelDiff(last->b, last->c)) : json(nullptr);
     json hist = json::array();
-    for (const LossPoint& lp : p.loss) hist.push_back(json::array({lp.step, Short(lp.b), Short(lp.c)}));
+    for (const LossPoint& lp : p.loss) {
+      hist.push_back(json::array({lp.step, Loss(lp.b, lp.b_given), Loss(lp.c, lp.c_given)}));
+    }
     j["loss_hist"] = std::move(hist);
     j["setup"] = p.setup_known ? json{{"differences", p.setup_differences}, {"summary", p.setup_summary}}
                                : json(nullptr);
     j["first_div"] = p.diverged ? json{{"step", p.first_div_step}, {"tensor", p.first_div_tensor}} : json(nullptr);
+    const TensorState* producer = nullptr;
+    if (p.has_onset) {
+      auto pit = p.tensors.find(p.onset_key);
+      if (pit != p.tensors.end()) producer = &pit->second;
+    }
+    j["nan_onset"] = producer ? json{{"step", p.onset_step}, {"tensor", producer->name}, {"kind", producer->kind}}
+                              : json(nullptr);
 
     std::vector<const TensorState*> ts;
     ts.reserve(p.tensors.size());
@@ -255,9 +292,15 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     }
     j["tensors_total"] = ts.size();
     j["drifting"] = drifting;
-    auto worse = [](const TensorState* a, const TensorState* b) {
+    // The producer first, pinned; then by drift. Ties (every non-finite tensor drifts
+    // "infinitely") go to the earliest non-finite step, then execution order.
+    auto worse = [producer](const TensorState* a, const TensorState* b) {
+      if ((a == producer) != (b == producer)) return a == producer;
       if (a->ratio != b->ratio) return a->ratio > b->ratio;
       if (a->worst_ratio != b->worst_ratio) return a->worst_ratio > b->worst_ratio;
+      const uint64_t fa = static_cast<uint64_t>(a->first_nonfinite_step);  // -1: last
+      const uint64_t fb = static_cast<uint64_t>(b->first_nonfinite_step);
+      if (fa != fb) return fa < fb;
       return a->order < b->order;
     };
     const size_t n = std::min(ts.size(), opt_.max_tensors);
@@ -265,19 +308,27 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     json jt = json::array();
     for (size_t i = 0; i < n; ++i) {
       const TensorState& t = *ts[i];
-      const char* status = t.nonfinite                            ? "nonfinite"
-                           : t.worst_ratio >= p.critical_factor   ? "critical"
-                           : t.first_drift_step >= 0               ? "drift"
-                                                                   : "ok";
+      // Now (at the tensor's last compared step) vs earlier: "drifting" is beyond
+      // tolerance now, "drifted" was once and is back within it.
+      const char* status = &t == producer                       ? "producer"
+                           : t.nonfinite_now                    ? "nonfinite"
+                           : t.ratio >= p.critical_factor       ? "critical"
+                           : t.ratio > 1                        ? "drifting"
+                           : t.first_drift_step >= 0 || t.nonfinite ? "drifted"
+                                                                : "ok";
       json e = {{"name", t.name},         {"kind", t.kind},           {"order", t.order},
                 {"step", t.step},         {"ratio", Short(t.ratio)},  {"score", Short(t.score)},
                 {"rel_l2", Short(t.rel_l2)}, {"cos", Short(t.cosine)}, {"b_l2", Short(t.b_l2)},
                 {"c_l2", Short(t.c_l2)},  {"metric", t.metric},       {"worst", Short(t.worst_ratio)},
                 {"status", status}};
       e["first"] = t.first_drift_step >= 0 ? json(t.first_drift_step) : json(nullptr);
+      e["first_nonfinite"] = t.first_nonfinite_step >= 0 ? json(t.first_nonfinite_step) : json(nullptr);
       if (i < opt_.history_tensors) {
         json h = json::array();
         const size_t sz = t.ring.size();
+        if (t.has_onset && sz > 0 && t.ring[t.ring_pos % sz].step > t.onset.step) {
+          h.push_back(json::array({t.onset.step, Short(t.onset.ratio), Short(t.onset.b_l2), Short(t.onset.c_l2)}));
+        }
         for (size_t q = 0; q < sz; ++q) {
           const Point& pt = t.ring[(t.ring_pos + q) % sz];
           h.push_back(json::array({pt.step, Short(pt.ratio), Short(pt.b_l2), Short(pt.c_l2)}));

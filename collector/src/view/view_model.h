@@ -81,14 +81,21 @@ class ViewModel : public MessageSink {
     double rel_l2 = 0, cosine = 1, b_l2 = 0, c_l2 = 0;
     std::string metric;
     int64_t first_drift_step = -1;
+    int64_t first_nonfinite_step = -1;  // first step NaN/Inf on one side only
     double worst_ratio = 0;
-    bool nonfinite = false;
+    bool nonfinite = false;      // ever non-finite on one side only
+    bool nonfinite_now = false;  // at `step`
     std::vector<Point> ring;  // kHistory entries once full
     size_t ring_pos = 0;
+    // The point of first_drift_step: sent ahead of the ring once the ring has moved
+    // past it, so the history always reaches the onset.
+    Point onset{0, 0, 0, 0};
+    bool has_onset = false;
   };
   struct LossPoint {
     uint64_t step;
     double b, c;
+    bool b_given, c_given;  // false: the run gave no loss (b/c NaN); true NaN: a NaN loss
   };
   struct PairState {
     std::string experiment, baseline, candidate;
@@ -103,9 +110,14 @@ class ViewModel : public MessageSink {
     bool diverged = false;
     uint64_t first_div_step = 0;
     std::string first_div_tensor;
+    // The NaN/Inf producer: the first (step, execution order) a tensor went non-finite
+    // on one side only. Pinned first in the tensor list.
+    bool has_onset = false;
+    uint64_t onset_step = 0, onset_key = 0;
+    uint32_t onset_order = 0;
   };
   struct RunState {
-    double loss = 0, step_time_s = 0;
+    double loss = 0, step_time_s = 0;  // loss may be NaN/Inf when given so
     bool has_loss = false, has_time = false;
     uint64_t max_step = 0;
     bool any_step = false;

@@ -36,6 +36,10 @@ struct AgentOptions {
   std::string framework;          // e.g. "torch 1.13.1"
   uint32_t rank = 0;
   uint32_t world_size = 1;
+  // The rank may still change (a process made the agent before its process group
+  // existed): nothing is sent — no Hello, no heartbeat — until SetIdentity(), the first
+  // record / scalars / EndStep, or Close(), so a provisional rank never reaches the wire.
+  bool identity_pending = false;
   uint64_t start_step = 0;
   size_t queue_capacity = 16384;  // records; preallocated (1..65536, ~1.3 KiB each)
   int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
@@ -54,6 +58,9 @@ struct AgentOptions {
   // A partly filled batch ships at the latest this long after its first record (EndStep
   // and a full batch ship at once).
   std::chrono::milliseconds batch_linger{5};
+  // No collector has taken the connection (ZeroMQ handshake) this long after Create():
+  // DeliveryProblem() says so, once, naming the endpoint. 0 = never.
+  std::chrono::milliseconds delivery_warn_after{5000};
   // Optional ZeroMQ CURVE: the collector's public key and this agent's key pair (Z85).
   std::string curve_server_key, curve_public_key, curve_secret_key;
 };
@@ -76,8 +83,16 @@ class Agent {
   // Declares a tensor and returns its id (stable for this agent). Calling it again
   // with the same (name, kind) returns the same id. `order` is its execution order
   // index within a step. Returns UINT32_MAX on error (counted).
+  uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
+                          const std::vector<int64_t>& shape, uint32_t order) noexcept {
+    return RegisterTensor(name, kind, dtype, shape, order, std::string());
+  }
+  // The same, with the type of the module the tensor belongs to (e.g. "Conv2d"; sent
+  // as TensorInfo.module_type, so messages can name "features.0 (Conv2d)"). The first
+  // registration of (name, kind) sets it.
   virtual uint32_t RegisterTensor(const std::string& name, TensorKind kind, DType dtype,
-                                  const std::vector<int64_t>& shape, uint32_t order) noexcept = 0;
+                                  const std::vector<int64_t>& shape, uint32_t order,
+                                  const std::string& module_type) noexcept = 0;
 
   // Hands one record to the queue. false = dropped (queue full or closed), counted.
   // `order` is the record's execution order index within the step.
@@ -91,6 +106,13 @@ class Agent {
   // Marks the end of a step: the sender ships what it holds for that step now.
   virtual bool EndStep(uint64_t step) noexcept = 0;
 
+  // Sets the (rank, world_size) of everything enqueued after the call (the process
+  // group became known after Create()), and ends identity_pending. When the rank
+  // changes after messages went out under the old one, the new rank starts its own
+  // sequence (seq from 0) with a Hello and the full directory. false = invalid
+  // (rank >= world_size) or refused (queue full, closed), counted.
+  virtual bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept = 0;
+
   // Waits until everything enqueued before the call is on the wire (handed to the
   // socket) or dropped. Returns false on timeout.
   virtual bool Flush(std::chrono::milliseconds timeout) noexcept = 0;
@@ -99,6 +121,10 @@ class Agent {
   virtual bool Close(std::chrono::milliseconds timeout) noexcept = 0;
 
   virtual AgentCounters Counters() const noexcept = 0;
+  // Empty while delivery looks fine; else one sentence (naming the endpoint) saying
+  // that nothing reached a collector within delivery_warn_after and the likely cause.
+  // Set once by the sender thread and never cleared. Cheap (a relaxed load when empty).
+  virtual std::string DeliveryProblem() const noexcept { return {}; }
   virtual const AgentOptions& options() const noexcept = 0;
 
  protected:

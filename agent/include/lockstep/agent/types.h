@@ -43,8 +43,10 @@ struct TensorStats {
   uint32_t hist[kHistBins];      // log2-magnitude histogram
 };
 
-// Run-level scalars of one step. NaN = not given.
+// Run-level scalars of one step. A NaN field is "not given" unless its bit is set in
+// `given`: then it is a real NaN (a loss that blew up), sent and shown as NaN.
 struct StepScalars {
+  static constexpr uint8_t kLossGiven = 1, kLrGiven = 2, kGradNormGiven = 4, kLossScaleGiven = 8;
   double loss = std::numeric_limits<double>::quiet_NaN();
   double lr = std::numeric_limits<double>::quiet_NaN();
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
@@ -52,6 +54,7 @@ struct StepScalars {
   double step_time_s = std::numeric_limits<double>::quiet_NaN();
   uint32_t micro_steps = 1;
   uint64_t samples = 0;
+  uint8_t given = 0;  // k*Given bits; a non-NaN field counts as given without its bit
 };
 
 // What happens when the agent's queue is full. The agent never blocks training, so
@@ -72,6 +75,9 @@ struct AgentCounters {
   uint64_t queue_depth = 0;       // approximate items waiting
   uint64_t reconnects = 0;        // connections established after the first
   uint64_t other_dropped = 0;     // scalars / end-step items refused (queue full or closed)
+  uint64_t handshakes = 0;        // connections a collector accepted (ZeroMQ handshakes)
+  uint64_t handshake_failures = 0;  // refused handshakes: not a collector's ingest port, CURVE keys
+  bool delivery_problem = false;  // Agent::DeliveryProblem() is set
 };
 
 }  // namespace lockstep

@@ -15,7 +15,8 @@
 // stops ingest. With CURVE (options.curve) only agents that pass the handshake get this
 // far (ingest/curve_guard.h). A good one is appended to `<data_dir>/<run>.lslog` (runlog/), counted
 // in the registry (ingest/registry.h), then given to every MessageSink in the order
-// they were added — on the ingest thread, so a sink must not block.
+// they were added — on the ingest thread, so a sink must not block. A second process
+// claiming a live run id with another role is refused first (ingest/run_claims.h).
 //
 // Log writes are buffered and handed to the kernel whenever the socket runs dry; an
 // fdatasync follows every `fsync_interval_ms` and at shutdown.

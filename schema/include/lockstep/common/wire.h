@@ -10,7 +10,16 @@
 namespace lockstep {
 
 inline constexpr uint16_t kSchemaMajor = 1;
-inline constexpr uint16_t kSchemaMinor = 0;
+// 1: StepScalars.given, Envelope.session, TensorInfo.module_type;
+// 2: TensorKind.Input, RunFingerprint (a Body member)
+inline constexpr uint16_t kSchemaMinor = 2;
+
+// Whether a StepScalars field was given, from the message's `given` mask (the schema's
+// ScalarGiven bits; bit 7 = the mask is authoritative) and the field's value. Messages
+// of older agents carry no mask: there a NaN field means "not given".
+inline constexpr bool ScalarIsGiven(uint8_t given_mask, uint8_t bit, double value) {
+  return (given_mask & 0x80u) ? (given_mask & bit) != 0 : value == value;
+}
 
 // Largest message the collector accepts (and the agent builds): 16 MiB.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;

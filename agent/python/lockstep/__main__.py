@@ -1,0 +1,128 @@
+"""`python -m lockstep` (also installed as `lockstep-agent`): what this environment would use.
+
+    python -m lockstep --version   the agent's version and the Python it runs in
+    python -m lockstep doctor      version, _core, torch and its device, the endpoint and
+                                   LOCKSTEP_* settings a Monitor would use, and whether a
+                                   collector answers there (at most --timeout seconds)
+
+doctor exits 0 when _core loads and a collector answers, 1 otherwise. It never imports
+more than it reports on and never waits longer than --timeout per check.
+"""
+import argparse
+import importlib.util
+import os
+import socket
+import sys
+
+import lockstep
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:6200"  # _config.OPTIONS["endpoint"] (that module needs torch)
+_ZMTP_SIGNATURE_FIRST, _ZMTP_SIGNATURE_LAST = 0xFF, 0x7F  # ZMTP 3 greeting: FF, 8 bytes, 7F
+
+
+def version_line():
+    return "lockstep %s (Python agent; Python %s, %s)" % (
+        lockstep.__version__, sys.version.split()[0], sys.executable)
+
+
+def _core_line():
+    try:
+        from lockstep import _core  # pylint: disable=import-outside-toplevel
+        return True, "loaded (%s)" % _core.__file__
+    except ImportError as e:
+        return False, "does not load: %s (reinstall the package for this Python)" % e
+
+
+def _torch_line():
+    if importlib.util.find_spec("torch") is None:
+        return "torch not installed (lockstep.Monitor needs it; lockstep._core works without)"
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+    except Exception as e:  # pylint: disable=broad-except
+        return "torch does not import: %s" % e
+    parts = ["torch %s" % torch.__version__]
+    try:
+        if torch.cuda.is_available():
+            parts.append("device cuda (%s, %d visible)" % (torch.cuda.get_device_name(0),
+                                                           torch.cuda.device_count()))
+        elif importlib.util.find_spec("torch_npu") is not None:
+            import torch_npu  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+            n = torch.npu.device_count() if hasattr(torch, "npu") else 0
+            parts.append("device npu (%d visible)" % n if n else "device cpu (torch_npu: no NPU)")
+        else:
+            parts.append("device cpu (no CUDA device)")
+    except Exception as e:  # pylint: disable=broad-except
+        parts.append("device check failed: %s" % e)
+    return ", ".join(parts)
+
+
+def probe(endpoint, timeout):
+    """(answers, text) for a ZeroMQ endpoint: connects and reads the peer's ZMTP greeting."""
+    try:
+        if endpoint.startswith("tcp://"):
+            hostport = endpoint[len("tcp://"):]
+            host, _, port = hostport.rpartition(":")
+            host = host.strip("[]") or "127.0.0.1"
+            if host == "*":
+                host = "127.0.0.1"
+            s = socket.create_connection((host, int(port)), timeout=timeout)
+        elif endpoint.startswith("ipc://"):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(timeout)
+            s.connect(endpoint[len("ipc://"):])
+        else:
+            return False, "cannot check a %r endpoint (tcp:// and ipc:// only)" % endpoint
+    except (OSError, ValueError) as e:
+        return False, "no collector answers (%s)" % (e.strerror or e if isinstance(e, OSError) else e)
+    with s:
+        s.settimeout(timeout)
+        try:
+            greeting = s.recv(10)
+        except OSError:
+            greeting = b""
+    if len(greeting) >= 1 and greeting[0] == _ZMTP_SIGNATURE_FIRST:
+        return True, "a ZeroMQ peer answers (a collector, if nothing else listens there)"
+    return False, "something listens but does not speak ZeroMQ (not a lockstep collector)"
+
+
+def doctor(timeout):
+    print(version_line())
+    print("  package:   %s" % os.path.dirname(lockstep.__file__))
+    core_ok, core = _core_line()
+    print("  _core:     %s" % core)
+    print("  torch:     %s" % _torch_line())
+    endpoint = os.environ.get("LOCKSTEP_ENDPOINT") or DEFAULT_ENDPOINT
+    source = "LOCKSTEP_ENDPOINT" if os.environ.get("LOCKSTEP_ENDPOINT") else "default"
+    print("  endpoint:  %s (%s)" % (endpoint, source))
+    settings = sorted(k for k in os.environ if k.startswith("LOCKSTEP_") and k != "LOCKSTEP_ENDPOINT")
+    for k in settings:
+        v = os.environ[k]
+        if "KEY" in k and v:
+            v = "(set)"
+        print("  %-10s %s=%s" % ("env:", k, v))
+    answers, text = probe(endpoint, timeout)
+    print("  collector: %s" % text)
+    return 0 if core_ok and answers else 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m lockstep",
+        description="The lockstep Python agent: what this environment would use.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command")
+    d = sub.add_parser("doctor", help="check _core, torch, the endpoint and the collector")
+    d.add_argument("--timeout", type=float, default=1.0,
+                   help="seconds to wait for the collector (default 1)")
+    args = p.parse_args(argv)
+    if args.version:
+        print(version_line())
+        return 0
+    if args.command == "doctor":
+        return doctor(max(0.05, args.timeout))
+    p.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+#include "cli/offline_pair.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "cli/exit_codes.h"
+#include "cli/flags.h"
+#include "detect/analyzer.h"
+#include "detect/compare_gate.h"
+#include "detect/detection_settings.h"
+#include "runlog/log_reader.h"
+
+namespace lockstep::cli {
+
+std::vector<std::pair<std::string, std::string>> OfflineSettings::NonDefault() const {
+  const auto defaults = collector::RuleFlagValues(collector::RulesConfig{});
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i >= defaults.size() || defaults[i] != values[i]) out.push_back(values[i]);
+  }
+  return out;
+}
+
+int ResolveOfflineSettings(const FlagSet& fs, const std::string& path_base, const std::string& path_cand,
+                           bool default_settings, const std::string& name_map,
+                           collector::AnalyzerOptions* opt, OfflineSettings* out, std::string* error) {
+  collector::RulesConfig rules{};
+  std::string recorded_map, recorded_map_origin;
+  if (default_settings) {
+    out->source = "the defaults (--default-settings: the recorded settings are ignored)";
+  } else {
+    std::vector<std::string> found;
+    for (const auto& log : {path_cand, path_base}) {
+      std::string f = collector::SettingsPathForLog(log);
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(f, ec) && std::find(found.begin(), found.end(), f) == found.end()) {
+        found.push_back(f);
+      }
+    }
+    if (found.empty()) {
+      out->source = "the defaults (no settings file next to the logs)";
+    } else {
+      auto rec = collector::ReadSettingsFile(found[0], &out->notes);
+      if (!rec.ok()) {
+        *error = rec.status().message();
+        if (error->find("--default-settings") == std::string::npos) *error += "; pass --default-settings to ignore it";
+        return kExitBadInput;
+      }
+      out->file = found[0];
+      out->recorded_version = rec->lockstep_version;
+      out->source = "recorded by lockstep " +
+                    (rec->lockstep_version.empty() ? std::string("?") : rec->lockstep_version) + " collect in " +
+                    found[0] + " (--default-settings ignores them)";
+      rules = rec->rules;
+      recorded_map = rec->name_map;
+      recorded_map_origin = found[0];
+      if (found.size() > 1) {
+        std::vector<std::string> ignore;
+        auto other = collector::ReadSettingsFile(found[1], &ignore);
+        if (other.ok() && (collector::RuleFlagValues(other->rules) != collector::RuleFlagValues(rec->rules) ||
+                           other->name_map != rec->name_map)) {
+          out->notes.push_back("the baseline's settings (" + found[1] + ") differ; the candidate's are used");
+        }
+      }
+      const auto defaults = collector::RuleFlagValues(collector::RulesConfig{});
+      const auto recorded = collector::RuleFlagValues(rules);
+      for (size_t i = 0; i < recorded.size(); ++i) {
+        if (recorded[i] != defaults[i]) out->from_file.push_back(recorded[i].first);
+      }
+    }
+  }
+  // The flags given on the command line, over what was recorded.
+  std::vector<std::pair<std::string, std::string>> given;
+  for (const auto& kv : collector::RuleFlagValues(opt->rules)) {
+    if (fs.WasSet(kv.first)) {
+      given.push_back(kv);
+      out->from_flags.push_back(kv.first);
+    }
+  }
+  Status st = collector::ApplyRuleFlagValues(given, "the command line", &rules);
+  if (!st.ok()) {
+    *error = st.message();
+    return kExitUsage;
+  }
+  opt->rules = rules;
+  out->values = collector::RuleFlagValues(opt->rules);
+  if (!name_map.empty()) {
+    auto c = collector::NameCanonicalizer::FromFile(name_map);
+    if (!c.ok()) {
+      *error = c.status().message();
+      return kExitUsage;
+    }
+    opt->canon = std::move(*c);
+    out->name_map = std::to_string(opt->canon.rule_count()) + " rule(s) from " + name_map + " (flag)";
+  } else if (!recorded_map.empty()) {
+    auto c = collector::NameCanonicalizer::FromText(recorded_map, recorded_map_origin + " (name_map)");
+    if (!c.ok()) {
+      *error = c.status().message() + "; pass --default-settings to ignore it";
+      return kExitBadInput;
+    }
+    opt->canon = std::move(*c);
+    out->name_map = std::to_string(opt->canon.rule_count()) + " rule(s) recorded in " + recorded_map_origin;
+  }
+  return kExitOk;
+}
+
+Status FeedCandidateLog(const std::string& path, collector::Analyzer* an, collector::LogScan* scan) {
+  using collector::LogReader;
+  auto reader = LogReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  scan->path = path;
+  LogReader::Record rec;
+  while (true) {
+    auto res = (*reader)->Next(&rec);
+    if (res == LogReader::Result::kRecord) {
+      ++scan->records;
+      auto env = LogReader::Envelope(rec);
+      if (!env.ok()) {
+        ++scan->unreadable;  // counted: the verdict says the input was damaged
+        continue;
+      }
+      scan->Add(**env);
+      an->OnMessage(**env, rec.recv_unix_ns);
+      continue;
+    }
+    if (res == LogReader::Result::kCorrupt) scan->corrupt = true;
+    if (res == LogReader::Result::kTruncated) scan->truncated = true;
+    if (res != LogReader::Result::kEnd) scan->problem = (*reader)->problem();
+    break;
+  }
+  return Status::OK();
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,247 @@
+// `lockstep report A B -o report.html` (or --data-dir DIR --experiment NAME): the
+// comparison `lockstep compare` makes, drawn as one self-contained HTML page
+// (docs/report.md). The same Analyzer and verdict (detect/compare_gate.h) as compare;
+// a ReportRecorder on the analyzer's pair-step hook keeps the per-(tensor, step)
+// scores and the step scalars, so each log is read once.
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/offline_pair.h"
+#include "detect/analyzer.h"
+#include "detect/compare_gate.h"
+#include "detect/detection_settings.h"
+#include "lockstep/schema/lockstep_generated.h"
+#include "report/report_page.h"
+#include "report/report_recorder.h"
+#include "runlog/log_format.h"
+#include "runlog/log_reader.h"
+
+namespace lockstep::cli {
+namespace {
+
+#ifndef LOCKSTEP_VERSION
+#define LOCKSTEP_VERSION "unknown"
+#endif
+
+using collector::LogReader;
+
+struct LogHello {
+  std::string path, run_id, experiment;
+  wire::Role role = wire::Role::Solo;
+};
+
+// The first Hello of a log, or an error sentence.
+StatusOr<LogHello> HelloOf(const std::string& path) {
+  auto r = LogReader::Open(path);
+  if (!r.ok()) return Status::InvalidArgument("cannot open run log '" + path + "': " + r.status().message());
+  LogReader::Record rec;
+  while ((*r)->Next(&rec) == LogReader::Result::kRecord) {
+    auto env = LogReader::Envelope(rec);
+    if (!env.ok() || (*env)->body_type() != wire::Body::Hello) continue;
+    const auto* h = (*env)->body_as_Hello();
+    LogHello out;
+    out.path = path;
+    out.run_id = (*env)->run_id() ? (*env)->run_id()->str() : "";
+    out.experiment = h->experiment() ? h->experiment()->str() : "";
+    out.role = h->role();
+    return out;
+  }
+  return Status::InvalidArgument("run log '" + path + "' holds no Hello message; is it a run log?");
+}
+
+// The baseline's and the candidate's logs of `experiment` in a collector's data dir.
+StatusOr<std::pair<std::string, std::string>> FindExperimentLogs(const std::string& dir, const std::string& exp) {
+  std::error_code ec;
+  std::vector<std::string> logs;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == collector::runlog::kLogSuffix) logs.push_back(e.path().string());
+  }
+  if (ec) return Status::InvalidArgument("cannot read the data dir '" + dir + "': " + ec.message());
+  std::sort(logs.begin(), logs.end());
+  std::string base, cand, seen;
+  for (const auto& p : logs) {
+    auto h = HelloOf(p);
+    if (!h.ok()) continue;
+    if (seen.find("'" + h->experiment + "'") == std::string::npos) {
+      seen += (seen.empty() ? "'" : ", '") + h->experiment + "'";
+    }
+    if (h->experiment != exp) continue;
+    if (h->role == wire::Role::Baseline && base.empty()) base = p;
+    if (h->role == wire::Role::Candidate && cand.empty()) cand = p;
+  }
+  if (base.empty() || cand.empty()) {
+    return Status::InvalidArgument("the data dir '" + dir + "' holds no " + (base.empty() ? "baseline" : "candidate") +
+                                   " log of experiment '" + exp + "'" +
+                                   (seen.empty() ? std::string(" (it holds no run log)")
+                                                 : " (experiments there: " + seen + ")"));
+  }
+  return std::make_pair(base, cand);
+}
+
+std::string UtcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+int ExitOf(collector::GateOutcome o) {
+  switch (o) {
+    case collector::GateOutcome::kOk: return kExitOk;
+    case collector::GateOutcome::kFinding: return kExitFinding;
+    case collector::GateOutcome::kBadInput: return kExitBadInput;
+    case collector::GateOutcome::kTooFewSteps: return kExitTooFewSteps;
+    case collector::GateOutcome::kNotSameModel: return kExitNotSameModel;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int ReportCommand(int argc, const char* const* argv) {
+  auto logger = spdlog::get("report");
+  if (!logger) logger = spdlog::stderr_color_mt("report");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::warn);
+  std::string output, data_dir, experiment, name_map;
+  bool default_settings = false;
+  int64_t max_cols = 400, max_tensors = 2000, max_buffered = 64;
+  collector::AnalyzerOptions opt;
+  FlagSet fs("report", "report BASELINE.lslog CANDIDATE.lslog -o REPORT.html [FLAGS]\n"
+                       "       lockstep report --data-dir DIR --experiment NAME -o REPORT.html",
+             "Compares two recorded run logs as `lockstep compare` does (same alignment, detectors, settings "
+             "and verdict) and writes the result as one self-contained HTML page: the verdict with the settings "
+             "used, a heatmap of every tensor's drift score by step (hover for numbers, click for the tensor's "
+             "history), both runs' loss, grad norm, lr, loss scale and step time, the per-tensor table, the "
+             "alerts and the tensors found in one run only. The page loads nothing from anywhere (it works "
+             "offline and can be attached to a bug report). Long runs are downsampled to --max-columns step "
+             "columns, which the page says. Exits 0 when the page was written, whatever it shows; 2 on a usage "
+             "error; 3 when a log is missing or unreadable.");
+  fs.String("output", &output, "the HTML file to write (also -o FILE)", "FILE");
+  fs.String("data-dir", &data_dir, "a collector's data dir: report the experiment's baseline and candidate logs", "DIR");
+  fs.String("experiment", &experiment, "with --data-dir: the experiment to report", "NAME");
+  fs.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
+  fs.Bool("default-settings", &default_settings,
+          "ignore the detection settings recorded next to the logs: every rule at its default unless a flag sets it");
+  fs.Int("max-columns", &max_cols, "step columns of the heatmap (more steps are merged, worst cell kept)");
+  fs.Int("max-tensors", &max_tensors, "tensors in the heatmap (the table lists every tensor)");
+  fs.Int("max-buffered-steps", &max_buffered, "steps a run may wait in memory for its partner");
+  collector::AddRuleFlags(&fs, &opt.rules);
+  std::vector<std::string> args(argv, argv + argc);
+  for (auto& a : args) {
+    if (a == "-o") a = "--output";
+  }
+  std::vector<const char*> av;
+  for (const auto& a : args) av.push_back(a.c_str());
+  Status st = fs.Parse(static_cast<int>(av.size()), av.data());
+  if (fs.help_requested()) {
+    std::printf("%s", fs.Help().c_str());
+    return kExitOk;
+  }
+  auto fail = [](int code, const std::string& msg) {
+    std::fprintf(stderr, "lockstep report: %s\n", OneLine(msg, 1000).c_str());  // one line, whatever a value holds
+    return code;
+  };
+  if (!st.ok()) return fail(kExitUsage, st.message());
+  if (output.empty()) return fail(kExitUsage, "give the HTML file to write with -o FILE (e.g. -o report.html)");
+  if (max_cols < 2 || max_tensors < 1) return fail(kExitUsage, "--max-columns needs at least 2 and --max-tensors at least 1");
+  std::string path_a, path_b;
+  if (!data_dir.empty()) {
+    if (experiment.empty() || !fs.positional().empty()) {
+      return fail(kExitUsage, "with --data-dir give --experiment NAME and no log files");
+    }
+    auto logs = FindExperimentLogs(data_dir, experiment);
+    if (!logs.ok()) return fail(kExitBadInput, logs.status().message());
+    path_a = logs->first;
+    path_b = logs->second;
+  } else if (fs.positional().size() == 2) {
+    path_a = fs.positional()[0];
+    path_b = fs.positional()[1];
+  } else {
+    return fail(kExitUsage, "give two run logs, the baseline then the candidate (e.g. lockstep report "
+                            "data/gpu-run.lslog data/npu-run.lslog -o report.html), or --data-dir DIR "
+                            "--experiment NAME");
+  }
+
+  auto base_scan = collector::ScanLog(path_a);
+  if (!base_scan.ok()) return fail(kExitBadInput, base_scan.status().message());
+  auto cand_hello = HelloOf(path_b);
+  if (!cand_hello.ok()) return fail(kExitBadInput, cand_hello.status().message());
+  if (base_scan->run_id.empty()) return fail(kExitBadInput, "run log '" + path_a + "' holds no readable message");
+  if (base_scan->run_id == cand_hello->run_id) {
+    return fail(kExitUsage, "both logs hold run " + base_scan->run_id +
+                                "; compare them with lockstep compare --rename-baseline ID");
+  }
+
+  // Settings as compare takes them (cli/offline_pair.h): recorded next to the
+  // candidate's log (else the baseline's), the flags given here on top.
+  collector::ReportHeader hdr;
+  OfflineSettings settings;
+  std::string error;
+  if (int code = ResolveOfflineSettings(fs, path_a, path_b, default_settings, name_map, &opt, &settings, &error)) {
+    return fail(code, error);
+  }
+  hdr.settings_source = settings.source;
+  hdr.settings = settings.NonDefault();
+  hdr.notes = settings.notes;
+  if (!settings.name_map.empty()) hdr.notes.push_back("name map: " + settings.name_map);
+  opt.max_buffered_steps = static_cast<size_t>(std::max<int64_t>(max_buffered, 1));
+  opt.idle_close_ns = 0;
+
+  collector::ReportLimits limits;
+  limits.max_cols = static_cast<uint32_t>(std::min<int64_t>(max_cols, 100000));
+  limits.max_tensors = static_cast<uint32_t>(std::min<int64_t>(max_tensors, 1000000));
+  collector::ReportRecorder recorder(limits);
+  // The pair is labelled with the candidate's experiment (the recorder and the alerts
+  // are keyed by it); the logs' roles are fixed whatever their Hellos say.
+  const std::string exp = cand_hello->experiment.empty() ? "report" : cand_hello->experiment;
+  std::vector<alerting::Alert> alerts;
+  collector::Analyzer an(std::move(opt), [&](alerting::Alert a) {
+    recorder.OnAlert(a);
+    alerts.push_back(std::move(a));
+  });
+  an.SetPairStepObserver([&recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
+    recorder.OnPairStep(ctx, v);
+  });
+  // The baseline first, so the candidate finds it when its role is fixed.
+  auto added = an.AddBaselineLog(path_a, exp, /*run_rules=*/true);
+  if (!added.ok()) return fail(kExitBadInput, added.status().message());
+  an.OverrideRun(cand_hello->run_id, exp, collector::RunRole::kCandidate);
+  collector::LogScan cand_scan;
+  if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) return fail(kExitBadInput, fed.message());
+  an.Finish();
+  auto reports = an.Reports();
+  if (reports.empty()) return fail(kExitBadInput, "the logs could not be paired");
+  collector::PairReport& r = reports.front();
+  const bool critical = an.emitter().count(alerting::Severity::kCritical) > 0;
+  const auto verdict = collector::JudgeCompare(r, *base_scan, cand_scan, alerts, critical);
+  hdr.generated_by = std::string("lockstep ") + LOCKSTEP_VERSION + " report";
+  hdr.generated_at = UtcNow();
+  hdr.path_b = path_a;
+  hdr.path_c = path_b;
+  hdr.exit_code = ExitOf(verdict.outcome);
+  std::string json = collector::ReportJson(hdr, r, verdict, recorder);
+  const std::string page = collector::ReportHtml(json);
+  std::ofstream out(output, std::ios::binary | std::ios::trunc);
+  out << page;
+  out.close();
+  if (!out) return fail(kExitUsage, "cannot write the report to '" + output + "'; check the path and its directory");
+  std::printf("report: %s (%.1f KB); verdict: %s\n", output.c_str(), page.size() / 1024.0,
+              verdict.lines.empty() ? "-" : verdict.lines.front().c_str());
+  return kExitOk;
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,147 @@
+#include "report/live_report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+
+#include "detect/compare_gate.h"
+#include "detect/live_analyzer.h"
+#include "report/report_page.h"
+#include "report/report_recorder.h"
+
+namespace lockstep::collector {
+
+namespace {
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The value of `key` in a query string, percent-decoded ("" when absent).
+std::string QueryValue(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = kv.find('=');
+    if (kv.substr(0, eq) != key || eq == std::string_view::npos) continue;
+    std::string out;
+    std::string_view v = kv.substr(eq + 1);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] == '+') {
+        out += ' ';
+      } else if (v[i] == '%' && i + 2 < v.size() && HexDigit(v[i + 1]) >= 0 && HexDigit(v[i + 2]) >= 0) {
+        out += static_cast<char>(HexDigit(v[i + 1]) * 16 + HexDigit(v[i + 2]));
+        i += 2;
+      } else {
+        out += v[i];
+      }
+    }
+    return out;
+  }
+  return "";
+}
+
+std::string UrlEncode(const std::string& s) {
+  std::string q;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+      q += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      q += b;
+    }
+  }
+  return q;
+}
+
+std::string UtcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+// The report's JSON for `experiment`, or "" when it has no pair yet.
+std::string LiveJson(const LiveReportSources& src, const std::string& experiment) {
+  PairReport report;
+  bool found = false;
+  src.analyzer->Inspect([&](const Analyzer& a) {
+    for (auto& r : a.Reports()) {
+      if (r.experiment == experiment) {
+        report = std::move(r);
+        found = true;
+        return;
+      }
+    }
+  });
+  if (!found || src.recorder->StepsCompared(experiment) == 0) return "";
+  const auto alerts = src.recorder->AlertsOf(experiment);
+  bool critical = false;
+  for (const auto& a : alerts) critical |= a.severity == alerting::Severity::kCritical;
+  // Live, the logs are still being written: the verdict judges the steps compared so far.
+  LogScan base, cand;
+  base.run_id = report.baseline;
+  cand.run_id = report.candidate;
+  const GateVerdict v = JudgeCompare(report, base, cand, alerts, critical);
+  ReportHeader h;
+  h.generated_by = src.generated_by;
+  h.generated_at = UtcNow();
+  h.settings_source = src.settings_source;
+  h.live = true;
+  h.exit_code = v.outcome == GateOutcome::kOk ? 0 : v.outcome == GateOutcome::kFinding ? 1 : 5;
+  return ReportJson(h, report, v, *src.recorder);
+}
+
+}  // namespace
+
+bool ServeLiveReport(const LiveReportSources& src, std::string_view target, std::string* content_type,
+                     std::string* body) {
+  const size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  const std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  if (path == "/") {
+    *content_type = "text/html; charset=utf-8";
+    *body = ReportIndexHtml(src.recorder->Experiments());
+    return true;
+  }
+  if (path != "/report" && path != "/report.json") return false;
+  const std::string exp = QueryValue(query, "experiment");
+  std::string json = LiveJson(src, exp);
+  if (path == "/report.json") {
+    if (json.empty()) return false;
+    *content_type = "application/json";
+    *body = std::move(json);
+    return true;
+  }
+  *content_type = "text/html; charset=utf-8";
+  if (json.empty()) {
+    *body = ReportIndexHtml(src.recorder->Experiments());
+    const std::string say = "<h1>lockstep collector</h1>";
+    body->replace(body->find(say), say.size(),
+                  say + "<p><b>Experiment '" + UrlEncode(exp) +
+                      "' has no compared pair yet</b> (a baseline and a candidate that have both "
+                      "closed a step). This page refreshes itself.</p>");
+    return true;
+  }
+  int every_s = 5;
+  try {
+    const std::string r = QueryValue(query, "refresh");
+    if (!r.empty()) every_s = std::clamp(std::stoi(r), 1, 3600);
+  } catch (const std::exception&) {
+    every_s = 5;  // not a number: the default
+  }
+  *body = ReportHtml(json, "/report.json?experiment=" + UrlEncode(exp), every_s);
+  return true;
+}
+
+}  // namespace lockstep::collector

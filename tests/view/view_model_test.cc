@@ -1,0 +1,213 @@
+// ViewModel -> snapshot JSON -> ParseSnapshot -> FormatPlain, fed with pair steps the
+// way the analyzer's observer feeds it: the NaN producer pinned first, the onset kept in
+// the history, "drifting" vs "drifted", NaN losses, and the text columns at 80 wide.
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "align/step_data.h"
+#include "detect/detector.h"
+#include "view/snapshot.h"
+#include "view/view_model.h"
+
+namespace lockstep::collector {
+namespace {
+
+using nlohmann::json;
+
+// One compared step of a pair: tensors given as (name id, kind, order, score, nonfinite).
+struct T {
+  uint32_t id;
+  Kind kind;
+  uint32_t order;
+  double score;  // over a threshold of 1; NaN = non-finite on one side
+};
+
+class Feeder {
+ public:
+  explicit Feeder(ViewModel* vm) : vm_(vm) {
+    ctx_.experiment = "exp";
+    ctx_.baseline = "base";
+    ctx_.candidate = "cand";
+  }
+  void Step(uint64_t step, const std::vector<T>& ts, double loss_b = 1.0, double loss_c = 1.0,
+            bool c_loss_given = true) {
+    StepData b, c;
+    b.step = c.step = step;
+    b.has_scalars = c.has_scalars = true;
+    b.scalars.loss = loss_b;
+    b.scalars.loss_given = true;
+    c.scalars.loss = loss_c;
+    c.scalars.loss_given = c_loss_given;
+    std::vector<StatRow> rb(ts.size()), rc(ts.size());
+    std::vector<MatchedTensor> m(ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      rb[i].key = rc[i].key = MakeKey(ts[i].id, ts[i].kind, 0);
+      rb[i].order = rc[i].order = ts[i].order;
+      rb[i].l2 = 1;
+      rc[i].l2 = 1;
+      const bool nf = std::isnan(ts[i].score);
+      if (nf) rc[i].nan_count = 1;
+      m[i].b = &rb[i];
+      m[i].c = &rc[i];
+      m[i].threshold = 1;
+      m[i].eval.score = nf ? INFINITY : ts[i].score;
+      m[i].eval.nonfinite_mismatch = nf;
+      m[i].eval.dominant = nf ? Metric::kNonfinite : Metric::kL2;
+    }
+    PairStepView v;
+    v.step = step;
+    v.b = &b;
+    v.c = &c;
+    v.matched = &m;
+    vm_->OnPairStep(ctx_, v);
+  }
+
+ private:
+  ViewModel* vm_;
+  PairCtx ctx_;
+};
+
+json Snap(const ViewModel& vm) { return json::parse(vm.SnapshotJson({}, {}, 0)); }
+// Without a name table the view model names a tensor by its key.
+std::string Name(uint32_t id, Kind k) { return std::to_string(MakeKey(id, k, 0)); }
+
+TEST(ViewModel, NanProducerIsPinnedFirstEvenWhenLaterTensorsComeEarlierInOrder) {
+  ViewModel vm;
+  Feeder f(&vm);
+  f.Step(1, {{1, Kind::kAct, 0, 0.1}, {2, Kind::kParamGrad, 30, 0.1}});
+  // Step 2: the NaN appears in a backward tensor (order 30) only.
+  f.Step(2, {{1, Kind::kAct, 0, 0.1}, {2, Kind::kParamGrad, 30, NAN}});
+  // Step 3: it has reached every tensor, the forward one (order 0) first in order.
+  f.Step(3, {{1, Kind::kAct, 0, NAN}, {2, Kind::kParamGrad, 30, NAN}});
+  const json s = Snap(vm);
+  const json& p = s["pairs"][0];
+  ASSERT_TRUE(p["nan_onset"].is_object());
+  EXPECT_EQ(p["nan_onset"]["step"], 2);
+  EXPECT_EQ(p["nan_onset"]["tensor"], Name(2, Kind::kParamGrad));
+  EXPECT_EQ(p["nan_onset"]["kind"], "param_grad");
+  ASSERT_EQ(p["tensors"].size(), 2u);
+  EXPECT_EQ(p["tensors"][0]["name"], Name(2, Kind::kParamGrad));
+  EXPECT_EQ(p["tensors"][0]["status"], "producer");
+  EXPECT_EQ(p["tensors"][0]["first_nonfinite"], 2);
+  EXPECT_EQ(p["tensors"][1]["status"], "nonfinite");
+}
+
+TEST(ViewModel, HistoryKeepsTheOnsetStepOnceTheRingHasMovedPastIt) {
+  ViewModel vm;
+  Feeder f(&vm);
+  for (uint64_t s = 0; s < 100; ++s) f.Step(s, {{7, Kind::kAct, 0, s == 5 ? 3.0 : 0.2}});
+  const json t = Snap(vm)["pairs"][0]["tensors"][0];
+  ASSERT_EQ(t["hist"].size(), ViewModel::kHistory + 1);
+  EXPECT_EQ(t["hist"][0][0], 5);  // the onset, ahead of the last 60 steps
+  EXPECT_EQ(t["hist"][0][1], 3.0);
+  EXPECT_EQ(t["hist"][1][0], 40);
+  EXPECT_EQ(t["first"], 5);
+  EXPECT_EQ(t["status"], "drifted");  // drifted once, within tolerance now
+}
+
+TEST(ViewModel, DriftingNowIsNotDriftedEarlier) {
+  ViewModel vm;
+  Feeder f(&vm);
+  f.Step(1, {{1, Kind::kAct, 0, 2.0}, {2, Kind::kAct, 1, 2.0}, {3, Kind::kAct, 2, 0.5}});
+  f.Step(2, {{1, Kind::kAct, 0, 2.0}, {2, Kind::kAct, 1, 0.5}, {3, Kind::kAct, 2, 0.5}});
+  std::map<std::string, std::string> st;
+  const json snap = Snap(vm);
+  for (const json& t : snap["pairs"][0]["tensors"]) st[t["name"].get<std::string>()] = t["status"].get<std::string>();
+  EXPECT_EQ(st[Name(1, Kind::kAct)], "drifting");
+  EXPECT_EQ(st[Name(2, Kind::kAct)], "drifted");
+  EXPECT_EQ(st[Name(3, Kind::kAct)], "ok");
+}
+
+TEST(ViewModel, NanLossIsNaNAndAMissingLossIsNull) {
+  ViewModel vm;
+  Feeder f(&vm);
+  f.Step(1, {{1, Kind::kAct, 0, 0.1}}, 0.5, NAN, /*c_loss_given=*/true);
+  json p = Snap(vm)["pairs"][0];
+  EXPECT_EQ(p["loss_b"], 0.5);
+  EXPECT_EQ(p["loss_c"], "NaN");
+  EXPECT_EQ(p["loss_hist"][0][2], "NaN");
+  f.Step(2, {{1, Kind::kAct, 0, 0.1}}, 0.5, NAN, /*c_loss_given=*/false);
+  p = Snap(vm)["pairs"][0];
+  EXPECT_TRUE(p["loss_c"].is_null());
+
+  auto parsed = view::ParseSnapshot(vm.SnapshotJson({}, {}, 0));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_FALSE(parsed->pairs[0].has_loss_c);
+  EXPECT_EQ(view::FormatLoss(parsed->pairs[0].loss_c, parsed->pairs[0].has_loss_c), "-");
+  EXPECT_EQ(view::FormatLoss(NAN, true), "NaN");
+  EXPECT_EQ(view::FormatLoss(INFINITY, true), "inf");
+}
+
+TEST(Snapshot, NumbersAndTimesFitTheirColumnsWhole) {
+  EXPECT_EQ(view::FormatSeconds(0.0078), "7.80ms");
+  EXPECT_EQ(view::FormatSeconds(0.0781), "78.1ms");
+  EXPECT_EQ(view::FormatSeconds(0.781), "781ms");
+  EXPECT_EQ(view::FormatSeconds(2.5), "2.50s");
+  EXPECT_EQ(view::FormatSeconds(NAN), "-");
+  // An exponent is shortened, never cut ("7.8e-0" was 7.8e-03 cut to 6 characters).
+  EXPECT_EQ(view::FormatNum(7.8e-5, 6), "7.8e-5");
+  EXPECT_EQ(view::FormatNum(123456.0, 6), "1.23e5");
+  EXPECT_EQ(view::FormatNum(123456.0, 5), "1.2e5");
+  EXPECT_EQ(view::FormatNum(517.61, 6), "517.61");
+  EXPECT_EQ(view::FormatNum(0.99998, 7), "0.99998");
+  EXPECT_EQ(view::FormatNum(1e30, 6), "inf");
+}
+
+TEST(Snapshot, LongNamesKeepTheirLeaf) {
+  EXPECT_EQ(view::ShortName("encoder.layers.0.self_attn.out_proj", 20, false), "~self_attn.out_proj");
+  EXPECT_EQ(view::ShortName("short.name", 20, false), "short.name");
+  const std::string u = view::ShortName("model.transformer.h.11.mlp.c_fc", 12, true);
+  EXPECT_EQ(u, "\u2026mlp.c_fc");
+}
+
+TEST(Snapshot, PlainTextAt80ColumnsLabelsAlertsAndShowsActivePairsFirst) {
+  const char* feed = R"({"v":1,"t":0,"collector":{"records":1,"bad":0},
+    "runs":[{"run":"old-solo","role":"solo","experiment":"x","ended":true,"step":9,"loss":null},
+            {"run":"b","role":"baseline","experiment":"e","ended":false,"step":4,"loss":0.5,"step_time_s":0.0078},
+            {"run":"c","role":"candidate","experiment":"e","ended":false,"step":4,"loss":"NaN","step_time_s":0.0081},
+            {"run":"typo","role":"candidate","experiment":"ee","ended":false,"step":1}],
+    "pairs":[{"experiment":"e","baseline":"b","candidate":"c","step":4,"compared":4,"loss_b":0.5,"loss_c":"NaN",
+              "nan_onset":{"step":3,"tensor":"encoder.layers.0.self_attn.out_proj","kind":"param_grad"},
+              "tensors_total":2,"drifting":2,
+              "tensors":[{"name":"encoder.layers.0.self_attn.out_proj","kind":"param_grad","order":30,"ratio":1e30,
+                          "status":"producer","first":3},
+                         {"name":"embed","kind":"act","order":0,"ratio":1e30,"status":"nonfinite","first":4}]}],
+    "alerts":{"total":2,"info":0,"warning":1,"critical":1,"recent":[
+      {"t":0,"sev":"critical","rule":"nonfinite","runs":["c"],"step":3,"tensor":"x","msg":"x: NaN"},
+      {"t":0,"sev":"warning","rule":"stall","runs":["old-solo"],"step":9,"tensor":"","msg":"stalled"}]}})";
+  auto s = view::ParseSnapshot(feed);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->runs.front().run, "b");  // live pair runs first, the ended solo run last
+  EXPECT_EQ(s->runs.back().run, "old-solo");
+  ASSERT_EQ(s->unpaired.size(), 1u);
+  EXPECT_NE(s->unpaired[0].find("typo"), std::string::npos);
+  EXPECT_NE(s->unpaired[0].find("'e' (b)"), std::string::npos);
+  const std::string text = view::FormatPlain(*s, "tcp://127.0.0.1:6201", 80, false);
+  std::istringstream in(text);
+  std::string line;
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) {
+    EXPECT_LE(line.size(), 80u) << line;
+    lines.push_back(line);
+  }
+  size_t hdr = 0;
+  while (hdr < lines.size() && lines[hdr].find(" KIND ") == std::string::npos) ++hdr;
+  ASSERT_LT(hdr + 1, lines.size()) << text;
+  EXPECT_NE(lines[hdr + 1].find("~0.self_attn.out_proj       param_grad "), std::string::npos) << text;
+  EXPECT_NE(lines[hdr + 1].find("producer"), std::string::npos) << text;
+  EXPECT_NE(text.find("7.80ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("first NaN/Inf: step 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("candidate NaN"), std::string::npos) << text;
+  // The solo run's alert is not under the pair, and says whose it is.
+  EXPECT_NE(text.find("[old-solo] stall"), std::string::npos) << text;
+  EXPECT_EQ(text.find("alerts 2 (1 critical)"), text.find("alerts "));  // one count, in the header
+}
+
+}  // namespace
+}  // namespace lockstep::collector
