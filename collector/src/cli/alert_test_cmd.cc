@@ -81,7 +81,16 @@ int AlertTestCommand(int argc, const char* const* argv) {
     failed += r.delivered ? 0 : 1;
   }
   std::printf("%zu of %zu sink(s) delivered the test alert\n", results->size() - failed, results->size());
-  return setup_failed > 0 ? kExitUsage : failed == 0 ? kExitOk : kExitRuntime;
+  if (setup_failed > 0) {
+    for (const auto& r : *results) {
+      if (!r.setup_failed) continue;
+      std::fprintf(stderr, "lockstep alert-test: sink %s cannot be set up: %s\n", r.name.c_str(),
+                   OneLine(r.detail).c_str());
+      break;  // one line: the first mistake (stdout lists every sink)
+    }
+    return kExitUsage;
+  }
+  return failed == 0 ? kExitOk : kExitRuntime;
 }
 
 }  // namespace lockstep::cli
