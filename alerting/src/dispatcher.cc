@@ -69,6 +69,7 @@ StatusOr<std::vector<SinkTestResult>> SendTestAlert(const AlertingOptions& optio
     r.target = IsHttpKind(s.kind) ? RedactUrl(s.target) : s.target;
     auto t = Transport::Create(s, r.name);
     if (!t.ok()) {
+      r.setup_failed = true;
       r.detail = t.status().message();
       results.push_back(std::move(r));
       continue;

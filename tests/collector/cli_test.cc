@@ -140,6 +140,29 @@ TEST(CollectCli, AlertSinkThatCannotBeSetUpIsOneLineAndExit2) {
   }
 }
 
+// alert-test takes the same mistakes as collect the same way: a sink that cannot be set
+// up is a configuration mistake (exit 2, the sink named FAILED with the reason), not
+// an alert that failed to arrive (exit 4).
+TEST(AlertTestCli, SinkThatCannotBeSetUpIsExit2) {
+  testing::TempDir dir;
+  { std::ofstream(dir / "garbage.pem") << "not a certificate\n"; }
+  fs::create_directories(dir / "alerts-dir");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--alerts-file", dir / "alerts-dir"},
+      {"--alert-ca-file", dir / "garbage.pem", "--webhook", "https://127.0.0.1:9/h"},
+  };
+  for (const auto& flags : cases) {
+    std::vector<std::string> args = {"alert-test"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Result r = RunLockstep(dir, args);
+    EXPECT_EQ(r.code, 2) << flags[0] << ": " << r.out << r.err;
+    EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  }
+  // Set up fine, nobody listening: the alert did not arrive, a runtime failure.
+  Result r = RunLockstep(dir, {"alert-test", "--webhook", "http://127.0.0.1:9/h", "--alert-retries", "0"});
+  EXPECT_EQ(r.code, 4) << r.out << r.err;
+}
+
 TEST(KeygenCli, WritesAKeyPairRefusesToOverwriteAndCollectReadsIt) {
   testing::TempDir dir;
   Result r = RunLockstep(dir, {"keygen", dir / "col"});

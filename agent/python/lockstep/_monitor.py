@@ -406,9 +406,11 @@ class Monitor:
             nan = math.nan
             # Which scalars the caller gave (and were usable): a given NaN loss is sent
             # as NaN, not as "none".
-            given = (loss_v is not None) | (lr_v is not None) << 1 \
+            # (the converted values are NaN for an argument left at None)
+            given = (loss is not None and loss_v is not None) \
+                | (lr is not None and lr_v is not None) << 1 \
                 | (grad_norm is not None and grad_norm_v is not None) << 2 \
-                | (loss_scale_v is not None) << 3
+                | (loss_scale is not None and loss_scale_v is not None) << 3
             if grad_norm is None or grad_norm_v is None:
                 grad_norm_v = _host_scalar(self._accum_grad_norm)
             scalars = {

@@ -1,6 +1,7 @@
 // `lockstep alert-test`: sends one test alert through every configured sink and
-// says, per sink, whether it was delivered and if not why. Exit 0 when all were,
-// 1 when any failed, 2 on a usage mistake. Takes the same alerting flags (and
+// says, per sink, whether it was delivered and if not why. Exit (cli/exit_codes.h) 0
+// when all were, 2 on a usage mistake or a sink that cannot be set up (as collect),
+// 4 when a sink was set up but the alert did not arrive. Takes the same alerting flags (and
 // --config file) as `lockstep collect`, so a user checks a setup in one command.
 #include <chrono>
 #include <cstdio>
@@ -72,13 +73,23 @@ int AlertTestCommand(int argc, const char* const* argv) {
     std::fprintf(stderr, "lockstep alert-test: %s\n", OneLine(results.status().message()).c_str());
     return kExitUsage;
   }
-  int failed = 0;
+  int failed = 0, setup_failed = 0;
   for (const auto& r : *results) {
+    setup_failed += r.setup_failed ? 1 : 0;
     std::printf("%-8s %-16s %s: %s\n", r.delivered ? "OK" : "FAILED", r.name.c_str(), r.target.c_str(),
                 r.detail.c_str());
     failed += r.delivered ? 0 : 1;
   }
   std::printf("%zu of %zu sink(s) delivered the test alert\n", results->size() - failed, results->size());
+  if (setup_failed > 0) {
+    for (const auto& r : *results) {
+      if (!r.setup_failed) continue;
+      std::fprintf(stderr, "lockstep alert-test: sink %s cannot be set up: %s\n", r.name.c_str(),
+                   OneLine(r.detail).c_str());
+      break;  // one line: the first mistake (stdout lists every sink)
+    }
+    return kExitUsage;
+  }
   return failed == 0 ? kExitOk : kExitRuntime;
 }
 

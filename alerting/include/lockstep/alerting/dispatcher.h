@@ -79,6 +79,8 @@ struct SinkTestResult {
   std::string name;
   std::string target;  // redacted
   bool delivered = false;
+  bool setup_failed = false;  // the sink could not be set up (a bad CA file, a path
+                              // that cannot be written): a configuration mistake
   int attempts = 0;
   std::string detail;  // "HTTP 200" or why it failed
 };
