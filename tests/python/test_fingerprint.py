@@ -65,20 +65,38 @@ def test_watch_sends_versions_settings_optimizer_modules_env_and_config(monkeypa
 def test_first_forward_adds_the_autocast_state_and_records_inputs_and_initial_weights():
     mon, fake = fake_monitor()
     m = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
     mon.watch(m)
-    init = [r for r in fake.records if r["kind"] == "param"]
-    assert [r["name"] for r in init] == ["0.weight", "0.bias", "1.weight", "1.bias"]
-    w = m[0].weight.detach().double()
-    assert init[0]["stats"]["l2"] == pytest.approx(w.norm().item(), rel=1e-6)
+    # Not distributed yet (no process group, no RANK): the rank is pending, and the
+    # initial weights wait for the first forward, still before the first update.
+    assert mon._ident.pending
+    w = m[0].weight.detach().double().clone()
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = m(ids.float())
     out.float().sum().backward()
+    opt.step()
     mon.step(loss=1.0)
+    init = [r for r in fake.records if r["kind"] == "param"]
+    assert [r["name"] for r in init] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert all(r["step"] == 0 for r in init)
+    assert init[0]["stats"]["l2"] == pytest.approx(w.norm().item(), rel=1e-6)
+    assert init[0]["stats"]["l2"] != pytest.approx(m[0].weight.detach().double().norm().item(), rel=1e-6)
     assert fake.fingerprint["amp"] == "bfloat16"
     inputs = [r for r in fake.records if r["kind"] == "input"]
     assert [r["name"] for r in inputs] == ["input[0]"] and inputs[0]["step"] == 0
     assert inputs[0]["stats"]["mean"] == pytest.approx(2.5)
+    mon.close(timeout=1.0)
+
+
+def test_initial_weights_go_at_watch_when_the_rank_is_known():
+    mon, fake = fake_monitor(rank=-1)  # not distributed: nothing pending
+    m = nn.Linear(3, 2)
+    mon.watch(m)
+    assert [r["name"] for r in fake.records if r["kind"] == "param"] == ["weight", "bias"]
+    m(torch.randn(2, 3)).sum().backward()
+    mon.step()
+    assert len([r for r in fake.records if r["kind"] == "param"]) == 2  # once only
     mon.close(timeout=1.0)
 
 
