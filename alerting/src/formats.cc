@@ -167,6 +167,7 @@ std::string AlertToJson(const Alert& a, int64_t now_unix_ms) {
       {"dedup_key", a.DedupKey()},
   };
   if (!a.incident.empty()) j["incident"] = a.incident;
+  if (!a.cause.empty()) j["cause"] = a.cause;
   if (!a.notification.empty()) {
     j["notification"] = a.notification;
     j["incident_alerts"] = a.incident_alerts;
@@ -206,6 +207,7 @@ StatusOr<Alert> AlertFromJson(const std::string& text) {
     a.repeat_count = j.value("repeat_count", uint64_t{1});
     a.message = str("message");
     a.incident = str("incident");
+    a.cause = str("cause");
     a.notification = str("notification");
     a.incident_alerts = j.value("incident_alerts", uint64_t{0});
     if (j.contains("facts") && j["facts"].is_array()) {

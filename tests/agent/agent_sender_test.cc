@@ -242,6 +242,37 @@ TEST(AgentSender, HelloAndFullDirectoryAreResentOnReconnect) {
   EXPECT_EQ(m.agent->Counters().reconnects, 1u);
 }
 
+TEST(AgentSender, FingerprintFollowsHelloBeforeStatsAndIsResentOnReconnect) {
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  ASSERT_TRUE(m.agent->SetFingerprint({{"optim.group0.lr", "0.001"}, {"version.torch", "2.1.0"}}));
+  m.agent->RegisterTensor("t", TensorKind::kInput, DType::kF32, {1}, 0);
+  ASSERT_TRUE(m.agent->RecordStats(0, 0, 0, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->EndStep(0));
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  m.state->AddConnects(1);
+  auto ms = m.state->Snapshot();
+  ASSERT_GE(ms.size(), 3u);
+  EXPECT_EQ(ms[0].type(), wire::Body::Hello);
+  ASSERT_EQ(ms[1].type(), wire::Body::RunFingerprint);
+  const auto* es = ms[1].env()->body_as_RunFingerprint()->entries();
+  ASSERT_EQ(es->size(), 2u);
+  EXPECT_EQ(es->Get(0)->key()->str(), "optim.group0.lr");
+  EXPECT_EQ(es->Get(0)->value()->str(), "0.001");
+  EXPECT_EQ(Count(ms, wire::Body::RunFingerprint), 1u);  // once, not per message
+  // A later update is sent once more; a reconnection sends the latest again.
+  ASSERT_TRUE(m.agent->SetFingerprint({{"amp", "bfloat16"}}));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::RunFingerprint) == 2; }));
+  m.state->AddConnects(1);
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::RunFingerprint) == 3; }));
+  auto last = m.state->Snapshot();
+  for (auto it = last.rbegin(); it != last.rend(); ++it) {
+    if (it->type() != wire::Body::RunFingerprint) continue;
+    EXPECT_EQ(it->env()->body_as_RunFingerprint()->entries()->Get(0)->key()->str(), "amp");
+    break;
+  }
+}
+
 TEST(AgentSender, MessagesTheTransportStillHoldsStayUnderTheSendBuffer) {
   // No collector: every zero-copy message stays queued with its block. Past the send
   // buffer the sender waits instead of growing memory, records pile up in the queue,

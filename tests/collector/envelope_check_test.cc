@@ -22,7 +22,8 @@ EnvelopeCheck Check(const Bytes& b, size_t max = kMaxMessageBytes) {
 TEST(EnvelopeCheck, AcceptsEveryBodyType) {
   for (const Bytes& b : {testing::Hello(At("r", 0, 0)), testing::Directory(At("r", 0, 1), {{0, "a"}}),
                          testing::Stats(At("r", 0, 2), 0, 3), testing::Scalars(At("r", 0, 3), 0, 1.0),
-                         testing::Heartbeat(At("r", 0, 4), 0, 0), testing::Goodbye(At("r", 0, 5), 0)}) {
+                         testing::Heartbeat(At("r", 0, 4), 0, 0), testing::Goodbye(At("r", 0, 5), 0),
+                         testing::Fingerprint(At("r", 0, 6), {{"optim.group0.lr", "0.001"}})}) {
     EnvelopeCheck c = Check(b);
     EXPECT_EQ(c.reject, Reject::kNone) << RejectName(c.reject);
     ASSERT_NE(c.env, nullptr);
@@ -111,13 +112,23 @@ TEST(EnvelopeCheck, CapsTensorNameAndLabelLengths) {
 // Random bit flips, byte overwrites and cuts of valid messages: whatever passes the
 // check must be safe to read by every consumer (registry, inspect formatter), which
 // the ASan/UBSan build (LOCKSTEP_SANITIZE) turns into a hard check.
+TEST(EnvelopeCheck, CapsFingerprintKeysAndValues) {
+  EXPECT_EQ(Check(testing::Fingerprint(At("r", 0, 0), {{"k", std::string(kMaxTensorNameLength, 'v')}})).reject,
+            Reject::kNone);
+  EXPECT_EQ(Check(testing::Fingerprint(At("r", 0, 0), {{"k", std::string(kMaxTensorNameLength + 1, 'v')}})).reject,
+            Reject::kTooLong);
+  EXPECT_EQ(Check(testing::Fingerprint(At("r", 0, 0), {{std::string(kMaxTensorNameLength + 1, 'k'), "v"}})).reject,
+            Reject::kTooLong);
+}
+
 TEST(EnvelopeCheck, MutatedMessagesAreSafeForEveryConsumer) {
   std::vector<Bytes> seeds = {testing::Hello(At("m", 0, 0)),
                               testing::Directory(At("m", 0, 1), {{0, "a"}, {1, "b"}}),
                               testing::Stats(At("m", 0, 2), 3, 4, 8, 4),
                               testing::Scalars(At("m", 0, 3), 3, 0.5),
                               testing::Heartbeat(At("m", 0, 4), 1, 2),
-                              testing::Goodbye(At("m", 0, 5), 9)};
+                              testing::Goodbye(At("m", 0, 5), 9),
+                              testing::Fingerprint(At("m", 0, 6), {{"a", "1"}, {"module.x.p", "0.1"}})};
   std::mt19937 rng(11);
   Registry reg;
   InspectFormatter fmt;

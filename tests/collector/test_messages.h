@@ -111,6 +111,14 @@ inline Bytes Goodbye(const Head& h, uint64_t last_step) {
   return Finish(fbb, h, wire::Body::Goodbye, body.Union());
 }
 
+inline Bytes Fingerprint(const Head& h, const std::vector<std::pair<std::string, std::string>>& kv) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::KeyValue>> v;
+  for (const auto& [k, val] : kv) v.push_back(wire::CreateKeyValueDirect(fbb, k.c_str(), val.c_str()));
+  auto body = wire::CreateRunFingerprintDirect(fbb, &v);
+  return Finish(fbb, h, wire::Body::RunFingerprint, body.Union());
+}
+
 inline Head At(std::string run, uint32_t rank, uint64_t seq) {
   Head h;
   h.run = std::move(run);

@@ -113,6 +113,106 @@ TEST(Analyzer, IdenticalRunsRaiseNoAlert) {
   for (const auto& t : r[0].tensors) EXPECT_EQ(t.status, "ok");
 }
 
+// Issue 15: fingerprints, the setup rule, the scalars rule and the first divergence's cause.
+void RunFingerprinted(Harness& h, uint64_t steps, const std::vector<std::pair<std::string, std::string>>& fb,
+                      const std::vector<std::pair<std::string, std::string>>& fc, const Perturb& perturb,
+                      std::function<double(uint64_t)> cand_lr = nullptr) {
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  h.Feed(b.Hello());
+  h.Feed(c.Hello());
+  h.Feed(b.Fingerprint(fb));
+  h.Feed(c.Fingerprint(fc));
+  h.Feed(b.Directory(Model()));
+  h.Feed(c.Directory(Model()));
+  for (uint64_t s = 0; s < steps; ++s) {
+    FakeScalars sc;
+    sc.loss = 2.0;
+    sc.lr = 1e-3;
+    h.Feed(StepMsg(b, s, nullptr));
+    h.Feed(b.Scalars(s, sc));
+    if (cand_lr) sc.lr = cand_lr(s);
+    h.Feed(StepMsg(c, s, perturb));
+    h.Feed(c.Scalars(s, sc));
+  }
+  h.Feed(b.Goodbye(steps - 1));
+  h.Feed(c.Goodbye(steps - 1));
+  h.an->Finish();
+}
+
+const std::vector<std::pair<std::string, std::string>> kFp = {
+    {"module.drop.p", "0.0"}, {"optim.group0.weight_decay", "0.01"}, {"version.torch", "2.1.0"}};
+
+TEST(Analyzer, EqualFingerprintsRaiseNoSetupAlert) {
+  Harness h;
+  RunFingerprinted(h, 5, kFp, kFp, nullptr);
+  EXPECT_TRUE(h.alerts.empty()) << h.Dump();
+  auto r = h.an->Reports();
+  EXPECT_TRUE(r[0].setup_known);
+  EXPECT_TRUE(r[0].setup.empty());
+}
+
+TEST(Analyzer, SetupListsEveryDifferenceOnceAndNamesTheCause) {
+  Harness h;
+  auto fc = kFp;
+  fc[1].second = "0.1";        // weight decay: config, warning
+  fc[2].second = "2.4.0";      // torch version: environment, info
+  fc.push_back({"amp", "bfloat16"});  // only the candidate: precision
+  RunFingerprinted(h, 12, kFp, fc, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s >= 7 && t >= 2) for (double& x : *v) x *= 1.05;
+  });
+  ASSERT_EQ(h.Count("setup"), 1u) << h.Dump();
+  const auto* s = h.First("setup");
+  EXPECT_EQ(s->severity, alerting::Severity::kWarning);
+  EXPECT_EQ(s->step, 0u);
+  EXPECT_NE(s->message.find("optim.group0.weight_decay 0.01 vs 0.1"), std::string::npos) << s->message;
+  EXPECT_NE(s->message.find("version.torch 2.1.0 vs 2.4.0"), std::string::npos) << s->message;
+  EXPECT_NE(s->message.find("amp (absent) vs bfloat16"), std::string::npos) << s->message;
+  EXPECT_EQ(s->incident, "setup/exp/base/cand");
+  auto r = h.an->Reports();
+  ASSERT_EQ(r[0].setup.size(), 3u);
+  EXPECT_EQ(r[0].setup[0].key, "amp");
+  EXPECT_EQ(r[0].setup[0].category, "precision");
+  EXPECT_EQ(r[0].setup[1].category, "config");
+  EXPECT_EQ(r[0].setup[2].category, "environment");
+  EXPECT_EQ(r[0].setup[2].severity, alerting::Severity::kInfo);
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->cause, "config");  // a config difference wins over a precision one
+  EXPECT_NE(fd->message.find("weight_decay"), std::string::npos) << fd->message;
+}
+
+TEST(Analyzer, AVersionAloneIsInfoAndTheCauseIsUnknownWithoutInputs) {
+  Harness h;
+  auto fc = kFp;
+  fc[2].second = "2.4.0";
+  fc.push_back({"env.HCCL_DETERMINISTIC", "true"});  // set on one platform only: info too
+  RunFingerprinted(h, 12, kFp, fc, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s >= 7 && t >= 2) for (double& x : *v) x *= 1.05;
+  });
+  ASSERT_EQ(h.Count("setup"), 1u) << h.Dump();
+  EXPECT_EQ(h.First("setup")->severity, alerting::Severity::kInfo);
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr);
+  EXPECT_EQ(fd->cause, "unknown");  // no input statistics: data cannot be told from an op
+}
+
+TEST(Analyzer, LrRuleFiresOnceAtTheFirstStepItDiffersAndIsTheCause) {
+  Harness h;
+  RunFingerprinted(h, 12, kFp, kFp, [](uint64_t s, int t, std::vector<double>* v) {
+    if (s >= 6 && t >= 1) for (double& x : *v) x *= 1.05;
+  }, [](uint64_t s) { return s >= 5 ? 1e-2 : 1e-3; });
+  ASSERT_EQ(h.Count("scalars"), 1u) << h.Dump();
+  const auto* lr = h.First("scalars");
+  EXPECT_EQ(lr->step, 5u);
+  EXPECT_EQ(lr->tensor, "lr");
+  EXPECT_EQ(lr->message, "lr differs from step 5: 0.001 vs 0.01");
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr);
+  EXPECT_EQ(fd->step, 6u);
+  EXPECT_EQ(fd->cause, "config");
+  EXPECT_NE(fd->message.find("lr differs from step 5"), std::string::npos) << fd->message;
+}
+
 TEST(Analyzer, FirstDivergenceNamesEarliestDriftingTensorWithBothValues) {
   Harness h;
   // From step 7, tensor 2 is off by 5% and everything after it inherits the error.

@@ -203,6 +203,8 @@ TEST(CompareCommand, SettingsFileRoundTripsEveryRuleFlag) {
   c.loss_rtol.fp16 = 3e-2;
   c.loss_rtol.bf16 = 4e-2;
   c.trend_window = 12;
+  c.scalar_rtol = 2e-5;
+  c.grad_norm_rtol = 5e-2;
   c.trend_growth = 3.5;
   c.overflow_fp32_limit = false;
   c.underflow_fp32_limit = true;

@@ -89,6 +89,14 @@ class StreamBuilder {
     auto h = wire::CreateHelloDirect(*fbb, experiment_.c_str(), role_, "cpu");
     return Finish(fbb, wire::Body::Hello, h.Union());
   }
+  // A RunFingerprint of these key/value pairs.
+  std::vector<uint8_t> Fingerprint(const std::vector<std::pair<std::string, std::string>>& kv) {
+    auto fbb = Begin();
+    std::vector<flatbuffers::Offset<wire::KeyValue>> v;
+    for (const auto& [k, val] : kv) v.push_back(wire::CreateKeyValueDirect(*fbb, k.c_str(), val.c_str()));
+    auto f = wire::CreateRunFingerprintDirect(*fbb, &v);
+    return Finish(fbb, wire::Body::RunFingerprint, f.Union());
+  }
   // Ids first_id, first_id + 1, ... in the order given.
   std::vector<uint8_t> Directory(const std::vector<FakeTensor>& ts, uint32_t first_id = 0) {
     auto fbb = Begin();

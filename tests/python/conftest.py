@@ -125,6 +125,11 @@ class FakeAgent:
         if self.fail:
             raise RuntimeError("injected failure")
 
+    def set_fingerprint(self, entries):
+        self._check()
+        self.fingerprint = dict(entries)
+        return True
+
     def register_tensor(self, name, kind, dtype, shape, order, module_type=""):
         self._check()
         for tid, t in self.tensors.items():
@@ -266,6 +271,11 @@ class FakeAgent:
     def names(self, kind=None, step=None):
         return [r["name"] for r in self.records
                 if (kind is None or r["kind"] == kind) and (step is None or r["step"] == step)]
+
+
+# watch()'s default kinds without "input" and "init": for tests that count or order a
+# step's records of module outputs and gradients.
+TENSOR_KINDS = ("act", "act_grad", "param_grad", "loss")
 
 
 def fake_monitor(worker=False, **kwargs):

@@ -147,7 +147,7 @@ def test_device_path_computes_a_tensor_once_under_several_names(monkeypatch):
     child's output, and the root's output equal to the head's, are computed once per
     step and recorded under every name, as on the host path; a view in another element
     order and a tensor changed in place in between are computed again."""
-    from conftest import fake_monitor, plain_stats  # pylint: disable=import-outside-toplevel
+    from conftest import TENSOR_KINDS, fake_monitor, plain_stats  # pylint: disable=import-outside-toplevel
     from lockstep import _torch_stats  # pylint: disable=import-outside-toplevel
     from torch import nn  # pylint: disable=import-outside-toplevel
 
@@ -184,7 +184,7 @@ def test_device_path_computes_a_tensor_once_under_several_names(monkeypatch):
         mon, fake = fake_monitor(_force_device_path=force)
         torch.manual_seed(0)
         net = Net()
-        mon.watch(net)
+        mon.watch(net, kinds=TENSOR_KINDS)
         calls.clear()
         for _ in range(2):
             loss = net(torch.randn(5, 4)).pow(2).mean()

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import lockstep
-from conftest import fake_monitor, plain_stats
+from conftest import TENSOR_KINDS, fake_monitor, plain_stats
 from lockstep import _config
 from lockstep._tune import ThreadTuner
 
@@ -175,7 +175,7 @@ def test_a_full_thread_means_inline_records():
     mon, fake = fake_monitor(worker=True)
     fake.worker_full = True
     model = mlp()
-    mon.watch(model)
+    mon.watch(model, kinds=TENSOR_KINDS)
     for _ in range(3):
         train_step(model, torch.randn(3, 4), mon)
     assert fake.jobs == []
@@ -217,7 +217,7 @@ def test_real_thread_into_a_real_collector_matches_inline(collector):
         run = "host-thread-" + mode
         mon = lockstep.Monitor(run=run, endpoint=collector.endpoint, host_stats_thread=mode)
         assert mon.enabled
-        mon.watch(model)
+        mon.watch(model, kinds=TENSOR_KINDS)
         gen = torch.Generator().manual_seed(3)
         for _ in range(5):
             x = torch.randn(256, 4, generator=gen)
@@ -288,7 +288,7 @@ def test_auto_switches_the_recorder_per_step_as_the_tuner_says():
     mon, fake = fake_monitor(worker=True)
     mon._tuner = ThreadTuner()
     model = mlp()
-    mon.watch(model)
+    mon.watch(model, kinds=TENSOR_KINDS)
     planned, submitted = [], []
     for step in range(ThreadTuner.WARMUP + 2 * ThreadTuner.PAIRS + 3):
         planned.append(mon._tuner.next_mode())

@@ -126,6 +126,24 @@ def test_every_monitor_argument_survives_hostile_values(clean_env):
     assert disabled > len(cases) // 3  # most hostile values are refused, not accepted
 
 
+def test_config_argument_survives_hostile_values(clean_env):
+    """config= (the run fingerprint's user settings): any dict is taken, its unreadable
+    values left out; anything else is one warning naming config= and a disabled monitor."""
+    values = hostile_values() + [{"x": Raises(), Raises(): 1, "f": lambda: 1 / 0, "n": {"m": Raises()}}]
+    for value in values:
+        mon, warned = run_monitor_case("config", value)
+        label = "config=%s" % _config.safe_repr(value)
+        assert len(warned) <= 1, (label, warned)
+        if isinstance(value, dict):
+            assert mon.enabled and not warned, (label, warned)
+            assert mon.counters()["python_errors"] == 0, (label, mon.counters()["last_python_error"])
+        elif value is None:
+            assert mon.enabled, label
+        else:
+            assert not mon.enabled and warned and "config=" in warned[0], (label, warned)
+            assert "records nothing" in warned[0], (label, warned)
+
+
 def test_unknown_and_positional_monitor_arguments_warn_and_disable(clean_env):
     with pytest.warns(RuntimeWarning, match="no argument 'rnak'; did you mean 'rank'"):
         mon = lockstep.Monitor(run="p", endpoint=CLOSED, rnak=1)

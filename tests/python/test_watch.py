@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import fake_monitor, plain_stats
+from conftest import TENSOR_KINDS, fake_monitor, plain_stats
 
 
 def train_step(model, x, mon=None, opt=None, **step_kwargs):
@@ -30,7 +30,7 @@ def mlp():
 def test_module_outputs_grads_and_param_grads_in_execution_order():
     mon, fake = fake_monitor()
     model = mlp()
-    mon.watch(model)
+    mon.watch(model, kinds=TENSOR_KINDS)
     x = torch.randn(3, 4)
     out = {}
 
@@ -349,7 +349,7 @@ def test_device_path_batches_gradients_at_the_end_of_backward(monkeypatch):
     monkeypatch.setattr(ts, "device_stats", counting)
     mon, fake = fake_monitor(_force_device_path=True)
     model = mlp()
-    mon.watch(model)
+    mon.watch(model, kinds=TENSOR_KINDS)
     model(torch.randn(2, 4)).sum().backward()
     # 4 outputs (copied in forward), 4 parameter gradients and 4 output gradients, less
     # the root's output and output gradient (those of "2", recorded again): one batch

@@ -28,5 +28,8 @@ def test_identical_runs_raise_no_alert(tmp_path):
     assert report["steps_only_baseline"] == 0 and report["steps_only_candidate"] == 0
     assert report["unmatched"] == [] and report["first_divergence"] is None
     assert len(report["tensors"]) > 50
-    assert all(t["status"] == "ok" and t["rel_err_l2"] == 0 and t["steps"] == STEPS
+    # Initial weights (kind param) are recorded once, at step 0; inputs every step.
+    assert report["setup"] == {"known": True, "differences": []}
+    assert all(t["status"] == "ok" and t["rel_err_l2"] == 0
+               and t["steps"] == (1 if t["kind"] == "param" else STEPS)
                for t in report["tensors"]), [t for t in report["tensors"] if t["status"] != "ok"]

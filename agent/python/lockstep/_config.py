@@ -233,6 +233,20 @@ def resolve(args):
     return cfg
 
 
+def user_config(value):
+    """Monitor(config=...): the user's own settings for the run fingerprint, as a dict
+    copy ({} when None). ValueError naming config= for anything but a dict."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad("config", value, "give a dict (e.g. vars(args)) or leave it out (got %s)"
+                   % type(value).__name__)
+    try:
+        return dict(value)
+    except Exception as e:  # pylint: disable=broad-except  (a hostile dict subclass)
+        raise _bad("config", value, "reading it raised %s" % type(e).__name__) from None
+
+
 def resolve_host_stats_thread(value):
     """True when CPU tensors' statistics should be computed on lockstep's own thread.
     "auto": when torch leaves a core of this process's CPU set idle (its intra-op

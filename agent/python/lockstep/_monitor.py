@@ -26,7 +26,7 @@ import weakref
 
 import torch
 
-from lockstep import _config, _core
+from lockstep import _config, _core, _fingerprint
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
@@ -194,7 +194,9 @@ class Monitor:
     curve_key (this agent's .key file from ``lockstep keygen``; default a fresh pair),
     see docs/security.md. host_stats_thread ("auto"; "on", "off"): compute CPU tensors'
     statistics on a lockstep thread while the step goes on; "auto" turns it on when
-    torch's intra-op threads leave a core idle (docs/python.md). A configuration mistake warns with
+    torch's intra-op threads leave a core idle (docs/python.md). config: an optional dict
+    (e.g. ``vars(args)``) that joins the run fingerprint, which the collector compares
+    between the two runs (docs/python.md "Run fingerprint"). A configuration mistake warns with
     one sentence and gives a disabled monitor (``strict=True`` raises ValueError).
     """
 
@@ -213,7 +215,8 @@ class Monitor:
                  rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
                  device_name=None, queue_capacity=None, send_hwm=None, send_buffer_mb=None,
                  close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None,
-                 host_stats_thread=None, strict=False, _force_device_path=False, *extra, **unknown):
+                 host_stats_thread=None, config=None, strict=False, _force_device_path=False,
+                 *extra, **unknown):
         self._guard = Guard()
         self._agent = None
         self._closed = False
@@ -236,9 +239,10 @@ class Monitor:
                                  % (len(extra), _config.safe_repr(extra)))
             if unknown:
                 name = sorted(unknown)[0]
-                close = difflib.get_close_matches(name, list(args) + ["strict"], n=1)
+                close = difflib.get_close_matches(name, list(args) + ["config", "strict"], n=1)
                 raise ValueError("lockstep: Monitor() has no argument %r%s (see docs/python.md)"
                                  % (name, "; did you mean %r?" % close[0] if close else ""))
+            user_config = _config.user_config(config)
             cfg = _config.resolve(args)
             self._ident = Identity(rank, world_size, cfg)
             self._agent = _core.Agent.create(
@@ -264,7 +268,7 @@ class Monitor:
                              % (type(e).__name__, _config.safe_repr(str(e), 200)))
             return
         try:
-            self._start(cfg, _force_device_path)
+            self._start(cfg, user_config, _force_device_path)
         except Exception as e:  # pylint: disable=broad-except  (never into the job)
             if strict:
                 raise
@@ -277,7 +281,7 @@ class Monitor:
             self._guard.warn("Monitor() could not start (%s: %s); this Monitor records nothing"
                              % (type(e).__name__, _config.safe_repr(str(e), 200)))
 
-    def _start(self, cfg, _force_device_path):
+    def _start(self, cfg, user_config, _force_device_path):
         self.config = cfg
         self.run, self.role, self.rank = cfg["run"], cfg["role"], cfg["rank"]
         self.platform = cfg["platform"]
@@ -311,6 +315,12 @@ class Monitor:
         self._recalls = {}  # module name -> calls recomputed in this backward
         self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
         self._t_last = time.perf_counter()
+        self._user_config = user_config
+        self._fingerprint = {}
+        self._amp_seen = False  # the first watched forward read the autocast state
+        # A Watch whose initial weights wait for the first forward: the rank was not
+        # known at watch(), and nothing may go out before it is (_identity.py).
+        self._init_pending = None
         self._next_delivery_check = self._t_last + 1.0  # None once warned
         self.enabled = True
         _live.add(self)
@@ -326,6 +336,9 @@ class Monitor:
         """Hooks ``model`` (and reads ``optimizer``'s state when optim_state=True).
         include / exclude: regular expressions on module and parameter names.
         every: record tensors every N steps (scalars are recorded every step).
+        kinds "input" (the model's forward inputs) and "init" (the parameters once,
+        before the first update) are on by default; watch() also sends the run
+        fingerprint (docs/python.md "Run fingerprint").
         Returns self. A bad argument warns once and watches nothing."""
         if not self.enabled or self._closed:
             return self
@@ -336,6 +349,14 @@ class Monitor:
             self._watches.append(w)
             self._every = every
             self._active = self._step % every == 0
+            if self._ident.pending:  # the process group may be up by now
+                self._check_identity(release=False)
+            self._send_fingerprint(model, optimizer)
+            if self._active and len(self._watches) == 1:
+                if self._ident.pending:
+                    self._init_pending = w
+                else:
+                    w.record_initial(self)
         except ValueError as e:
             self._guard.warn(str(e).replace("lockstep: ", "", 1))
         except Exception as e:  # pylint: disable=broad-except
@@ -540,6 +561,11 @@ class Monitor:
                 ident.release(self._agent)
             self.rank = ident.rank
             self.config["rank"], self.config["world_size"] = ident.rank, ident.world
+            fp = self._fingerprint
+            now = (str(ident.rank), str(ident.world))
+            if fp and (fp.get("dist.rank"), fp.get("dist.world_size")) != now:
+                fp["dist.rank"], fp["dist.world_size"] = str(ident.rank), str(ident.world)
+                self._agent.set_fingerprint(_fingerprint.entries(fp))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("reading the rank from torch.distributed", e)
 
@@ -599,6 +625,27 @@ class Monitor:
                     self._accum_grad_norm = torch.linalg.vector_norm(torch.stack(norms))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the optimizer step hook", e)
+
+    def _send_fingerprint(self, model, optimizer):
+        """Builds the run fingerprint of this watch() and hands it to the agent (sent
+        once; a later watch() adds to it). Never raises."""
+        try:
+            self._fingerprint.update(_fingerprint.build(self.config, model, optimizer,
+                                                        self._user_config))
+            self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the run fingerprint", e)
+
+    def _note_first_forward(self):
+        """At the first watched forward: the autocast state joins the fingerprint."""
+        self._amp_seen = True
+        try:
+            amp = _fingerprint.autocast_state(self.platform)
+            if amp and any(self._fingerprint.get(k) != v for k, v in amp.items()):
+                self._fingerprint.update(amp)
+                self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the run fingerprint", e)
 
     def _on_backward_marker(self, _grad):
         try:

@@ -11,6 +11,8 @@ from lockstep._config import npu_module
 _DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
                       "feature_alpha_dropout")
 _patched = False
+# What the last seed_all() was given: part of the run fingerprint (lockstep._fingerprint).
+SEEDED = {}
 
 
 def seed_all(seed=1234, deterministic=True, disable_dropout=False):
@@ -50,6 +52,8 @@ def seed_all(seed=1234, deterministic=True, disable_dropout=False):
         torch.backends.cudnn.benchmark = False
     if disable_dropout:
         _disable_dropout()
+    SEEDED.update(seed=seed, deterministic=bool(deterministic),
+                  disable_dropout=bool(disable_dropout))
     return seed
 
 

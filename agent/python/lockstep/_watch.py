@@ -78,8 +78,13 @@ def _grad_hook(t, fn):
     node.register_hook(node_hook)
 
 
-DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss")
-ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss")
+# "input": the watched model's forward inputs every step (the data fed to it); "init":
+# every parameter once, before the first update, recorded as kind "param" at the first
+# step (docs/python.md "Run fingerprint"). With params=True the first step's "param"
+# rows are the parameters after its update, as at every step, and "init" is not taken.
+DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss", "input", "init")
+ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss", "input", "init")
+_INPUT_NAME = "input"
 
 
 class Watch:
@@ -110,6 +115,7 @@ class Watch:
         mon._rec.module_types.update((module_name(path), type(m).__name__)
                                      for path, m in model.named_modules())
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
+        self._hook_inputs(mon, model, "input" in kinds)
         for path, module in model.named_modules():
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
@@ -183,6 +189,66 @@ class Watch:
             return None
 
         self.handles.append(module.register_forward_hook(_eager(forward_hook)))
+
+    def _hook_inputs(self, mon, model, want_input):
+        """A forward pre-hook on the root: the data fed to the model (its tensor args
+        and kwargs, integer token ids as float32) as kind "input", every watched step;
+        at the first forward also the autocast state for the fingerprint."""
+        root = model
+        rec = mon._rec
+        kind = KIND["input"]
+        # A second watched model's inputs: input2[0], ... (its own names).
+        n = len(mon._watches)
+        base = _INPUT_NAME if n == 0 else "%s%d" % (_INPUT_NAME, n + 1)
+
+        def pre_hook(_module, args, kwargs=None):
+            if not mon._active or not root.training or not torch.is_grad_enabled():
+                return None
+            if mon._in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                return None  # recomputation inside backward: its inputs were recorded
+            if mon._ident.pending:  # the process group may have appeared since
+                mon._check_identity(release=False)
+            try:
+                if mon._bwd:
+                    mon._new_micro()
+                if mon._init_pending is not None:  # watch() came before the rank was known
+                    pending, mon._init_pending = mon._init_pending, None
+                    pending.record_initial(mon)
+                if not mon._amp_seen:
+                    mon._note_first_forward()
+                if not want_input:
+                    return None
+                items = []
+                output_tensors(tuple(args), base, items)
+                if kwargs:
+                    output_tensors(dict(kwargs), base, items)
+                for item_name, t in items:
+                    if not t.is_floating_point():
+                        if t.is_complex():
+                            continue
+                        t = t.to(torch.float32)
+                    rec.record(item_name, kind, t.detach())
+            except Exception as e:  # pylint: disable=broad-except
+                mon._guard.fail("the input hook of the watched model", e)
+            return None
+
+        hook = _eager(pre_hook)
+        try:  # torch >= 2.0: kwargs too
+            self.handles.append(model.register_forward_pre_hook(hook, with_kwargs=True))
+        except TypeError:
+            self.handles.append(model.register_forward_pre_hook(
+                _eager(lambda m, args: pre_hook(m, args))))
+
+    def record_initial(self, mon):
+        """Every parameter once, before the first update (kind "param" at the current
+        step): initial weights are compared before anything else."""
+        if "init" not in self.kinds or "param" in self.kinds:
+            return
+        rec = mon._rec
+        kind = KIND["param"]
+        for name, p in self.model.named_parameters():
+            if p.is_floating_point():
+                rec.record(name, kind, p.detach())
 
     def record_step_end(self, mon):
         """Parameters and optimizer state at Monitor.step() (after the update)."""

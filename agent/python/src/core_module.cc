@@ -113,6 +113,7 @@ PYBIND11_MODULE(_core, m) {
   kinds["param"] = static_cast<int>(TensorKind::kParam);
   kinds["optim"] = static_cast<int>(TensorKind::kOptim);
   kinds["loss"] = static_cast<int>(TensorKind::kLoss);
+  kinds["input"] = static_cast<int>(TensorKind::kInput);
   m.attr("KINDS") = kinds;
   py::dict dtypes;
   dtypes["float32"] = static_cast<int>(DType::kF32);
@@ -376,6 +377,11 @@ PYBIND11_MODULE(_core, m) {
            py::arg("grad_norm") = NAN, py::arg("loss_scale") = NAN,
            py::arg("step_time_s") = NAN, py::arg("micro_steps") = 1, py::arg("samples") = 0,
            py::arg("given") = 0)
+      .def("set_fingerprint",
+           [](PyAgent& a, std::vector<std::pair<std::string, std::string>> entries) {
+             return a.SetFingerprint(std::move(entries));
+           },
+           py::arg("entries"))
       .def("end_step", &PyAgent::EndStep, py::arg("step"),
            py::call_guard<py::gil_scoped_release>())
       // The rank and world size from now on (the process group appeared after create());

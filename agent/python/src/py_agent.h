@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "lockstep/agent/agent.h"
 #include "lockstep/agent/host_stats.h"
@@ -91,6 +92,9 @@ class PyAgent {
                       size_t cols, const uint8_t* flags = nullptr) noexcept;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept;
   bool EndStep(uint64_t step) noexcept;
+  bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept {
+    return agent_->SetFingerprint(std::move(entries));
+  }
   bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
     return agent_->SetIdentity(rank, world_size);
   }

@@ -149,6 +149,25 @@ bool AgentImpl::RecordScalars(uint64_t step, const StepScalars& scalars) noexcep
   return EnqueueOther(item);
 }
 
+bool AgentImpl::SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept {
+  try {
+    {
+      std::lock_guard<std::mutex> lock(shared_.fingerprint_mu);
+      shared_.fingerprint = std::move(entries);
+    }
+    shared_.fingerprint_version.fetch_add(1, std::memory_order_acq_rel);
+  } catch (...) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // Like a directory entry: a hint for the sender to ship it soon; it goes before the
+  // next statistics message anyway.
+  QueueItem item;
+  item.type = ItemType::kDirectory;
+  EnqueueOther(item);
+  return true;
+}
+
 bool AgentImpl::EndStep(uint64_t step) noexcept {
   QueueItem item;
   item.type = ItemType::kEndStep;

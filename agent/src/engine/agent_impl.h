@@ -33,6 +33,7 @@ class AgentImpl final : public Agent {
   bool RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id, uint32_t order,
                    const TensorStats& stats) noexcept override;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept override;
+  bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept override;
   bool EndStep(uint64_t step) noexcept override;
   bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept override;
   bool Flush(std::chrono::milliseconds timeout) noexcept override;

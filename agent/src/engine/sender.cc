@@ -189,9 +189,10 @@ void Sender::SetIdentity(uint32_t rank, uint32_t world_size) {
   holding_ = false;
   if (sent && rank != options_.rank) {
     // The old rank's messages are out: the new rank is another (run, rank) stream to
-    // the collector, with its own seq from 0, its Hello and the full directory.
+    // the collector, with its own seq from 0, its Hello, fingerprint and full directory.
     seq_ = 0;
     hello_pending_ = true;
+    fingerprint_sent_ = 0;
     directory_sent_ = 0;
   } else if (sent && world_size != options_.world_size) {
     hello_pending_ = true;  // the same stream: its Hello corrected
@@ -302,6 +303,16 @@ void Sender::EnsurePreamble() {
     if (!SendMessage(encoder_.Hello(options_, start_unix_ns_, seq_), 0)) return;
     hello_pending_ = false;
   }
+  const uint32_t fp_version = shared_->fingerprint_version.load(std::memory_order_acquire);
+  if (fingerprint_sent_ != fp_version) {
+    std::vector<std::pair<std::string, std::string>> entries;
+    {
+      std::lock_guard<std::mutex> lock(shared_->fingerprint_mu);
+      entries = shared_->fingerprint;
+    }
+    if (!SendMessage(encoder_.Fingerprint(entries, seq_), 0)) return;
+    fingerprint_sent_ = fp_version;
+  }
   uint32_t registered = shared_->registry.size();
   while (directory_sent_ < registered) {
     uint32_t to = std::min(registered, directory_sent_ + kDirectoryChunk);
@@ -321,6 +332,7 @@ void Sender::PollConnections() {
   if (reconnects == 0) return;
   shared_->sender.reconnects.fetch_add(reconnects, std::memory_order_relaxed);
   hello_pending_ = true;
+  fingerprint_sent_ = 0;
   directory_sent_ = 0;
   EnsurePreamble();
 }

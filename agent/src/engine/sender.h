@@ -105,6 +105,7 @@ class Sender {
 
   uint64_t seq_ = 0;
   bool hello_pending_ = true;
+  uint32_t fingerprint_sent_ = 0;  // SharedState::fingerprint_version on the wire
   bool holding_ = false;  // identity_pending: nothing goes out until the rank is known
   uint32_t directory_sent_ = 0;  // registry entries [0, directory_sent_) are on the wire
   uint64_t connects_ = 0;

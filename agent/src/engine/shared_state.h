@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/queue_item.h"
 #include "engine/tensor_registry.h"
@@ -113,6 +115,12 @@ struct SharedState {
   mutable std::mutex mu;  // mutable: DeliveryProblem() reads under it
   std::condition_variable cv;
   uint64_t items_done = 0;  // guarded by mu
+
+  // The run fingerprint (Agent::SetFingerprint): written by the caller, read by the
+  // sender, both under fingerprint_mu; fingerprint_version counts the updates.
+  std::mutex fingerprint_mu;
+  std::vector<std::pair<std::string, std::string>> fingerprint;  // guarded by fingerprint_mu
+  std::atomic<uint32_t> fingerprint_version{0};
   bool exited = false;      // guarded by mu
   // Set once by the sender (under mu, then the flag): nothing reached a collector.
   std::atomic<bool> delivery_problem{false};

@@ -135,6 +135,18 @@ Bytes WireEncoder::Heartbeat(const HeartbeatValues& h, uint64_t seq) {
   return Finish(wire::Body::Heartbeat, body.Union(), seq);
 }
 
+Bytes WireEncoder::Fingerprint(const std::vector<std::pair<std::string, std::string>>& entries,
+                               uint64_t seq) {
+  fbb_.Clear();
+  std::vector<flatbuffers::Offset<wire::KeyValue>> kv;
+  kv.reserve(entries.size());
+  for (const auto& [k, v] : entries) {
+    kv.push_back(wire::CreateKeyValue(fbb_, fbb_.CreateString(k), fbb_.CreateString(v)));
+  }
+  auto body = wire::CreateRunFingerprint(fbb_, fbb_.CreateVector(kv));
+  return Finish(wire::Body::RunFingerprint, body.Union(), seq);
+}
+
 Bytes WireEncoder::Goodbye(const char* reason, uint64_t last_step, uint64_t seq) {
   fbb_.Clear();
   auto body = wire::CreateGoodbye(fbb_, fbb_.CreateString(reason), last_step);

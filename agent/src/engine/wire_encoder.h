@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/tensor_registry.h"
 #include "lockstep/agent/agent.h"
@@ -54,6 +56,7 @@ class WireEncoder {
               const float* sketch, uint8_t hist_bins, const uint32_t* hist, uint64_t seq);
   Bytes Scalars(uint64_t step, const StepScalars& s, uint64_t seq);
   Bytes Heartbeat(const HeartbeatValues& h, uint64_t seq);
+  Bytes Fingerprint(const std::vector<std::pair<std::string, std::string>>& entries, uint64_t seq);
   Bytes Goodbye(const char* reason, uint64_t last_step, uint64_t seq);
   // The rank of every later message (Envelope.rank).
   void set_rank(uint32_t rank) { rank_ = rank; }

@@ -263,6 +263,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       sd->scalars.grad_norm = sc->grad_norm();
       sd->scalars.loss_scale = sc->loss_scale();
       sd->scalars.step_time_s = sc->step_time_s();
+      sd->scalars.samples = sc->samples();
       sd->has_scalars = true;
       if (step > rs.lag + 1) CloseThrough(rs, static_cast<int64_t>(step) - 2 - rs.lag, Cause::kData);
       if (rs.lag != 0 || !rs.scalars_close_ok) return;
@@ -276,6 +277,20 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
     case wire::Body::Goodbye:
       CloseThrough(rs, INT64_MAX, Cause::kData);
       return;
+    case wire::Body::RunFingerprint: {
+      // The run's fingerprint is its lowest rank's (ranks differ in dist.rank only);
+      // a later message of that rank replaces it.
+      if (fingerprint_rank_ >= 0 && rank > static_cast<uint32_t>(fingerprint_rank_)) return;
+      fingerprint_rank_ = rank;
+      fingerprint_.clear();
+      if (const auto* es = env.body_as_RunFingerprint()->entries()) {
+        for (const auto* e : *es) {
+          if (e->key() != nullptr) fingerprint_[e->key()->str()] = e->value() ? e->value()->str() : std::string();
+        }
+      }
+      ++fingerprint_version_;
+      return;
+    }
     default:
       return;
   }

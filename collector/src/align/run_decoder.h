@@ -87,6 +87,10 @@ class RunDecoder {
   const TensorMeta* Meta(uint32_t rank, uint32_t id) const;
   const DecoderCounters& counters() const { return counters_; }
   const std::string& run_id() const { return run_id_; }
+  // The run fingerprint (wire RunFingerprint) of its lowest rank that sent one; empty
+  // before. version() grows with each fingerprint taken.
+  const std::map<std::string, std::string>& fingerprint() const { return fingerprint_; }
+  uint32_t fingerprint_version() const { return fingerprint_version_; }
   // Highest step closed on `rank` (-1 if none).
   int64_t LastClosed(uint32_t rank) const;
 
@@ -122,6 +126,9 @@ class RunDecoder {
   ClosedFn on_closed_;
   std::unordered_map<uint32_t, RankState> ranks_;
   DecoderCounters counters_;
+  std::map<std::string, std::string> fingerprint_;
+  int64_t fingerprint_rank_ = -1;
+  uint32_t fingerprint_version_ = 0;
 };
 
 }  // namespace lockstep::collector

@@ -10,6 +10,7 @@ const char* KindName(Kind k) {
     case Kind::kParam: return "param";
     case Kind::kOptim: return "optim";
     case Kind::kLoss: return "loss";
+    case Kind::kInput: return "input";
   }
   return "unknown";
 }

@@ -17,7 +17,7 @@
 namespace lockstep::collector {
 
 // Wire enums as small integers (values of schema/lockstep.fbs).
-enum class Kind : uint8_t { kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5 };
+enum class Kind : uint8_t { kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6 };
 enum class DT : uint8_t {
   kUnknown = 0, kF32 = 1, kF16 = 2, kBF16 = 3, kF64 = 4, kI8 = 5, kU8 = 6, kI16 = 7,
   kI32 = 8, kI64 = 9, kBool = 10, kF8E4M3 = 11, kF8E5M2 = 12
@@ -66,6 +66,7 @@ struct ScalarRow {
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
   double loss_scale = std::numeric_limits<double>::quiet_NaN();
   double step_time_s = std::numeric_limits<double>::quiet_NaN();
+  uint64_t samples = 0;  // 0 = not given
   bool loss_given = false;  // true: `loss` is the job's value, NaN included
 };
 

@@ -108,8 +108,20 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
     std::printf("loss at the last compared step: %s vs %s\n", loss(r.loss_b, r.loss_b_given).c_str(),
                 loss(r.loss_c, r.loss_c_given).c_str());
   }
+  if (!r.setup_known) {
+    std::printf("\nsetup: not compared (a run sent no fingerprint)\n");
+  } else if (r.setup.empty()) {
+    std::printf("\nsetup: the same (fingerprints equal)\n");
+  } else {
+    std::printf("\nSETUP: %zu setting(s) differ\n", r.setup.size());
+    for (const auto& d : r.setup) {
+      std::printf("  [%-7s] %-11s %s: %s vs %s\n", alerting::SeverityName(d.severity), d.category.c_str(), d.key.c_str(),
+                  d.baseline.c_str(), d.candidate.c_str());
+    }
+  }
   if (r.diverged) {
     const auto& a = r.first_divergence;
+    if (!a.cause.empty()) std::printf("\ncause: %s\n", a.cause.c_str());
     std::printf("\nFIRST DIVERGENCE (%s): step %llu rank %u: %s %s\n  %s\n", alerting::SeverityName(a.severity),
                 static_cast<unsigned long long>(a.step), a.rank, a.tensor.c_str(), a.kind.c_str(), a.message.c_str());
   } else {
@@ -201,6 +213,20 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   j.Key("steps_only_candidate").Uint(r.steps_only_candidate);
   j.Key("steps_not_compared").Uint(r.steps_evicted);
   j.Key("critical").Bool(critical);
+  j.Key("setup").BeginObject();
+  j.Key("known").Bool(r.setup_known);
+  j.Key("differences").BeginArray();
+  for (const auto& d : r.setup) {
+    j.BeginObject();
+    j.Key("key").Str(d.key);
+    j.Key("baseline").Str(d.baseline);
+    j.Key("candidate").Str(d.candidate);
+    j.Key("category").Str(d.category);
+    j.Key("severity").Str(alerting::SeverityName(d.severity));
+    j.EndObject();
+  }
+  j.EndArray();
+  j.EndObject();
   j.Key("first_divergence");
   if (r.diverged) {
     collector::WriteAlertJson(r.first_divergence, &j);

@@ -29,6 +29,7 @@ void WriteAlertJson(const alerting::Alert& a, JsonOut* j) {
   j->Key("repeat_count").Uint(a.repeat_count);
   j->Key("message").Str(a.message);
   j->Key("incident").Str(a.incident);
+  if (!a.cause.empty()) j->Key("cause").Str(a.cause);
   j->EndObject();
 }
 

@@ -61,6 +61,7 @@ struct Analyzer::PairState {
   uint64_t steps_compared = 0, only_b = 0, only_c = 0, evicted = 0;
   bool diverged = false;
   alerting::Alert first_divergence;
+  PairFacts facts;  // setup differences and scalar findings: first_divergence's cause
   double loss_b = std::nan(""), loss_c = std::nan("");
   bool loss_b_given = false, loss_c_given = false;
 };
@@ -163,6 +164,7 @@ void Analyzer::SetRole(RunState* r, const std::string& experiment, RunRole role)
     p->ctx.names = &names_;
     p->ctx.cfg = &opt_.rules;
     p->ctx.out = &emitter_;
+    p->ctx.facts = &p->facts;
     p->detectors = MakePairDetectors(&p->ctx);
     p->evicted = c->evicted;  // what the candidate lost while it waited for a baseline
     b->pairs.push_back(p.get());
@@ -317,6 +319,7 @@ void Analyzer::Finish() {
   }
   Drain();
   for (auto& p : pairs_) {
+    CheckSetup(p.get(), 0, 0);
     for (auto& [rank, buf] : p->b->buffer) {
       const int64_t done = p->done.count(rank) ? p->done[rank] : -1;
       for (auto& [s, sd] : buf) {
@@ -554,7 +557,26 @@ void Analyzer::NoteUnmatched(PairState* p, uint64_t key, bool in_baseline, uint6
                in_baseline ? "baseline" : "candidate", in_baseline ? p->b->id : p->c->id, step);
 }
 
+void Analyzer::CheckSetup(PairState* p, uint64_t step, uint32_t rank) {
+  if (p->facts.setup_known) return;
+  const Fingerprint& fb = p->b->decoder->fingerprint();
+  const Fingerprint& fc = p->c->decoder->fingerprint();
+  if (fb.empty() || fc.empty()) return;  // an agent without fingerprints: nothing to say
+  p->facts.setup_known = true;
+  p->facts.setup = DiffFingerprints(fb, fc);
+  if (p->facts.setup.empty()) return;
+  bool warn = false;
+  for (const SetupDiff& d : p->facts.setup) warn = warn || d.severity != alerting::Severity::kInfo;
+  auto a = p->ctx.Make("setup", warn ? alerting::Severity::kWarning : alerting::Severity::kInfo, step, rank);
+  a.metric = "setup_differences";
+  a.error = static_cast<double>(p->facts.setup.size());
+  a.message = "runs " + p->b->id + " and " + p->c->id + " are set up differently: " + DescribeSetup(p->facts.setup);
+  emitter_.Emit(std::move(a));
+}
+
 void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const StepData& cs) {
+  CheckSetup(p, cs.step, rank);
+  if (p->facts.first_step < 0) p->facts.first_step = static_cast<int64_t>(cs.step);
   const RulesConfig& cfg = opt_.rules;
   const DT pair_precision = LowerPrecision(p->b->precision, p->c->precision);
   auto& matched = p->matched;
@@ -662,6 +684,8 @@ std::vector<PairReport> Analyzer::Reports() const {
     r.loss_c_given = p->loss_c_given;
     r.diverged = p->diverged;
     if (p->diverged) r.first_divergence = p->first_divergence;
+    r.setup_known = p->facts.setup_known;
+    r.setup = p->facts.setup;
     for (const auto& [key, t] : p->tracks) {
       TensorReport tr;
       tr.name = names_.Name(KeyNameId(key));

@@ -40,6 +40,7 @@
 #include "align/run_decoder.h"
 #include "detect/detector.h"
 #include "detect/rules_config.h"
+#include "detect/setup_rule.h"
 #include "ingest/message_sink.h"
 #include "lockstep/common/status.h"
 
@@ -111,6 +112,8 @@ struct PairReport {
   std::vector<TensorReport> tensors;     // in execution order
   std::vector<UnmatchedReport> unmatched;
   double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)
+  bool setup_known = false;              // both runs sent a fingerprint
+  std::vector<SetupDiff> setup;          // their differences (rule `setup`)
   bool loss_b_given = false, loss_c_given = false;  // false: no loss; true: loss_b/c, NaN included
 };
 
@@ -172,6 +175,9 @@ class Analyzer : public MessageSink {
   bool Pull(RunState* r, uint32_t rank, uint64_t step);
   void DrainSourceToEnd(RunState* r);
   void Compare(PairState* p, uint32_t rank, const StepData& bs, const StepData& cs);
+  // The `setup` rule: once per pair, when both fingerprints are known (at the first
+  // compared step, or at Finish).
+  void CheckSetup(PairState* p, uint64_t step, uint32_t rank);
   void Release(RunState* b, uint32_t rank);
   void NoteUnmatched(PairState* p, uint64_t key, bool in_baseline, uint64_t step);
 

@@ -75,6 +75,8 @@ std::vector<std::pair<std::string, std::string>> RuleFlagValues(const RulesConfi
   d("loss-tol-fp16", c.loss_rtol.fp16);
   d("loss-tol-bf16", c.loss_rtol.bf16);
   i("trend-window", c.trend_window);
+  d("scalar-tol", c.scalar_rtol);
+  d("grad-norm-tol", c.grad_norm_rtol);
   d("trend-growth", c.trend_growth);
   b("overflow-fp32-limit", c.overflow_fp32_limit);
   b("underflow-fp32-limit", c.underflow_fp32_limit);

@@ -21,6 +21,7 @@
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
 #include "detect/rules_config.h"
+#include "detect/setup_rule.h"
 #include "lockstep/alerting/alert.h"
 
 namespace lockstep::collector {
@@ -67,6 +68,7 @@ struct PairCtx {
   const NameTable* names = nullptr;
   const RulesConfig* cfg = nullptr;
   AlertEmitter* out = nullptr;
+  PairFacts* facts = nullptr;  // owned by the pair: setup differences, scalar findings
   alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
 };
 

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 namespace lockstep::collector {
 namespace {
@@ -140,10 +142,108 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
   const bool critical = worst_ratio >= ctx_->cfg->critical_factor;
   auto a = ctx_->Make(rule(), critical ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
   DescribeTensorPair(*ctx_, v, *first, &a);
+  const std::string why = Cause(v, *first, &a);
   a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: first divergent tensor " +
               a.message;
   if (n > 1) a.message += "; " + std::to_string(n) + " tensors drift at this step";
+  a.message += "; cause: " + a.cause + " (" + why + ")";
   ctx_->out->Emit(std::move(a));
+}
+
+std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedTensor& first,
+                                           alerting::Alert* a) const {
+  const PairFacts* f = ctx_->facts;
+  const std::string consequence = "; the drift downstream is its consequence, no layer is to blame";
+  // Initial weights: a parameter drifts at the pair's first step, before any update.
+  const bool first_step = f == nullptr || f->first_step < 0 || static_cast<int64_t>(v.step) <= f->first_step;
+  if (KeyKind(first.c->key) == Kind::kParam && first_step) {
+    a->cause = "weights";
+    return "the initial weights differ at step " + std::to_string(v.step) + ", first " + a->tensor + consequence;
+  }
+  // Data: the model's inputs differ at this step.
+  bool inputs = false, inputs_agree = true;
+  for (const MatchedTensor& m : *v.matched) {
+    if (KeyKind(m.c->key) != Kind::kInput) continue;
+    inputs = true;
+    if (m.drifting()) {
+      a->cause = "data";
+      return "the runs are fed different data from step " + std::to_string(v.step) + ": " +
+             ctx_->names->Name(KeyNameId(m.c->key)) + " differs" + consequence;
+    }
+    inputs_agree = inputs_agree && !m.drifting();
+  }
+  if (f != nullptr && f->samples_step >= 0 && f->samples_step <= static_cast<int64_t>(v.step)) {
+    a->cause = "data";
+    return f->samples + consequence;
+  }
+  if (f != nullptr && f->config_scalar_step >= 0 && f->config_scalar_step <= static_cast<int64_t>(v.step)) {
+    a->cause = "config";
+    return f->config_scalar + consequence;
+  }
+  if (f != nullptr && f->setup_known) {
+    std::vector<SetupDiff> config, precision;
+    for (const SetupDiff& d : f->setup) {
+      if (d.category == "config") config.push_back(d);
+      if (d.category == "precision") precision.push_back(d);
+    }
+    if (!config.empty() || !precision.empty()) {
+      a->cause = config.empty() ? "precision" : "config";
+      const auto& list = config.empty() ? precision : config;
+      return "the setup differs: " + DescribeSetup(list, 3) + consequence;
+    }
+  }
+  if (inputs && inputs_agree) {
+    a->cause = "op";
+    return "the inputs and the setup agree: " + a->tensor + " computes differently";
+  }
+  a->cause = "unknown";
+  return inputs ? "no setup difference found" : "no input statistics to tell data from an op";
+}
+
+void ScalarsDetector::Check(const char* what, double b, double c, double rtol, const PairStepView& v,
+                            int bit) {
+  if (fired_ & (1u << bit)) return;
+  if (std::isnan(b) || std::isnan(c)) return;  // NaN = not given
+  const double scale = std::max(std::fabs(b), std::fabs(c));
+  if (b == c || std::fabs(c - b) <= rtol * scale) return;
+  if (!std::isfinite(b) || !std::isfinite(c)) return;  // a non-finite value is the nonfinite rule's
+  fired_ |= 1u << bit;
+  auto a = ctx_->Make(rule(), Severity::kWarning, v.step, v.rank);
+  a.tensor = what;
+  a.kind = "scalar";
+  a.baseline_value = b;
+  a.candidate_value = c;
+  a.metric = "rel_err";
+  a.error = std::fabs(c - b) / scale;
+  a.threshold = rtol;
+  a.message = std::string(what) + " differs from step " + std::to_string(v.step) + ": " + G(b) + " vs " + G(c);
+  if (PairFacts* f = ctx_->facts) {
+    if (bit <= 1 && f->config_scalar_step < 0) {
+      f->config_scalar_step = static_cast<int64_t>(v.step);
+      f->config_scalar = a.message;
+    } else if (bit == 2 && f->samples_step < 0) {
+      f->samples_step = static_cast<int64_t>(v.step);
+      f->samples = a.message;
+    }
+  }
+  // lr / loss scale are settings (the setup incident); samples and grad norm go with
+  // the divergence they start or show.
+  if (bit <= 1) a.incident = "setup/" + a.experiment + "/" + ctx_->baseline + "/" + ctx_->candidate;
+  else a.incident = "divergence/" + a.experiment + "/" + ctx_->baseline + "/" + ctx_->candidate;
+  ctx_->out->Emit(std::move(a));
+}
+
+void ScalarsDetector::OnPairStep(const PairStepView& v) {
+  if (!v.b->has_scalars || !v.c->has_scalars) return;
+  const ScalarRow& b = v.b->scalars;
+  const ScalarRow& c = v.c->scalars;
+  const double rtol = ctx_->cfg->scalar_rtol;
+  Check("lr", b.lr, c.lr, rtol, v, 0);
+  Check("loss_scale", b.loss_scale, c.loss_scale, rtol, v, 1);
+  if (b.samples != 0 && c.samples != 0) {
+    Check("samples", static_cast<double>(b.samples), static_cast<double>(c.samples), rtol, v, 2);
+  }
+  Check("grad_norm", b.grad_norm, c.grad_norm, ctx_->cfg->grad_norm_rtol, v, 3);
 }
 
 void TrendDetector::OnPairStep(const PairStepView& v) {
@@ -180,6 +280,7 @@ void TrendDetector::OnPairStep(const PairStepView& v) {
 
 std::vector<std::unique_ptr<PairDetector>> MakePairDetectors(const PairCtx* ctx) {
   std::vector<std::unique_ptr<PairDetector>> v;
+  v.push_back(std::make_unique<ScalarsDetector>(ctx));  // before first_divergence: its facts
   v.push_back(std::make_unique<FirstDivergenceDetector>(ctx));
   v.push_back(std::make_unique<TensorDriftDetector>(ctx));
   v.push_back(std::make_unique<LossDriftDetector>(ctx));

@@ -37,8 +37,26 @@ class TensorDriftDetector : public PairDetector {
   const PairCtx* ctx_;
 };
 
+// `scalars`: the two runs' lr, loss scale, samples or global grad norm differ (beyond
+// scalar_rtol / grad_norm_rtol): once per scalar, at the first step it differs ("lr
+// differs from step 100: 0.001 vs 0.01"). Notes lr / loss scale / samples in PairFacts,
+// where first_divergence finds its cause.
+class ScalarsDetector : public PairDetector {
+ public:
+  explicit ScalarsDetector(const PairCtx* ctx) : ctx_(ctx) {}
+  const char* rule() const override { return "scalars"; }
+  void OnPairStep(const PairStepView& v) override;
+
+ private:
+  void Check(const char* what, double b, double c, double rtol, const PairStepView& v, int bit);
+  const PairCtx* ctx_;
+  unsigned fired_ = 0;  // bits: lr, loss_scale, samples, grad_norm
+};
+
 // `first_divergence`: at the first step where any tensor drifts, the earliest such
-// tensor in execution order, with both runs' values. Once per pair.
+// tensor in execution order, with both runs' values and its likely cause
+// (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
+// pair.
 class FirstDivergenceDetector : public PairDetector {
  public:
   explicit FirstDivergenceDetector(const PairCtx* ctx) : ctx_(ctx) {}
@@ -47,6 +65,8 @@ class FirstDivergenceDetector : public PairDetector {
   bool fired() const { return fired_; }
 
  private:
+  // Sets a->cause and returns the sentence that explains it.
+  std::string Cause(const PairStepView& v, const MatchedTensor& first, alerting::Alert* a) const;
   const PairCtx* ctx_;
   bool fired_ = false;
 };

@@ -53,6 +53,8 @@ void AddRuleFlags(cli::FlagSet* fs, RulesConfig* c) {
   fs->Double("loss-tol-fp16", &c->loss_rtol.fp16, "loss_drift relative tolerance for fp16 pairs");
   fs->Double("loss-tol-bf16", &c->loss_rtol.bf16, "loss_drift relative tolerance for bf16 pairs");
   fs->Int("trend-window", &c->trend_window, "steps over which trend looks for a growing divergence");
+  fs->Double("scalar-tol", &c->scalar_rtol, "relative tolerance of the scalars rule for lr, loss scale and samples");
+  fs->Double("grad-norm-tol", &c->grad_norm_rtol, "relative tolerance of the scalars rule for the global grad norm");
   fs->Double("trend-growth", &c->trend_growth, "growth factor of the drift score over the window that makes a trend");
   fs->Bool("overflow-fp32-limit", &c->overflow_fp32_limit, "warn when fp32 tensors hold values past fp16's range");
   fs->Bool("underflow-fp32-limit", &c->underflow_fp32_limit, "also judge fp32 tensors' subnormal counts (against fp16's range)");

@@ -40,6 +40,12 @@ struct RulesConfig {
   // loss_drift: |loss_c - loss_b| / |loss_b| by precision.
   ByPrecision loss_rtol{1e-6, 1e-3, 1e-2, 5e-2, 2e-1};
 
+  // scalars: lr, loss scale and samples differ when |c - b| > scalar_rtol * max(|b|, |c|)
+  // (a schedule computed in float64 on both sides agrees to ~1e-15); the global grad
+  // norm, which rounding moves, when beyond grad_norm_rtol.
+  double scalar_rtol = 1e-6;
+  double grad_norm_rtol = 1e-2;
+
   // trend: over trend_window steps the score grew trend_growth-fold, is still below
   // the threshold and at least trend_min of it.
   int64_t trend_window = 8;

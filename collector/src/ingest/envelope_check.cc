@@ -67,6 +67,15 @@ bool StringsWithinCaps(const wire::Envelope& env) {
       return true;
     }
     case wire::Body::Goodbye: return Within(env.body_as_Goodbye()->reason(), kMaxLabelLength);
+    case wire::Body::RunFingerprint: {
+      const auto* es = env.body_as_RunFingerprint()->entries();
+      if (es == nullptr) return true;
+      if (es->size() > kMaxFingerprintEntries) return false;
+      for (const auto* e : *es)
+        if (e == nullptr || !Within(e->key(), kMaxTensorNameLength) || !Within(e->value(), kMaxTensorNameLength))
+          return false;
+      return true;
+    }
     default: return true;
   }
 }

@@ -32,6 +32,8 @@ struct PairFigures {
   double loss_b = 0, loss_c = 0;
   bool diverged = false;
   uint64_t first_divergence_step = 0;
+  bool setup_known = false;
+  uint64_t setup_warnings = 0, setup_info = 0;
 };
 
 }  // namespace
@@ -237,6 +239,8 @@ std::string CollectorMetrics::Render() {
         f.loss_c = p.loss_c;
         f.diverged = p.diverged;
         if (p.diverged) f.first_divergence_step = p.first_divergence.step;
+        f.setup_known = p.setup_known;
+        for (const auto& d : p.setup) (d.severity == alerting::Severity::kInfo ? f.setup_info : f.setup_warnings)++;
         pairs.push_back(std::move(f));
       }
     });
@@ -274,6 +278,17 @@ std::string CollectorMetrics::Render() {
              });
     per_pair("lockstep_pair_diverged", C::kGauge, "1 once the pair has a first divergence, else 0.",
              [](const PairFigures& p) { return p.diverged ? 1.0 : 0.0; });
+    w.Family("lockstep_pair_setup_differences", C::kGauge,
+             "Settings that differ between the two runs' fingerprints (rule setup), by severity: warning (a "
+             "hyperparameter, seed, module setting, precision policy) or info (a library version, device name). "
+             "Only for pairs whose fingerprints were compared.");
+    for (const auto& p : pairs) {
+      if (!p.setup_known) continue;
+      for (const char* sev : {"warning", "info"}) {
+        w.Sample({{"experiment", p.experiment}, {"baseline", p.baseline}, {"candidate", p.candidate}, {"severity", sev}},
+                 std::string(sev) == "info" ? p.setup_info : p.setup_warnings);
+      }
+    }
     w.Family("lockstep_pair_first_divergence_step", C::kGauge,
              "Step of the pair's first divergence (only for pairs that diverged).");
     for (const auto& p : pairs)

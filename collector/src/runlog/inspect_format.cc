@@ -68,6 +68,7 @@ const char* KindName(uint8_t kind) {
     case wire::TensorKind::Param: return "param";
     case wire::TensorKind::Optim: return "optim";
     case wire::TensorKind::Loss: return "loss";
+    case wire::TensorKind::Input: return "input";
   }
   return "unknown";
 }
@@ -215,6 +216,14 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
     case wire::Body::Goodbye: {
       const auto* g = env.body_as_Goodbye();
       j.Field("reason", Sv(g->reason())).FieldU("last_step", g->last_step());
+      break;
+    }
+    case wire::Body::RunFingerprint: {
+      j.Key("entries").BeginObject();
+      if (const auto* es = env.body_as_RunFingerprint()->entries()) {
+        for (const auto* e : *es) j.Field(Sv(e->key()), Sv(e->value()));
+      }
+      j.EndObject();
       break;
     }
     default:

@@ -150,6 +150,10 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
         bool g = false;
         pr.loss_hist.push_back({static_cast<int64_t>(At(h, 0)), LossOf(h[1], &g), LossOf(h[2], &g)});
       }
+      if (auto f = p.find("setup"); f != p.end() && f->is_object()) {
+        pr.setup_differences = I(*f, "differences");
+        pr.setup_summary = S(*f, "summary");
+      }
       if (auto f = p.find("first_div"); f != p.end() && f->is_object()) {
         pr.diverged = true;
         pr.first_div_step = I(*f, "step");
@@ -467,6 +471,11 @@ std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int widt
     const std::string l = " loss baseline " + FormatLoss(p.loss_b, p.has_loss_b) + "  candidate " +
                           FormatLoss(p.loss_c, p.has_loss_c) + "  rel diff " + FormatNum(p.loss_rel) + "  ";
     line(l + Sparkline(rel, std::max(8, width - static_cast<int>(Cols(l)) - 1), unicode));
+    if (p.setup_differences > 0) {
+      line(" setup: " + p.setup_summary);
+    } else if (p.setup_differences == 0) {
+      line(" setup: the same");
+    }
     if (p.has_nan_onset) {
       line(" first NaN/Inf: step " + std::to_string(p.nan_onset_step) + " in " + p.nan_onset_tensor + " (" +
            p.nan_onset_kind + ")");

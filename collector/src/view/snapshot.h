@@ -52,6 +52,8 @@ struct PairRow {
   double loss_b = 0, loss_c = 0, loss_rel = 0;
   bool has_loss_b = false, has_loss_c = false;  // as RunRow::has_loss
   std::vector<LossPoint> loss_hist;
+  int64_t setup_differences = -1;  // -1: fingerprints not compared (yet)
+  std::string setup_summary;
   bool diverged = false;
   int64_t first_div_step = -1;
   std::string first_div_tensor;

@@ -304,6 +304,9 @@ class Screen {
     Put(y, 0, l);
     Put(y++, static_cast<int>(Cols(l)), Sparkline(rel, w - static_cast<int>(Cols(l)) - 1, unicode_), A_NORMAL,
         p->loss_rel > 1e-2 ? kWarn : kOk);
+    if (p->setup_differences > 0) {
+      Put(y++, 0, " setup: " + p->setup_summary, A_NORMAL, kWarn);
+    }
     if (p->has_nan_onset) {
       Put(y++, 0,
           " first NaN/Inf: step " + std::to_string(p->nan_onset_step) + " in " + p->nan_onset_tensor + " (" +

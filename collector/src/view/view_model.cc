@@ -56,6 +56,11 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
     p.candidate = ctx.candidate;
   }
   if (ctx.cfg) p.critical_factor = ctx.cfg->critical_factor;
+  if (!p.setup_known && ctx.facts != nullptr && ctx.facts->setup_known) {
+    p.setup_known = true;
+    p.setup_differences = ctx.facts->setup.size();
+    if (!ctx.facts->setup.empty()) p.setup_summary = DescribeSetup(ctx.facts->setup, 3);
+  }
   p.step = std::max(p.step, v.step);
   ++p.steps_compared;
   if (v.b && v.c && v.b->has_scalars && v.c->has_scalars &&
@@ -267,6 +272,8 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
       hist.push_back(json::array({lp.step, Loss(lp.b, lp.b_given), Loss(lp.c, lp.c_given)}));
     }
     j["loss_hist"] = std::move(hist);
+    j["setup"] = p.setup_known ? json{{"differences", p.setup_differences}, {"summary", p.setup_summary}}
+                               : json(nullptr);
     j["first_div"] = p.diverged ? json{{"step", p.first_div_step}, {"tensor", p.first_div_tensor}} : json(nullptr);
     const TensorState* producer = nullptr;
     if (p.has_onset) {

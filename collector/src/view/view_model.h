@@ -104,6 +104,9 @@ class ViewModel : public MessageSink {
     double critical_factor = 10;
     std::deque<LossPoint> loss;
     std::unordered_map<uint64_t, TensorState> tensors;
+    bool setup_known = false;        // both fingerprints compared (rule `setup`)
+    uint64_t setup_differences = 0;
+    std::string setup_summary;
     bool diverged = false;
     uint64_t first_div_step = 0;
     std::string first_div_tensor;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/agent/types.h"
@@ -98,6 +99,10 @@ class Agent {
   virtual bool RecordStats(uint64_t step, uint32_t micro_step, uint32_t tensor_id,
                            uint32_t order, const TensorStats& stats) noexcept = 0;
   virtual bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept = 0;
+  // The run fingerprint (schema RunFingerprint): key/value pairs, replacing any given
+  // before. Sent once, before the next statistics message, and again after every
+  // reconnection. Allocates and takes a mutex (a once-per-run call). false on error.
+  virtual bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept = 0;
   // Marks the end of a step: the sender ships what it holds for that step now.
   virtual bool EndStep(uint64_t step) noexcept = 0;
 

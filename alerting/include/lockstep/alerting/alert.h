@@ -52,6 +52,9 @@ struct Alert {
   int64_t first_seen_unix_ns = 0;
   uint64_t repeat_count = 1;              // times seen while deduplicated
   std::string message;     // one human line
+  // first_divergence: its likely cause (docs/rules.md "Causes"): "config", "weights",
+  // "data", "precision", "op" or "unknown"; "" for other rules.
+  std::string cause;
   // Derived again from the run logs when a restarted collector replays them: a sink
   // drops it if its journal shows it handled this alert before the restart.
   bool replayed = false;

@@ -10,7 +10,9 @@
 namespace lockstep {
 
 inline constexpr uint16_t kSchemaMajor = 1;
-inline constexpr uint16_t kSchemaMinor = 1;  // 1: StepScalars.given
+// 1: StepScalars.given, Envelope.session, TensorInfo.module_type;
+// 2: TensorKind.Input, RunFingerprint (a Body member)
+inline constexpr uint16_t kSchemaMinor = 2;
 
 // Whether a StepScalars field was given, from the message's `given` mask (the schema's
 // ScalarGiven bits; bit 7 = the mask is authoritative) and the field's value. Messages
@@ -26,6 +28,8 @@ inline constexpr size_t kMaxRunIdLength = 128;
 inline constexpr size_t kMaxTensorNameLength = 1024;
 // Longest free-text label of a Hello or Goodbye (platform, host, framework, reason...).
 inline constexpr size_t kMaxLabelLength = 256;
+// Entries of one RunFingerprint message (the agent sends at most 20001).
+inline constexpr size_t kMaxFingerprintEntries = 65536;
 // Largest count-sketch width an agent may send.
 inline constexpr int kMaxSketchK = 256;
 inline constexpr int kDefaultSketchK = 32;

@@ -1,0 +1,139 @@
+"""The run fingerprint (docs/python.md "Run fingerprint"): what watch() sends, what the
+first forward adds, and that nothing in it can reach the training loop."""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import lockstep
+from conftest import fake_monitor
+
+
+class Broken(nn.Module):
+    """A module whose extra_repr raises: its settings are left out, nothing else."""
+
+    def extra_repr(self):
+        raise RuntimeError("no repr for you")
+
+    def forward(self, x):
+        return x
+
+
+def model():
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(p=0.25), nn.LayerNorm(8, eps=1e-6), Broken(),
+                         nn.Linear(8, 1))
+
+
+def test_watch_sends_versions_settings_optimizer_modules_env_and_config(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.setenv("MY_KNOB", "7")
+    monkeypatch.setenv("LOCKSTEP_FINGERPRINT_ENV", "MY_KNOB, UNSET_KNOB")
+    lockstep.seed_all(42, deterministic=False)
+    mon, fake = fake_monitor(config={"batch_size": 8, "data": {"path": "/d", "shuffle": True}})
+    m = model()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    mon.watch(m, optimizer=opt)
+    fp = fake.fingerprint
+    assert fp["version.torch"] == torch.__version__
+    assert fp["version.python"].count(".") == 2
+    assert fp["device.platform"] == "cpu" and fp["dist.world_size"] == "1"
+    assert fp["seed.value"] == "42" and fp["seed.deterministic"] == "False"
+    assert fp["det.deterministic_algorithms"] in ("True", "False")
+    assert fp["math.float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    assert fp["optim.type"] == "AdamW"
+    assert fp["optim.group0.lr"] == "0.0003" and fp["optim.group0.weight_decay"] == "0.1"
+    assert fp["optim.group0.betas"] == "(0.9, 0.95)"
+    assert fp["optim.group0.params"] == str(sum(p.numel() for p in m.parameters()))
+    assert fp["module.type"] == "Sequential"
+    assert fp["module.0.type"] == "Linear" and fp["module.0.in_features"] == "4"
+    assert fp["module.0.weight"] == "float32[8, 4]" and fp["module.0.bias"] == "float32[8]"
+    assert fp["module.1.p"] == "0.25" and fp["module.1.inplace"] == "False"
+    assert fp["module.2.arg0"] == "(8,)" and fp["module.2.eps"] == "1e-06"
+    assert fp["module.3.type"] == "Broken" and not [k for k in fp if k.startswith("module.3.")
+                                                     and k != "module.3.type"]
+    assert fp["dtype.params"] == "float32:6"
+    assert fp["env.CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and fp["env.MY_KNOB"] == "7"
+    assert "env.UNSET_KNOB" not in fp
+    assert fp["config.batch_size"] == "8" and fp["config.data.path"] == "/d"
+    assert fp["config.data.shuffle"] == "True"
+    assert "amp" not in fp  # read at the first forward
+    assert mon.counters()["python_errors"] == 0
+    mon.close(timeout=1.0)
+
+
+def test_first_forward_adds_the_autocast_state_and_records_inputs_and_initial_weights():
+    mon, fake = fake_monitor()
+    m = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    mon.watch(m)
+    # Not distributed yet (no process group, no RANK): the rank is pending, and the
+    # initial weights wait for the first forward, still before the first update.
+    assert mon._ident.pending
+    w = m[0].weight.detach().double().clone()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(ids.float())
+    out.float().sum().backward()
+    opt.step()
+    mon.step(loss=1.0)
+    init = [r for r in fake.records if r["kind"] == "param"]
+    assert [r["name"] for r in init] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert all(r["step"] == 0 for r in init)
+    assert init[0]["stats"]["l2"] == pytest.approx(w.norm().item(), rel=1e-6)
+    assert init[0]["stats"]["l2"] != pytest.approx(m[0].weight.detach().double().norm().item(), rel=1e-6)
+    assert fake.fingerprint["amp"] == "bfloat16"
+    inputs = [r for r in fake.records if r["kind"] == "input"]
+    assert [r["name"] for r in inputs] == ["input[0]"] and inputs[0]["step"] == 0
+    assert inputs[0]["stats"]["mean"] == pytest.approx(2.5)
+    mon.close(timeout=1.0)
+
+
+def test_initial_weights_go_at_watch_when_the_rank_is_known():
+    mon, fake = fake_monitor(rank=-1)  # not distributed: nothing pending
+    m = nn.Linear(3, 2)
+    mon.watch(m)
+    assert [r["name"] for r in fake.records if r["kind"] == "param"] == ["weight", "bias"]
+    m(torch.randn(2, 3)).sum().backward()
+    mon.step()
+    assert len([r for r in fake.records if r["kind"] == "param"]) == 2  # once only
+    mon.close(timeout=1.0)
+
+
+def test_integer_inputs_are_recorded_as_float():
+    mon, fake = fake_monitor()
+    emb = nn.Embedding(10, 4)
+    mon.watch(emb)
+    emb(torch.tensor([[3, 4, 5]])).sum().backward()
+    mon.step()
+    rec = [r for r in fake.records if r["kind"] == "input"]
+    assert len(rec) == 1 and rec[0]["stats"]["mean"] == pytest.approx(4.0)
+    assert rec[0]["stats"]["max"] == 5.0
+    mon.close(timeout=1.0)
+
+
+def test_config_must_be_a_dict():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = lockstep.Monitor(run="unit", endpoint="tcp://127.0.0.1:9", config=["lr", 1])
+    assert not mon.enabled
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1, msgs
+    assert "config=['lr', 1] is not valid: give a dict" in msgs[0], msgs
+    assert "records nothing" in msgs[0], msgs
+    with pytest.raises(ValueError, match=r"config='lr=1' is not valid: give a dict"):
+        lockstep.Monitor(run="unit", endpoint="tcp://127.0.0.1:9", config="lr=1", strict=True)
+
+
+def test_config_values_that_cannot_be_read_are_left_out(monkeypatch):
+    class Raises:
+        def __str__(self):
+            raise RuntimeError("hostile")
+
+    mon, fake = fake_monitor(config={"good": 1, "bad": Raises(), "fn": len, "none": None})
+    mon.watch(nn.Linear(2, 2))
+    fp = fake.fingerprint
+    assert fp["config.good"] == "1" and fp["config.none"] == "None"
+    assert "config.bad" not in fp
+    assert fp["config.fn"].startswith("<built-in function len")  # a callable is a value, not called
+    assert mon.counters()["python_errors"] == 0
