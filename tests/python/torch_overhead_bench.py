@@ -76,6 +76,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
+from lockstep import _watch  # noqa: E402
 from bench_util import attach_hooks, naive_stats, start_collector  # noqa: E402
 from model_zoo import TinyTransformer  # noqa: E402
 
@@ -169,9 +170,14 @@ def main():
                                   host_stats_thread="off")
     monitors = {"lockstep": mon, "inline": mon_inline}
 
+    # The default kinds but "init": initial weights are recorded once per run (at the
+    # first watch()), and this bench watches again every step, which would count every
+    # parameter every step. Inputs ("input") are per step and stay in.
+    per_step_kinds = tuple(k for k in _watch.DEFAULT_KINDS if k != "init")
+
     def attacher(m_):
         def attach_lockstep(m):
-            m_.watch(m)
+            m_.watch(m, kinds=per_step_kinds)
             w = m_._watches.pop()  # the bench removes it again after the step
             return [w]
         return attach_lockstep
