@@ -51,23 +51,6 @@ double LossAt(const json& j, const char* k, bool* given) {
   return LossOf(*it, given);
 }
 
-// Display columns of a UTF-8 string (every code point one column: ours are).
-size_t Cols(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-// The first `w` columns.
-std::string ClipCols(const std::string& s, size_t w) {
-  size_t n = 0, i = 0;
-  for (; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
-      if (n == w) break;
-      ++n;
-    }
-  }
-  return s.substr(0, i);
-}
 std::string PadCols(std::string s, size_t w) {
   const size_t n = Cols(s);
   if (n > w) return ClipCols(s, w);
@@ -94,6 +77,24 @@ std::string ClockText(int64_t unix_ms) {
 }
 
 }  // namespace
+
+// Display columns of a UTF-8 string (every code point one column: ours are).
+size_t Cols(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+// The first `w` columns.
+std::string ClipCols(const std::string& s, size_t w) {
+  size_t n = 0, i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (n == w) break;
+      ++n;
+    }
+  }
+  return s.substr(0, i);
+}
 
 StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

@@ -99,6 +99,10 @@ std::string FormatSeconds(double s);
 // A tensor name cut to `w` columns from the left, at a '.' when one fits, so the leaf
 // stays: "...layers.11.mlp.fc2". `unicode`: an ellipsis character, else "~".
 std::string ShortName(const std::string& name, size_t w, bool unicode);
+// Display columns of a UTF-8 string (every code point one column: the view's are), and
+// its first `w` columns (the plain snapshot and the terminal view share them).
+size_t Cols(const std::string& s);
+std::string ClipCols(const std::string& s, size_t w);
 
 // "1.23e-05", "0.0123", "12.3", "-" for NaN; at most `width` characters.
 std::string FormatNum(double v, int width = 8);

@@ -34,24 +34,6 @@ const char* SortName(SortKey k) {
 
 enum Colour : short { kOk = 1, kWarn = 2, kBad = 3, kHead = 4, kDim = 5 };
 
-// Display columns of a UTF-8 string (every code point one column: ours are).
-size_t Cols(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-// The first `w` columns.
-std::string ClipCols(const std::string& s, size_t w) {
-  size_t n = 0, i = 0;
-  for (; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
-      if (n == w) break;
-      ++n;
-    }
-  }
-  return s.substr(0, i);
-}
-
 bool UnicodeLocale() {
   const char* cs = nl_langinfo(CODESET);
   return cs && (std::strcmp(cs, "UTF-8") == 0 || std::strcmp(cs, "utf8") == 0);
