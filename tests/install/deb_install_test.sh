@@ -37,8 +37,11 @@ echo "Depends: $depends"
 for lib in libzmq5 libspdlog; do
   grep -q "$lib" <<<"$depends" || { echo "FAIL: Depends lacks $lib"; exit 1; }
 done
-dpkg-deb -c "$deb" | grep -q './usr/share/man/man1/lockstep.1.gz' || { echo "FAIL: no man page"; exit 1; }
-dpkg-deb -c "$deb" | grep -q 'examples/lockstep-collect.service' || { echo "FAIL: no systemd unit"; exit 1; }
+# The listing is read whole first: `dpkg-deb -c | grep -q` under pipefail fails whenever grep
+# stops early and dpkg-deb's tar dies of SIGPIPE (it did on CI).
+contents=$(dpkg-deb -c "$deb")
+grep -q './usr/share/man/man1/lockstep.1.gz' <<<"$contents" || { echo "FAIL: no man page"; exit 1; }
+grep -q 'examples/lockstep-collect.service' <<<"$contents" || { echo "FAIL: no systemd unit"; exit 1; }
 
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$deb" >"$tmp/apt.log" 2>&1 ||
   { cat "$tmp/apt.log"; exit 1; }
@@ -59,7 +62,7 @@ ep=$(sed -n 's/.*"listen": *\["\([^"]*\)".*/\1/p' "$tmp/ready.json")
   --drift-after 6 >/dev/null
 for run in deb-base deb-cand; do
   for _ in $(seq 200); do
-    lockstep inspect "$tmp/data/$run.lslog" 2>/dev/null | grep -q '"Goodbye"' && break; sleep 0.05
+    grep -q '"Goodbye"' <<<"$(lockstep inspect "$tmp/data/$run.lslog" 2>/dev/null)" && break; sleep 0.05
   done
 done
 kill -TERM "$pid"; wait "$pid"; pid=""
