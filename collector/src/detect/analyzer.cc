@@ -582,6 +582,7 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
   const DT pair_precision = LowerPrecision(p->b->precision, p->c->precision);
   auto& matched = p->matched;
   matched.clear();
+  const PeerScales peers(bs);  // the noise-level floor's context (pair_metrics.h)
   const auto& br = bs.rows;
   const auto& cr = cs.rows;
   size_t i = 0, j = 0;
@@ -604,7 +605,8 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
       MatchedTensor m;
       m.b = &b;
       m.c = &c;
-      m.eval = EvaluatePair(bs, b, cs, c, cfg.TensorTolerance(prec == DT::kUnknown ? DT::kF32 : prec));
+      m.eval = EvaluatePair(bs, b, cs, c,
+                            WithContextFloor(cfg.TensorTolerance(prec == DT::kUnknown ? DT::kF32 : prec), peers, b.key));
       auto [tit, inserted] = p->tracks.try_emplace(b.key);
       m.track = &tit->second;
       if (inserted) {
