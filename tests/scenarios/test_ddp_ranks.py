@@ -132,6 +132,8 @@ def test_ddp_four_ranks(tmp_path, monkeypatch):
     out, rep = _compare(col, "ddp-layer")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "at step %d on all %d ranks" % (CHANGE_AT, WORLD) in out.stdout, out.stdout
+    assert "FIRST DIVERGENCE (critical): step %d on all %d ranks: 0 act" % (CHANGE_AT, WORLD) in out.stdout, \
+        out.stdout
     assert "0 (Linear)" in out.stdout, out.stdout
 
     out, rep = _compare(col, "ddp-data")

@@ -123,8 +123,10 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   if (r.diverged) {
     const auto& a = r.first_divergence;
     if (!a.cause.empty()) std::printf("\ncause: %s\n", a.cause.c_str());
+    std::string where = collector::FirstDivergenceWhere(a, onsets);
+    if (where.rfind("rank ", 0) != 0) where = "on " + where;  // "on all 4 ranks"
     std::printf("\nFIRST DIVERGENCE (%s): step %llu %s: %s %s\n  %s\n", alerting::SeverityName(a.severity),
-                static_cast<unsigned long long>(a.step), collector::FirstDivergenceWhere(a, onsets).c_str(),
+                static_cast<unsigned long long>(a.step), where.c_str(),
                 a.tensor.c_str(), a.kind.c_str(), collector::WithWhere(a.message, a, onsets).c_str());
   } else {
     std::printf("\nno tensor drifted beyond its tolerance\n");
