@@ -44,8 +44,9 @@ std::string Details(const Alert& a, const std::string& b) {
   std::string s = a.message + "\n";
   if (!a.tensor.empty())
     s += b + "tensor" + b + ": " + a.tensor + (a.kind.empty() ? "" : " (" + a.kind + ")") + "\n";
-  s += b + "step" + b + ": " + std::to_string(a.step) + "  " + b + "rank" + b + ": " +
-       std::to_string(a.rank) + "\n";
+  s += b + "step" + b + ": " + std::to_string(a.step) +
+       (a.micro_step ? " (micro step " + std::to_string(a.micro_step) + ")" : std::string()) + "  " + b + "rank" +
+       b + ": " + std::to_string(a.rank) + "\n";
   if (!a.runs.empty()) s += b + "runs" + b + ": " + Runs(a, " vs ") + "\n";
   if (!a.metric.empty())
     s += b + a.metric + b + ": " + Fmt(a.error) + " (threshold " + Fmt(a.threshold) + ")\n";
@@ -153,6 +154,7 @@ std::string AlertToJson(const Alert& a, int64_t now_unix_ms) {
       {"runs", a.runs},
       {"step", a.step},
       {"rank", a.rank},
+      {"micro_step", a.micro_step},
       {"tensor", a.tensor},
       {"kind", a.kind},
       {"baseline_value", Num(a.baseline_value)},
@@ -196,6 +198,7 @@ StatusOr<Alert> AlertFromJson(const std::string& text) {
         if (r.is_string()) a.runs.push_back(r.get<std::string>());
     a.step = j.value("step", uint64_t{0});
     a.rank = j.value("rank", uint32_t{0});
+    a.micro_step = j.value("micro_step", uint32_t{0});
     a.tensor = str("tensor");
     a.kind = str("kind");
     a.baseline_value = num("baseline_value");
@@ -238,6 +241,7 @@ std::string AlertToLogLine(const Alert& a) {
   if (!a.tensor.empty()) s += " tensor=" + a.tensor;
   if (!a.kind.empty()) s += " kind=" + a.kind;
   s += " step=" + std::to_string(a.step) + " rank=" + std::to_string(a.rank);
+  if (a.micro_step) s += " micro_step=" + std::to_string(a.micro_step);
   if (!a.runs.empty()) s += " runs=" + Runs(a, ",");
   if (!a.metric.empty()) s += " " + a.metric + "=" + Fmt(a.error) + " threshold=" + Fmt(a.threshold);
   if (a.repeat_count > 1) s += " repeat=" + std::to_string(a.repeat_count);
@@ -310,6 +314,9 @@ Payload FormatAlert(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms
       if (a.notification.empty()) {
         put("tensor", a.tensor);
         put("kind", a.kind);
+        // The rank is part of the finding's identity (the dedup key): two ranks are two
+        // Alertmanager alerts, not one overwriting the other.
+        labels["rank"] = std::to_string(a.rank);
       } else {
         // One incident is one Alertmanager alert: its labels stay the same from opened
         // to resolved (the tensor of each message is in the annotations).
@@ -322,6 +329,7 @@ Payload FormatAlert(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms
                           {"description", Details(a, "")},
                           {"step", std::to_string(a.step)},
                           {"rank", std::to_string(a.rank)},
+                          {"micro_step", std::to_string(a.micro_step)},
                           {"dedup_key", a.DedupKey()},
                           {"repeat_count", std::to_string(a.repeat_count)}};
       if (!a.metric.empty()) annotations["metric"] = a.metric + "=" + Fmt(a.error);

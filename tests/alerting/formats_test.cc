@@ -33,6 +33,7 @@ TEST(Formats, GenericJsonCarriesEveryField) {
   EXPECT_EQ(j["runs"], json({"glm-gpu-01", "glm-npu-01"}));
   EXPECT_EQ(j["step"], 1234);
   EXPECT_EQ(j["rank"], 3);
+  EXPECT_EQ(j["micro_step"], 2);
   EXPECT_EQ(j["tensor"], "layers.3.mlp");
   EXPECT_EQ(j["kind"], "act");
   EXPECT_DOUBLE_EQ(j["baseline_value"].get<double>(), 1.5);
@@ -44,7 +45,7 @@ TEST(Formats, GenericJsonCarriesEveryField) {
   EXPECT_EQ(j["first_seen_unix_ns"], 1714564800123000000);
   EXPECT_EQ(j["repeat_count"], 1);
   EXPECT_EQ(j["message"], "layers.3.mlp output diverges first at step 1234");
-  EXPECT_EQ(j["dedup_key"], "first_divergence/glm-migration/layers.3.mlp");
+  EXPECT_EQ(j["dedup_key"], "first_divergence/glm-migration/glm-npu-01/layers.3.mlp/act/rank3");
 }
 
 TEST(Formats, GenericJsonWritesNanAsNullAndSurvivesBadUtf8) {
@@ -68,6 +69,8 @@ TEST(Formats, SpoolRoundTripKeepsEveryField) {
   EXPECT_DOUBLE_EQ(back->threshold, a.threshold);
   EXPECT_EQ(back->first_seen_unix_ns, a.first_seen_unix_ns);
   EXPECT_EQ(back->repeat_count, 7u);
+  EXPECT_EQ(back->micro_step, 2u);
+  EXPECT_EQ(back->rank, 3u);
   EXPECT_EQ(back->DedupKey(), a.DedupKey());
   EXPECT_FALSE(AlertFromJson("{not json").ok());
 }
@@ -128,7 +131,7 @@ TEST(Formats, SlackHasTextFallbackAndBlocks) {
   EXPECT_EQ(j["blocks"][1]["text"]["type"], "mrkdwn");
   std::string md = j["blocks"][1]["text"]["text"];
   EXPECT_NE(md.find("*tensor*: layers.3.mlp (act)"), std::string::npos) << md;
-  EXPECT_NE(md.find("*step*: 1234"), std::string::npos);
+  EXPECT_NE(md.find("*step*: 1234 (micro step 2)  *rank*: 3"), std::string::npos) << md;
   EXPECT_NE(md.find("*rel_err_l2*: 0.5 (threshold 0.01)"), std::string::npos);
   EXPECT_NE(md.find("glm-gpu-01 vs glm-npu-01"), std::string::npos);
 }
@@ -195,6 +198,9 @@ TEST(Formats, AlertmanagerV2LabelsAndAnnotations) {
   EXPECT_EQ(l["kind"], "act");
   EXPECT_EQ(l["rule"], "first_divergence");
   EXPECT_FALSE(l.contains("step"));  // a per-step label would break grouping
+  EXPECT_EQ(l["rank"], "3");          // two ranks are two findings
+  EXPECT_FALSE(l.contains("micro_step"));
+  EXPECT_EQ(j[0]["annotations"]["micro_step"], "2");
   EXPECT_EQ(j[0]["annotations"]["summary"], "layers.3.mlp output diverges first at step 1234");
   EXPECT_NE(j[0]["annotations"]["description"].get<std::string>().find("rel_err_l2"), std::string::npos);
   EXPECT_EQ(j[0]["annotations"]["step"], "1234");

@@ -21,6 +21,7 @@ inline Alert SampleAlert(const std::string& id = "a1", const std::string& tensor
   a.runs = {"glm-gpu-01", "glm-npu-01"};
   a.step = 1234;
   a.rank = 3;
+  a.micro_step = 2;
   a.tensor = tensor;
   a.kind = "act";
   a.baseline_value = 1.5;

@@ -65,5 +65,28 @@ TEST(NameTable, InternsDensely) {
   EXPECT_EQ(t.size(), 2u);
 }
 
+TEST(NameTable, MessagesNameTheModuleType) {
+  NameTable t;
+  const uint32_t conv = t.Intern("features.0");
+  const uint32_t child = t.Intern("0");  // a child of a Sequential model
+  const uint32_t bare = t.Intern("1");
+  const uint32_t fc2 = t.Intern("blocks.0.mlp.fc2");
+  const uint32_t mlp = t.Intern("blocks.0.mlp");
+  t.SetModuleType(conv, "Conv2d");
+  t.SetModuleType(conv, "Linear");  // the first declared type stays
+  t.SetModuleType(child, "Conv2d");
+  t.SetModuleType(bare, "");
+  t.SetModuleType(fc2, "Linear");
+  t.AddAlias(fc2, mlp, 0);
+  EXPECT_EQ(t.Display(conv), "features.0 (Conv2d)");
+  EXPECT_EQ(t.Display(child), "0 (Conv2d)");
+  EXPECT_EQ(t.Display(bare), "module 1");
+  EXPECT_EQ(t.Display(mlp), "blocks.0.mlp");
+  EXPECT_EQ(t.Label(fc2, 0), "blocks.0.mlp.fc2 (Linear) (= blocks.0.mlp)");
+  EXPECT_EQ(t.Label(conv, 1), "features.0 (Conv2d)");
+  EXPECT_EQ(t.Name(conv), "features.0");  // the alert's tensor field stays plain
+  EXPECT_EQ(t.ModuleType(bare), "");
+}
+
 }  // namespace
 }  // namespace lockstep::collector

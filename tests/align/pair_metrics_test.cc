@@ -48,6 +48,66 @@ TEST(PairMetrics, MeanIsJudgedAgainstTheTensorScale) {
   EXPECT_NEAR(e.rel_mean, (1e-6 - 1e-9) / 0.1, 1e-12);
 }
 
+// A step of parameter gradients at ~1e-2 (rms) and one mathematically-zero gradient
+// (a conv bias before BatchNorm) at ~1e-8 whose rounding differs by 50 % between runs.
+StepData NoiseStep(double tiny_rms) {
+  StepData s;
+  for (uint32_t i = 0; i < 6; ++i) {
+    StatRow r = Row(1e-2 * 10 * (1 + 0.1 * i), 0, 1e-2, 4e-2);  // rms ~1e-2 at numel 100
+    r.key = MakeKey(i, Kind::kParamGrad, 0);
+    s.rows.push_back(r);
+  }
+  StatRow tiny = Row(tiny_rms * 10, tiny_rms * 0.5, tiny_rms, tiny_rms * 3);
+  tiny.key = MakeKey(6, Kind::kParamGrad, 0);
+  s.rows.push_back(tiny);
+  // Activations are another context: huge ones must not lift the gradients' floor.
+  StatRow act = Row(1e6, 0, 1e5, 1e6);
+  act.key = MakeKey(7, Kind::kAct, 0);
+  s.rows.push_back(act);
+  return s;
+}
+
+TEST(PairMetrics, PeerScalesAreTheMedianRmsPerKind) {
+  StepData s = NoiseStep(1e-8);
+  PeerScales p(s);
+  EXPECT_NEAR(p.Of(Kind::kParamGrad), 1.2e-2, 1e-9);  // upper median of 7, the tiny one included
+  EXPECT_NEAR(p.Of(Kind::kAct), 1e5, 1e-6);
+  EXPECT_EQ(p.Of(Kind::kActGrad), 0);
+}
+
+TEST(PairMetrics, ANoiseLevelTensorIsJudgedAgainstItsContextNotItsOwnScale) {
+  StepData s = NoiseStep(1e-8);
+  const StatRow& b = s.rows[6];
+  StatRow c = b;
+  c.l2 *= 1.5;
+  c.std *= 1.5;
+  c.mean *= -1;
+  c.absmax *= 1.5;
+  // Alone, a 50 % difference is far beyond any tolerance: critical.
+  EXPECT_GT(EvaluatePair(s, b, s, c, Tolerance{}).score, 100);
+  // Against its peers (~1e-2), 1e-8 is rounding: well within the floor.
+  const Tolerance t = WithContextFloor(Tolerance{}, PeerScales(s), b.key);
+  EXPECT_NEAR(t.atol_rms, kContextFloor * 1e-3 * 1.2e-2, 1e-12);
+  EXPECT_LT(EvaluatePair(s, b, s, c, t).score, 0.1);
+  // The same change on a tensor at its peers' scale is still a drift: the floor costs
+  // it about 1 % of sensitivity, no more.
+  const StatRow& peer = s.rows[0];
+  StatRow moved = peer;
+  moved.l2 *= 1.01;  // 1 % = 10x rtol
+  const Tolerance tp = WithContextFloor(Tolerance{}, PeerScales(s), peer.key);
+  const double with = EvaluatePair(s, peer, s, moved, tp).score;
+  const double without = EvaluatePair(s, peer, s, moved, Tolerance{}).score;
+  EXPECT_GT(with, 9);
+  EXPECT_GT(with, 0.98 * without);
+  // A tensor 100x below its peers keeps half its sensitivity, so a real change there
+  // (50 %) is still far beyond the tolerance.
+  StepData s2 = NoiseStep(1e-4);
+  StatRow c2 = s2.rows[6];
+  c2.l2 *= 1.5;
+  EXPECT_GT(EvaluatePair(s2, s2.rows[6], s2, c2, WithContextFloor(Tolerance{}, PeerScales(s2), s2.rows[6].key)).score,
+            100);
+}
+
 TEST(PairMetrics, NonfiniteOnOneSideIsAnInfiniteScore) {
   StepData s;
   auto b = Row(1, 0, 1, 1);

@@ -36,7 +36,7 @@ class Feeder {
     ctx_.candidate = "cand";
   }
   void Step(uint64_t step, const std::vector<T>& ts, double loss_b = 1.0, double loss_c = 1.0,
-            bool c_loss_given = true) {
+            bool c_loss_given = true, uint32_t rank = 0) {
     StepData b, c;
     b.step = c.step = step;
     b.has_scalars = c.has_scalars = true;
@@ -62,6 +62,7 @@ class Feeder {
     }
     PairStepView v;
     v.step = step;
+    v.rank = rank;
     v.b = &b;
     v.c = &c;
     v.matched = &m;
@@ -142,6 +143,33 @@ TEST(ViewModel, NanLossIsNaNAndAMissingLossIsNull) {
   EXPECT_EQ(view::FormatLoss(parsed->pairs[0].loss_c, parsed->pairs[0].has_loss_c), "-");
   EXPECT_EQ(view::FormatLoss(NAN, true), "NaN");
   EXPECT_EQ(view::FormatLoss(INFINITY, true), "inf");
+}
+
+// Issue 20: top's first-divergence line names the rank, or says all ranks at once.
+std::string FirstDivLine(const ViewModel& vm) {
+  auto s = view::ParseSnapshot(vm.SnapshotJson({}, {}, 0));
+  EXPECT_TRUE(s.ok());
+  std::istringstream in(view::FormatPlain(*s, "tcp://127.0.0.1:6201", 100, false));
+  for (std::string line; std::getline(in, line);)
+    if (line.find("first divergence:") != std::string::npos) return line;
+  return "";
+}
+
+TEST(ViewModel, FirstDivergenceNamesTheRankOrAllRanks) {
+  ViewModel all, one;
+  Feeder fa(&all), fo(&one);
+  for (uint32_t r = 0; r < 4; ++r) {
+    fa.Step(0, {{1, Kind::kAct, 0, 0.1}, {2, Kind::kAct, 1, 0.1}}, 1, 1, true, r);
+    fo.Step(0, {{1, Kind::kAct, 0, 0.1}, {2, Kind::kAct, 1, 0.1}}, 1, 1, true, r);
+  }
+  for (uint32_t r = 0; r < 4; ++r) {
+    fa.Step(1, {{1, Kind::kAct, 0, 0.1}, {2, Kind::kAct, 1, 5}}, 1, 1, true, r);  // every rank
+    fo.Step(1, {{1, Kind::kAct, 0, r == 3 ? 5 : 0.1}, {2, Kind::kAct, 1, 0.1}}, 1, 1, true, r);  // rank 3
+  }
+  EXPECT_NE(FirstDivLine(all).find("first divergence: step 1 on all 4 ranks at " + Name(2, Kind::kAct)),
+            std::string::npos) << FirstDivLine(all);
+  EXPECT_NE(FirstDivLine(one).find("first divergence: step 1 rank 3 at " + Name(1, Kind::kAct)), std::string::npos)
+      << FirstDivLine(one);
 }
 
 TEST(Snapshot, NumbersAndTimesFitTheirColumnsWhole) {

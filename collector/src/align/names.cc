@@ -1,5 +1,6 @@
 #include "align/names.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -136,10 +137,29 @@ std::vector<std::string> NameTable::Aliases(uint32_t id, uint8_t kind) const {
   return v;
 }
 
+void NameTable::SetModuleType(uint32_t id, const std::string& type) {
+  if (type.empty()) return;
+  module_types_.try_emplace(id, type);
+}
+
+const std::string& NameTable::ModuleType(uint32_t id) const {
+  static const std::string kNone;
+  auto it = module_types_.find(id);
+  return it == module_types_.end() ? kNone : it->second;
+}
+
+std::string NameTable::Display(uint32_t id) const {
+  const std::string& name = names_[id];
+  const std::string& type = ModuleType(id);
+  if (!type.empty()) return name + " (" + type + ")";
+  const bool number = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return number ? "module " + name : name;
+}
+
 std::string NameTable::Label(uint32_t id, uint8_t kind) const {
   auto it = aliases_.find((static_cast<uint64_t>(id) << 8) | kind);
-  if (it == aliases_.end() || it->second.empty()) return names_[id];
-  std::string s = names_[id] + " (=";
+  if (it == aliases_.end() || it->second.empty()) return Display(id);
+  std::string s = Display(id) + " (=";
   for (size_t i = 0; i < it->second.size(); ++i) {
     const std::string& a = names_[it->second[i]];
     s += (i ? ", " : " ") + (a.empty() ? std::string("the model") : a);

@@ -64,8 +64,16 @@ class NameTable {
   // container's output is its child's, while one gradient reaches the container first
   // and then the children (idempotent).
   void AddAlias(uint32_t producer, uint32_t alias, uint8_t kind);
-  // The name and its aliases for that kind: "blocks.0.mlp.fc2 (= blocks.0.mlp)"; just
-  // the name if none.
+  // The type of the module the tensor belongs to (TensorInfo.module_type: "Conv2d"),
+  // as the agent declared it; the first non-empty one is kept. "" if never declared.
+  void SetModuleType(uint32_t id, const std::string& type);
+  const std::string& ModuleType(uint32_t id) const;
+  // The name as messages show it: "features.0 (Conv2d)" when the module type is known;
+  // a bare number (a Sequential child of the model itself) without one is
+  // "module 0", never just "0".
+  std::string Display(uint32_t id) const;
+  // Display() and the aliases for that kind: "blocks.0.mlp.fc2 (Linear) (= blocks.0.mlp)";
+  // just Display() if none.
   std::string Label(uint32_t id, uint8_t kind) const;
   // Just the aliases, in the order learned.
   std::vector<std::string> Aliases(uint32_t id, uint8_t kind) const;
@@ -73,6 +81,7 @@ class NameTable {
  private:
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<std::string> names_;
+  std::unordered_map<uint32_t, std::string> module_types_;
   // (producer << 8 | kind) -> aliases
   std::unordered_map<uint64_t, std::vector<uint32_t>> aliases_;
 };

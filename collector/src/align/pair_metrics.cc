@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace lockstep::collector {
 namespace {
@@ -80,6 +81,25 @@ double HistKl(const uint32_t* p, const uint32_t* q, int bins) {
   return kl < 0 ? 0 : kl;
 }
 
+PeerScales::PeerScales(const StepData& step) {
+  std::vector<double> by_kind[8];
+  for (const StatRow& r : step.rows) {
+    if (r.repeat || r.numel == 0 || !std::isfinite(r.l2)) continue;
+    by_kind[static_cast<uint8_t>(KeyKind(r.key)) & 7].push_back(r.l2 / std::sqrt(static_cast<double>(r.numel)));
+  }
+  for (int k = 0; k < 8; ++k) {
+    auto& v = by_kind[k];
+    if (v.empty()) continue;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    scale_[k] = v[v.size() / 2];
+  }
+}
+
+Tolerance WithContextFloor(Tolerance tol, const PeerScales& peers, uint64_t key) {
+  tol.atol_rms = kContextFloor * tol.rtol * peers.Of(KeyKind(key));
+  return tol;
+}
+
 PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, const StatRow& c,
                       const Tolerance& tol) {
   PairEval e;
@@ -91,18 +111,23 @@ PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, 
   e.rel_absmax = Ratio(d_abs, std::fabs(b.absmax));
   e.rel_std = Ratio(d_std, rms);
 
-  auto consider = [&](Metric m, double diff, double scale, double rtol, double raw) {
-    const double s = diff == 0 ? 0 : diff / (tol.atol + rtol * (std::isnan(scale) ? 0 : scale));
+  // The context floor in each metric's units: element magnitudes (mean, std, absmax)
+  // take it as is, norms (l2, sketch distance) x sqrt(numel).
+  const double floor_elem = tol.atol_rms;
+  const double floor_norm = tol.atol_rms * std::sqrt(static_cast<double>(b.numel));
+  auto consider = [&](Metric m, double diff, double scale, double rtol, double raw, double floor) {
+    const double s = diff == 0 ? 0 : diff / (tol.atol + floor + rtol * (std::isnan(scale) ? 0 : scale));
     if (s > e.score || (e.dominant == Metric::kNone && s == e.score && s > 0)) {
       e.score = s;
       e.dominant = m;
       e.dominant_error = raw;
     }
   };
-  consider(Metric::kL2, d_l2, std::fabs(b.l2), tol.rtol, e.rel_l2);
-  consider(Metric::kMean, d_mean, rms, tol.rtol, e.rel_mean);
-  consider(Metric::kStd, d_std, rms, tol.rtol, e.rel_std);
-  consider(Metric::kAbsmax, d_abs, std::fabs(b.absmax), tol.rtol * tol.absmax_factor, e.rel_absmax);
+  consider(Metric::kL2, d_l2, std::fabs(b.l2), tol.rtol, e.rel_l2, floor_norm);
+  consider(Metric::kMean, d_mean, rms, tol.rtol, e.rel_mean, floor_elem);
+  consider(Metric::kStd, d_std, rms, tol.rtol, e.rel_std, floor_elem);
+  consider(Metric::kAbsmax, d_abs, std::fabs(b.absmax), tol.rtol * tol.absmax_factor, e.rel_absmax,
+           floor_elem * tol.absmax_factor);
 
   const float* sb = bs.SketchOf(b);
   const float* sc = cs.SketchOf(c);
@@ -110,7 +135,7 @@ PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, 
     const double d = SketchDistance(sb, sc, b.sketch_k);
     e.rel_dist = Ratio(d, std::isnan(b.l2) ? 0 : b.l2);
     e.cosine = SketchCosine(sb, sc, b.sketch_k, b.l2, c.l2);
-    consider(Metric::kSketchDist, d, std::fabs(b.l2), tol.rtol, e.rel_dist);
+    consider(Metric::kSketchDist, d, std::fabs(b.l2), tol.rtol, e.rel_dist, floor_norm);
   } else {
     e.cosine = std::numeric_limits<double>::quiet_NaN();
     e.rel_dist = std::numeric_limits<double>::quiet_NaN();

@@ -15,6 +15,17 @@
 // The drift score is max over metrics of |c - b| / (atol + rtol_m * scale_m): above
 // 1 the tensor is beyond the hard tolerance. `dominant` names the metric that set it.
 //
+// The noise-level floor (docs/rules.md "Noise-level tensors"): a tensor whose magnitude
+// is noise next to its peers (the baseline step's tensors of the same kind) is judged
+// against an absolute floor from that context, not against its own scale: a gradient
+// of ~1e-8 where the other gradients are ~1e-2 (a mathematically-zero gradient, e.g. a
+// conv bias before BatchNorm) differs by rounding, and that is not a divergence.
+// PeerScales gives each kind's typical element magnitude (the median rms of the
+// step's tensors of that kind); WithContextFloor sets Tolerance::atol_rms to
+// kContextFloor x rtol x that magnitude. A tensor at its peers' scale loses ~1 % of
+// sensitivity; one 100x below them, half; one 1e6x below is judged at its peers'
+// resolution.
+//
 // Pure functions; any thread.
 #ifndef LOCKSTEP_COLLECTOR_ALIGN_PAIR_METRICS_H_
 #define LOCKSTEP_COLLECTOR_ALIGN_PAIR_METRICS_H_
@@ -34,7 +45,26 @@ struct Tolerance {
   double absmax_factor = 2.0; // absmax is one element: rtol * this
   double atol = 1e-12;        // absolute floor, so all-zero and denormal tensors compare equal
   double kl_max = 0;          // 0 = KL reported but not judged
+  // The context floor, in element units (rms): added to the tolerance of every metric,
+  // scaled to it (x sqrt(numel) for norms). 0 = none. Set by WithContextFloor.
+  double atol_rms = 0;
 };
+
+inline constexpr double kContextFloor = 0.01;
+
+// Each kind's typical element magnitude in one step: the (upper) median over the
+// step's finite, non-repeat rows of that kind of rms = l2 / sqrt(numel).
+class PeerScales {
+ public:
+  explicit PeerScales(const StepData& step);
+  double Of(Kind kind) const { return scale_[static_cast<uint8_t>(kind) & 7]; }
+
+ private:
+  double scale_[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+};
+
+// `tol` with atol_rms = kContextFloor x rtol x the peers' scale of the row's kind.
+Tolerance WithContextFloor(Tolerance tol, const PeerScales& peers, uint64_t key);
 
 struct PairEval {
   double rel_l2 = 0, rel_mean = 0, rel_absmax = 0, rel_std = 0;

@@ -173,6 +173,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         if (!m.known) ++rs.declared;
         std::string raw = ti->name() ? ti->name()->str() : std::string("#") + std::to_string(ti->id());
         m.name_id = names_->Intern(canon_->Canonical(raw));
+        if (ti->module_type() != nullptr) names_->SetModuleType(m.name_id, ti->module_type()->str());
         m.kind = static_cast<Kind>(ti->kind());
         m.dtype = static_cast<DT>(ti->dtype());
         m.order = ti->order();

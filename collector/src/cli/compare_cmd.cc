@@ -93,14 +93,15 @@ void PrintSettings(const OfflineSettings& s) {
 
 void PrintText(const PairReport& r, const std::string& path_a, const std::string& path_b,
                const std::vector<alerting::Alert>& alerts, const collector::AlertEmitter& em,
-               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings) {
+               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings,
+               const collector::RankOnsets* onsets) {
   PrintVerdict(verdict, exit_code);
   std::printf("\n");
   std::printf("baseline  %s  (%s)\ncandidate %s  (%s)\n", r.baseline.c_str(), path_a.c_str(), r.candidate.c_str(),
               path_b.c_str());
   PrintSettings(settings);
-  std::printf("steps compared: %llu  (only in baseline: %llu, only in candidate: %llu, not compared: %llu)\n",
-              static_cast<unsigned long long>(r.steps_compared), static_cast<unsigned long long>(r.steps_only_baseline),
+  std::printf("steps compared: %s  (only in baseline: %llu, only in candidate: %llu, not compared: %llu)\n",
+              collector::StepsTimesRanks(r.steps_compared, r.ranks).c_str(), static_cast<unsigned long long>(r.steps_only_baseline),
               static_cast<unsigned long long>(r.steps_only_candidate), static_cast<unsigned long long>(r.steps_evicted));
   if (r.loss_b_given || r.loss_c_given) {
     // A NaN loss the job gave is "NaN"; "-" is a run that gave none.
@@ -122,23 +123,30 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   if (r.diverged) {
     const auto& a = r.first_divergence;
     if (!a.cause.empty()) std::printf("\ncause: %s\n", a.cause.c_str());
-    std::printf("\nFIRST DIVERGENCE (%s): step %llu rank %u: %s %s\n  %s\n", alerting::SeverityName(a.severity),
-                static_cast<unsigned long long>(a.step), a.rank, a.tensor.c_str(), a.kind.c_str(), a.message.c_str());
+    std::string where = collector::FirstDivergenceWhere(a, onsets);
+    if (where.rfind("rank ", 0) != 0) where = "on " + where;  // "on all 4 ranks"
+    std::printf("\nFIRST DIVERGENCE (%s): step %llu %s: %s %s\n  %s\n", alerting::SeverityName(a.severity),
+                static_cast<unsigned long long>(a.step), where.c_str(),
+                a.tensor.c_str(), a.kind.c_str(), collector::WithWhere(a.message, a, onsets).c_str());
   } else {
     std::printf("\nno tensor drifted beyond its tolerance\n");
   }
-  std::printf("\n%5s  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6s  %s\n", "order", "tensor", "kind", "dtype", "l2 base",
-              "l2 cand", "rel_l2", "rel_dist", "cosine", "step", "status");
+  // The rank column only when several ranks were compared: the rank of the worst step.
+  const bool ranks = r.ranks > 1;
+  std::printf("\n%5s  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6s%s  %s\n", "order", "tensor", "kind", "dtype", "l2 base",
+              "l2 cand", "rel_l2", "rel_dist", "cosine", "step", ranks ? "  rank" : "", "status");
   for (const auto& t : r.tensors) {
     std::string name = t.label.empty() ? t.name : t.label;
     if (t.micro_step) name += "[micro " + std::to_string(t.micro_step) + "]";
     std::string dtype = t.dtype_b == t.dtype_c ? t.dtype_b : t.dtype_b + "/" + t.dtype_c;
     std::string status = t.status;
     if (t.first_drift_step >= 0) status += " since " + std::to_string(t.first_drift_step);
-    std::printf("%5u  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6llu  %s\n", t.order, name.c_str(), t.kind.c_str(),
+    char rank[16] = "";
+    if (ranks) std::snprintf(rank, sizeof rank, "  %4u", t.rank);
+    std::printf("%5u  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6llu%s  %s\n", t.order, name.c_str(), t.kind.c_str(),
                 dtype.c_str(), G(t.b_l2).c_str(), G(t.c_l2).c_str(), G(t.rel_l2, "%.2e").c_str(),
                 G(t.rel_dist, "%.2e").c_str(), G(t.cosine, "%.6f").c_str(),
-                static_cast<unsigned long long>(t.worst_step), status.c_str());
+                static_cast<unsigned long long>(t.worst_step), rank, status.c_str());
   }
   if (!r.unmatched.empty()) {
     std::printf("\ntensors on one side only (not compared):\n");
@@ -209,6 +217,7 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   j.Key("baseline").Str(r.baseline);
   j.Key("candidate").Str(r.candidate);
   j.Key("steps_compared").Uint(r.steps_compared);
+  j.Key("ranks").Uint(r.ranks);
   j.Key("steps_only_baseline").Uint(r.steps_only_baseline);
   j.Key("steps_only_candidate").Uint(r.steps_only_candidate);
   j.Key("steps_not_compared").Uint(r.steps_evicted);
@@ -249,6 +258,7 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
     j.Key("dtype_candidate").Str(t.dtype_c);
     j.Key("steps").Uint(t.steps);
     j.Key("worst_step").Uint(t.worst_step);
+    j.Key("rank").Uint(t.rank);
     j.Key("l2_baseline").Double(t.b_l2);
     j.Key("l2_candidate").Double(t.c_l2);
     j.Key("rel_err_l2").Double(t.rel_l2);
@@ -377,6 +387,8 @@ int CompareCommand(int argc, const char* const* argv) {
     if (jsonl) jsonl->Write(a);
     alerts.push_back(std::move(a));
   });
+  collector::RankOnsets onsets;
+  an.SetPairStepObserver([&onsets](const collector::PairCtx&, const collector::PairStepView& v) { onsets.Observe(v); });
   if (!rename_c.empty()) an.RenameRun(*cand_orig, rename_c);
   an.OverrideRun(cand_id, "compare", collector::RunRole::kCandidate);
   auto added = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true, rename_b);
@@ -393,7 +405,7 @@ int CompareCommand(int argc, const char* const* argv) {
   auto reports = an.Reports();
   const bool critical = an.emitter().count(alerting::Severity::kCritical) > 0;
   if (reports.empty()) return fail(kExitBadInput, "the logs could not be paired");
-  const auto verdict = collector::JudgeCompare(reports.front(), *base_scan, cand_scan, alerts, critical);
+  const auto verdict = collector::JudgeCompare(reports.front(), *base_scan, cand_scan, alerts, critical, &onsets);
   int code = kExitOk;
   switch (verdict.outcome) {
     case collector::GateOutcome::kOk: code = kExitOk; break;
@@ -405,7 +417,7 @@ int CompareCommand(int argc, const char* const* argv) {
   if (json) {
     PrintJson(reports.front(), alerts, critical, verdict, code, si);
   } else {
-    PrintText(reports.front(), path_a, path_b, alerts, an.emitter(), verdict, code, si);
+    PrintText(reports.front(), path_a, path_b, alerts, an.emitter(), verdict, code, si, &onsets);
   }
   return code;
 }

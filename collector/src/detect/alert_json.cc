@@ -18,6 +18,7 @@ void WriteAlertJson(const alerting::Alert& a, JsonOut* j) {
   j->Key("run").Str(a.runs.empty() ? "" : a.runs.back());
   j->Key("step").Uint(a.step);
   j->Key("rank").Uint(a.rank);
+  j->Key("micro_step").Uint(a.micro_step);
   j->Key("tensor").Str(a.tensor);
   j->Key("kind").Str(a.kind);
   j->Key("baseline_value").Double(a.baseline_value);

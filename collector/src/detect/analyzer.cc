@@ -59,6 +59,7 @@ struct Analyzer::PairState {
   std::unordered_map<uint64_t, Unmatched> unmatched;
   std::vector<MatchedTensor> matched;  // reused per step
   uint64_t steps_compared = 0, only_b = 0, only_c = 0, evicted = 0;
+  std::set<uint32_t> ranks;  // ranks compared
   bool diverged = false;
   alerting::Alert first_divergence;
   PairFacts facts;  // setup differences and scalar findings: first_divergence's cause
@@ -581,6 +582,7 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
   const DT pair_precision = LowerPrecision(p->b->precision, p->c->precision);
   auto& matched = p->matched;
   matched.clear();
+  const PeerScales peers(bs);  // the noise-level floor's context (pair_metrics.h)
   const auto& br = bs.rows;
   const auto& cr = cs.rows;
   size_t i = 0, j = 0;
@@ -603,7 +605,8 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
       MatchedTensor m;
       m.b = &b;
       m.c = &c;
-      m.eval = EvaluatePair(bs, b, cs, c, cfg.TensorTolerance(prec == DT::kUnknown ? DT::kF32 : prec));
+      m.eval = EvaluatePair(bs, b, cs, c,
+                            WithContextFloor(cfg.TensorTolerance(prec == DT::kUnknown ? DT::kF32 : prec), peers, b.key));
       auto [tit, inserted] = p->tracks.try_emplace(b.key);
       m.track = &tit->second;
       if (inserted) {
@@ -649,6 +652,7 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
     if (ratio > t.worst_score) {
       t.worst_score = ratio;
       t.worst_step = cs.step;
+      t.worst_rank = rank;
       t.worst = m.eval;
       t.worst_b_l2 = m.b->l2;
       t.worst_c_l2 = m.c->l2;
@@ -662,6 +666,7 @@ void Analyzer::Compare(PairState* p, uint32_t rank, const StepData& bs, const St
     p->loss_c_given = cs.scalars.loss_given;
   }
   ++p->steps_compared;
+  p->ranks.insert(rank);
   ++counters_.steps_compared;
   counters_.pairs_compared += matched.size();
   if (observer_) observer_(p->ctx, v);
@@ -675,6 +680,7 @@ std::vector<PairReport> Analyzer::Reports() const {
     r.baseline = p->b->id;
     r.candidate = p->c->id;
     r.steps_compared = p->steps_compared;
+    r.ranks = static_cast<uint32_t>(p->ranks.size());
     r.steps_only_baseline = p->only_b;
     r.steps_only_candidate = p->only_c;
     r.steps_evicted = p->evicted;
@@ -698,6 +704,7 @@ std::vector<PairReport> Analyzer::Reports() const {
       tr.dtype_c = DTypeName(t.dtype_c);
       tr.steps = t.compared;
       tr.worst_step = t.worst_step;
+      tr.rank = t.worst_rank;
       tr.b_l2 = t.worst_b_l2;
       tr.c_l2 = t.worst_c_l2;
       tr.rel_l2 = t.worst.rel_l2;

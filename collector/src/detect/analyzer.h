@@ -83,6 +83,7 @@ struct TensorReport {
   std::vector<std::string> aliases;  // names whose records repeat this one (docs/rules.md)
   std::string kind;
   uint32_t micro_step = 0;
+  uint32_t rank = 0;                 // the rank at the worst step
   uint32_t order = 0;
   std::string dtype_b, dtype_c;
   uint64_t steps = 0;              // steps compared
@@ -106,6 +107,7 @@ struct UnmatchedReport {
 struct PairReport {
   std::string experiment, baseline, candidate;
   uint64_t steps_compared = 0;
+  uint32_t ranks = 0;                    // distinct ranks compared (steps_compared counts (step, rank)s)
   uint64_t steps_only_baseline = 0, steps_only_candidate = 0, steps_evicted = 0;
   bool diverged = false;
   alerting::Alert first_divergence;  // valid when diverged

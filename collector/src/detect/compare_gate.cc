@@ -112,8 +112,22 @@ uint64_t ExpectedSteps(const LogScan& base, const LogScan& cand) {
   return all.size();
 }
 
+std::string FirstDivergenceWhere(const alerting::Alert& a, const RankOnsets* onsets) {
+  return onsets ? onsets->Where(a.step, a.rank) : "rank " + std::to_string(a.rank);
+}
+
+std::string WithWhere(const std::string& message, const alerting::Alert& a, const RankOnsets* onsets) {
+  const std::string where = FirstDivergenceWhere(a, onsets);
+  const std::string one = "rank " + std::to_string(a.rank);
+  const std::string at = "at step " + std::to_string(a.step) + " " + one;
+  const auto pos = message.find(at);
+  if (where == one || pos == std::string::npos) return message;
+  return message.substr(0, pos) + "at step " + std::to_string(a.step) + " on " + where +
+         message.substr(pos + at.size());
+}
+
 GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan& cand,
-                         const std::vector<alerting::Alert>& alerts, bool critical) {
+                         const std::vector<alerting::Alert>& alerts, bool critical, const RankOnsets* onsets) {
   GateVerdict v;
   // Input: a log not read whole.
   std::vector<std::string> bad_input;
@@ -180,6 +194,11 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
       head += ": " + first_crit->rule;
       if (!first_crit->tensor.empty()) head += " of " + first_crit->tensor + " (" + first_crit->kind + ")";
       head += " at step " + std::to_string(first_crit->step);
+      if (r.ranks > 1) {
+        head += first_crit->rule == "first_divergence" && onsets
+                    ? " on " + FirstDivergenceWhere(*first_crit, onsets)
+                    : " rank " + std::to_string(first_crit->rank);
+      }
     }
   } else {
     head = r.baseline + " and " + r.candidate + " agree within their tolerances";
@@ -190,7 +209,7 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
   if (r.diverged) {
     const auto& a = r.first_divergence;
     v.lines.push_back("first divergence (" + std::string(alerting::SeverityName(a.severity)) +
-                      "): " + Tail(a.message, "first divergent tensor "));
+                      "): " + Tail(WithWhere(a.message, a, onsets), "first divergent tensor "));
   } else {
     v.lines.push_back("first divergence: none (no tensor drifted beyond its tolerance)");
   }
@@ -225,6 +244,7 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
   }
   v.lines.push_back("steps compared: " + std::to_string(v.steps_compared) + " of " +
                     std::to_string(v.steps_expected) + " expected (" + Percent(v.steps_compared, v.steps_expected) +
+                    (r.ranks > 1 ? ", " + StepsTimesRanks(v.steps_compared, r.ranks) : std::string()) +
                     "); tensor names shared: " + std::to_string(v.tensors_shared) + " (baseline " +
                     std::to_string(v.tensors_baseline) + ", candidate " + std::to_string(v.tensors_candidate) + ")");
   return v;

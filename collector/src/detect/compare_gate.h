@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "detect/analyzer.h"
+#include "detect/rank_onsets.h"
 #include "lockstep/alerting/alert.h"
 
 namespace lockstep::wire {
@@ -61,8 +62,16 @@ inline constexpr double kMinTensorsSharedFraction = 0.5;
 
 // The verdict over one compared pair. `critical`: a critical alert was raised. The
 // outcome's precedence: bad input, not the same model, too few steps, finding, ok.
+// `onsets` (may be null): each rank's first drifting step, so the first divergence is
+// said to be "on all 4 ranks" when every rank parts at that step.
 GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan& cand,
-                         const std::vector<alerting::Alert>& alerts, bool critical);
+                         const std::vector<alerting::Alert>& alerts, bool critical,
+                         const RankOnsets* onsets = nullptr);
+
+// The first divergence's place, "rank 2" or "all 4 ranks" (RankOnsets::Where), and its
+// message with "at step S rank R" said that way.
+std::string FirstDivergenceWhere(const alerting::Alert& a, const RankOnsets* onsets);
+std::string WithWhere(const std::string& message, const alerting::Alert& a, const RankOnsets* onsets);
 
 // Steps the comparison should have covered: every (rank, step) of either log from the
 // candidate's first step to its end (its Goodbye's last step when it said goodbye and

@@ -86,6 +86,7 @@ struct TensorTrack {
   int64_t first_drift_step = -1;
   double worst_score = -1;
   uint64_t worst_step = 0;
+  uint32_t worst_rank = 0;
   PairEval worst;
   double worst_b_l2 = 0, worst_c_l2 = 0;
   double worst_threshold = 1;

@@ -48,6 +48,7 @@ void DescribeTensorPair(const PairCtx& ctx, const PairStepView& v, const Matched
                         alerting::Alert* a) {
   a->tensor = ctx.names->Name(KeyNameId(m.c->key));
   a->kind = KindName(KeyKind(m.c->key));
+  a->micro_step = KeyMicroStep(m.c->key);
   MetricValues(m, &a->baseline_value, &a->candidate_value);
   a->metric = MetricName(m.eval.dominant);
   a->error = m.eval.dominant_error;
@@ -158,7 +159,7 @@ std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedT
   const bool first_step = f == nullptr || f->first_step < 0 || static_cast<int64_t>(v.step) <= f->first_step;
   if (KeyKind(first.c->key) == Kind::kParam && first_step) {
     a->cause = "weights";
-    return "the initial weights differ at step " + std::to_string(v.step) + ", first " + a->tensor + consequence;
+    return "the initial weights differ at step " + std::to_string(v.step) + ", first " + ctx_->names->Display(KeyNameId(first.c->key)) + consequence;
   }
   // Data: the model's inputs differ at this step.
   bool inputs = false, inputs_agree = true;
@@ -168,7 +169,7 @@ std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedT
     if (m.drifting()) {
       a->cause = "data";
       return "the runs are fed different data from step " + std::to_string(v.step) + ": " +
-             ctx_->names->Name(KeyNameId(m.c->key)) + " differs" + consequence;
+             ctx_->names->Display(KeyNameId(m.c->key)) + " differs" + consequence;
     }
     inputs_agree = inputs_agree && !m.drifting();
   }
@@ -194,7 +195,8 @@ std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedT
   }
   if (inputs && inputs_agree) {
     a->cause = "op";
-    return "the inputs and the setup agree: " + a->tensor + " computes differently";
+    return "the inputs and the setup agree: " + ctx_->names->Display(KeyNameId(first.c->key)) +
+           " computes differently";
   }
   a->cause = "unknown";
   return inputs ? "no setup difference found" : "no input statistics to tell data from an op";

@@ -28,6 +28,7 @@ std::string TensorLabel(const RunCtx& ctx, const StatRow& r) {
 void FillTensor(const RunCtx& ctx, const StatRow& r, alerting::Alert* a) {
   a->tensor = ctx.names->Name(KeyNameId(r.key));
   a->kind = KindName(KeyKind(r.key));
+  a->micro_step = KeyMicroStep(r.key);
 }
 
 // Rows in execution order (rows are stored sorted by key), without repeats: a tensor

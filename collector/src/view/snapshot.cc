@@ -159,6 +159,7 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
         pr.diverged = true;
         pr.first_div_step = I(*f, "step");
         pr.first_div_tensor = S(*f, "tensor");
+        pr.first_div_where = S(*f, "where");
       }
       if (auto f = p.find("nan_onset"); f != p.end() && f->is_object()) {
         pr.has_nan_onset = true;
@@ -481,7 +482,8 @@ std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int widt
       line(" first NaN/Inf: step " + std::to_string(p.nan_onset_step) + " in " + p.nan_onset_tensor + " (" +
            p.nan_onset_kind + ")");
     }
-    if (p.diverged) line(" first divergence: step " + std::to_string(p.first_div_step) + " at " + p.first_div_tensor);
+    if (p.diverged)
+      line(" first divergence: step " + std::to_string(p.first_div_step) + p.FirstDivWhere() + " at " + p.first_div_tensor);
     line(" TENSORS (" + std::to_string(p.drifting) + " of " + std::to_string(p.tensors_total) + " drifting now)");
     line(" " + TensorHeader(tw));
     size_t shown = 0;

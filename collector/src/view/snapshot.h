@@ -57,6 +57,12 @@ struct PairRow {
   bool diverged = false;
   int64_t first_div_step = -1;
   std::string first_div_tensor;
+  std::string first_div_where;  // "rank 2", "all 4 ranks" ("" from an older collector)
+  // " rank 2" / " on all 4 ranks" / "" for the first-divergence line.
+  std::string FirstDivWhere() const {
+    if (first_div_where.empty()) return "";
+    return first_div_where.rfind("rank ", 0) == 0 ? " " + first_div_where : " on " + first_div_where;
+  }
   bool has_nan_onset = false;  // the first tensor to go NaN/Inf on one side only
   int64_t nan_onset_step = -1;
   std::string nan_onset_tensor, nan_onset_kind;

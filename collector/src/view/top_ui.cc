@@ -296,7 +296,7 @@ class Screen {
           A_BOLD, kBad);
     }
     if (p->diverged) {
-      Put(y++, 0, " first divergence: step " + std::to_string(p->first_div_step) + " at " + p->first_div_tensor,
+      Put(y++, 0, " first divergence: step " + std::to_string(p->first_div_step) + p->FirstDivWhere() + " at " + p->first_div_tensor,
           A_BOLD, kBad);
     }
     // Tensors get what the alerts (up to 4 rows + title) and the footer leave.

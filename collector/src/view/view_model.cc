@@ -70,6 +70,7 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
     while (p.loss.size() > opt_.loss_points) p.loss.pop_front();
   }
   if (!v.matched) return;
+  p.onsets.Observe(v);
   for (const MatchedTensor& m : *v.matched) {
     if (!m.b || !m.c) continue;
     const uint64_t key = m.b->key;
@@ -120,6 +121,7 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
       if (!p.diverged || v.step < p.first_div_step) {
         p.diverged = true;
         p.first_div_step = v.step;
+        p.first_div_rank = v.rank;
         p.first_div_tensor = t.name;
       }
     }
@@ -274,7 +276,11 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     j["loss_hist"] = std::move(hist);
     j["setup"] = p.setup_known ? json{{"differences", p.setup_differences}, {"summary", p.setup_summary}}
                                : json(nullptr);
-    j["first_div"] = p.diverged ? json{{"step", p.first_div_step}, {"tensor", p.first_div_tensor}} : json(nullptr);
+    j["first_div"] = p.diverged ? json{{"step", p.first_div_step},
+                                       {"tensor", p.first_div_tensor},
+                                       {"rank", p.first_div_rank},
+                                       {"where", p.onsets.Where(p.first_div_step, p.first_div_rank)}}
+                                : json(nullptr);
     const TensorState* producer = nullptr;
     if (p.has_onset) {
       auto pit = p.tensors.find(p.onset_key);

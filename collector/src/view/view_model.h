@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "detect/rank_onsets.h"
 #include "ingest/message_sink.h"
 #include "ingest/registry.h"
 #include "lockstep/alerting/alert.h"
@@ -109,7 +110,9 @@ class ViewModel : public MessageSink {
     std::string setup_summary;
     bool diverged = false;
     uint64_t first_div_step = 0;
+    uint32_t first_div_rank = 0;
     std::string first_div_tensor;
+    RankOnsets onsets;  // each rank's first drifting step: "on all 4 ranks"
     // The NaN/Inf producer: the first (step, execution order) a tensor went non-finite
     // on one side only. Pinned first in the tensor list.
     bool has_onset = false;

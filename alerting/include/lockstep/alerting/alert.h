@@ -42,6 +42,7 @@ struct Alert {
   std::vector<std::string> runs;  // the run(s) involved: [run] or [baseline, candidate]
   uint64_t step = 0;
   uint32_t rank = 0;
+  uint32_t micro_step = 0; // the tensor's micro step within the step (0 without accumulation)
   std::string tensor;      // canonical tensor name ("" for run-level rules)
   std::string kind;        // "act", "act_grad", "param_grad", "param", "optim", "loss", ""
   double baseline_value = std::nan("");   // the value in each run (NaN if not applicable)
@@ -70,8 +71,15 @@ struct Alert {
   uint64_t incident_alerts = 0;
   std::vector<IncidentFact> facts;
 
-  // Receivers may dedup on this too: rule/experiment/tensor (DESIGN.md).
-  std::string DedupKey() const { return rule + "/" + experiment + "/" + tensor; }
+  // Receivers may dedup on this too (DESIGN.md, docs/alerting.md "Dedup"):
+  // rule/experiment/run/tensor/kind/rank<N>, the run being the candidate for a pair
+  // rule. One finding per (run, tensor, kind, rank): the same tensor drifting on two
+  // ranks, or as an activation and as its gradient, is two findings, never one
+  // swallowing the other. The id is this key @ step, so ids never repeat across ranks.
+  std::string DedupKey() const {
+    return rule + "/" + experiment + "/" + (runs.empty() ? std::string() : runs.back()) + "/" + tensor + "/" +
+           kind + "/rank" + std::to_string(rank);
+  }
 };
 
 }  // namespace lockstep::alerting

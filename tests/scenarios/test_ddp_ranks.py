@@ -1,0 +1,142 @@
+"""Many ranks end to end (issue 20): real DistributedDataParallel jobs, gloo on CPU, 4
+ranks per run (torch.multiprocessing spawn), into a real `lockstep collect`.
+
+Four runs of one experiment train side by side in each of the 4 processes (each its own
+DDP model, stepped in the same order on every rank): the baseline, a twin, a candidate
+whose rank 2 is fed other data at the last step (only there: from the next step on, the
+all-reduced update moves every rank), and a candidate whose first layer computes
+differently from step 3 on every rank. Asserted: the twin raises no alert; the data
+candidate's alerts name rank 2 (the other ranks see only the all-reduced gradients);
+the layer candidate's first divergence names the layer with its module type and a rank,
+and `lockstep compare` says it parts on all 4 ranks, in "6 steps × 4 ranks"."""
+import json
+import os
+import subprocess
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from scenario_lib import Collector, fmt_alerts, free_port, run_of
+
+WORLD = 4
+STEPS = 6
+CHANGE_AT = 3
+DATA_AT = STEPS - 1
+DATA_RANK = 2
+RUNS = (("ddp-base", "baseline"), ("ddp-twin", "candidate"), ("ddp-data", "candidate"),
+        ("ddp-layer", "candidate"))
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose output is off by 5 % once `broken` (a kernel computing differently);
+    named Linear so the messages say "0 (Linear)"."""
+    broken = False
+
+    def forward(self, x):
+        y = super().forward(x)
+        return y * 1.05 if self.broken else y
+
+
+def _worker(rank, endpoint, port, errors):
+    torch.set_num_threads(1)
+    try:
+        import lockstep
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                                world_size=WORLD)
+        runs = []
+        for run, role in RUNS:
+            torch.manual_seed(0)  # the same weights in every run and on every rank
+            model = nn.Sequential(Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+            ddp = nn.parallel.DistributedDataParallel(model)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            mon = lockstep.Monitor(run=run, role=role, experiment="ddp", endpoint=endpoint,
+                                   host_stats_thread="off", strict=True)
+            assert mon.enabled and mon.rank == rank, (mon.rank, rank)
+            mon.watch(ddp, optimizer=opt)
+            runs.append((run, model, ddp, opt, mon))
+        for step in range(STEPS):
+            g = torch.Generator().manual_seed(1000 * step + rank)
+            x = torch.randn(4, 8, generator=g)
+            y = torch.randn(4, 4, generator=g)
+            for run, model, ddp, opt, mon in runs:
+                xi = x
+                if run == "ddp-data" and rank == DATA_RANK and step == DATA_AT:
+                    xi = x * 1.5
+                model[0].broken = run == "ddp-layer" and step >= CHANGE_AT
+                loss = nn.functional.mse_loss(ddp(xi), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                mon.step(loss=loss)
+        for *_, mon in runs:
+            assert mon.close(10.0)
+        dist.destroy_process_group()
+    except BaseException as e:  # reported to the parent, which fails the test
+        errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
+        raise
+
+
+def _compare(col, cand):
+    out = subprocess.run([col.exe, "compare", col.log_path("ddp-base"), col.log_path(cand)],
+                         capture_output=True, text=True, timeout=60)
+    js = subprocess.run([col.exe, "compare", "--json", col.log_path("ddp-base"), col.log_path(cand)],
+                        capture_output=True, text=True, timeout=60)
+    return out, json.loads(js.stdout)
+
+
+def test_ddp_four_ranks(tmp_path, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCKSTEP_RANK", "LOCKSTEP_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with Collector(tmp_path) as col:
+        ctx = mp.get_context("spawn")
+        errors = ctx.SimpleQueue()
+        mp.spawn(_worker, args=(col.endpoint, free_port(), errors), nprocs=WORLD, join=True)
+        assert errors.empty()
+        col.wait_goodbye([run for run, _ in RUNS])
+    assert col.proc.returncode == 0, col.stderr()
+    alerts = col.alerts()
+    by_run = {}
+    for a in alerts:
+        by_run.setdefault(run_of(a), []).append(a)
+    # Twins: nothing at all, on any rank.
+    assert "ddp-twin" not in by_run, fmt_alerts(by_run["ddp-twin"])
+    assert "ddp-base" not in by_run, fmt_alerts(by_run["ddp-base"])
+
+    # One rank's data: the forward tensors drift on rank 2 only (every rank's gradients
+    # drift too, after the all-reduce).
+    data = by_run.get("ddp-data", [])
+    forward = [a for a in data if a["kind"] in ("input", "act")]
+    assert forward, fmt_alerts(data)
+    assert {a["rank"] for a in forward} == {DATA_RANK}, fmt_alerts(forward)
+    assert {a["step"] for a in data} == {DATA_AT}, fmt_alerts(data)
+    # Ids never repeat, across ranks included.
+    assert len({a["id"] for a in alerts}) == len(alerts), fmt_alerts(alerts)
+
+    # One layer: the first divergence is layer 0 at step 3, named with its type and rank.
+    layer = by_run.get("ddp-layer", [])
+    first = [a for a in layer if a["rule"] == "first_divergence"]
+    assert len(first) == 1, fmt_alerts(layer)
+    f = first[0]
+    assert (f["tensor"], f["kind"], f["step"]) == ("0", "act", CHANGE_AT), fmt_alerts(first)
+    assert "0 (Linear)" in f["message"] and "rank %d" % f["rank"] in f["message"], f["message"]
+    assert f["micro_step"] == 0
+
+    # Offline, the same logs: ranks shown.
+    out, rep = _compare(col, "ddp-twin")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "%d steps × %d ranks" % (STEPS, WORLD) in out.stdout, out.stdout
+    assert rep["ranks"] == WORLD and rep["steps_compared"] == STEPS * WORLD, rep["steps_compared"]
+
+    out, rep = _compare(col, "ddp-layer")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "at step %d on all %d ranks" % (CHANGE_AT, WORLD) in out.stdout, out.stdout
+    assert "FIRST DIVERGENCE (critical): step %d on all %d ranks: 0 act" % (CHANGE_AT, WORLD) in out.stdout, \
+        out.stdout
+    assert "0 (Linear)" in out.stdout, out.stdout
+
+    out, rep = _compare(col, "ddp-data")
+    rows = [t for t in rep["tensors"] if t["kind"] in ("input", "act") and t["status"] != "ok"]
+    assert rows and {t["rank"] for t in rows} == {DATA_RANK}, rows
+    assert "on all %d ranks" % WORLD not in out.stdout, out.stdout
