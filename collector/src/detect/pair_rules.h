@@ -56,13 +56,12 @@ class ScalarsDetector : public PairDetector {
 // `first_divergence`: at the first step where any tensor drifts, the earliest such
 // tensor in execution order, with both runs' values and its likely cause
 // (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
-// pair.
+// pair; what it sent is kept in the pair's PairOutcome (PairCtx::outcome).
 class FirstDivergenceDetector : public PairDetector {
  public:
   explicit FirstDivergenceDetector(const PairCtx* ctx) : ctx_(ctx) {}
   const char* rule() const override { return "first_divergence"; }
   void OnPairStep(const PairStepView& v) override;
-  bool fired() const { return fired_; }
 
  private:
   // Sets a->cause and returns the sentence that explains it.
