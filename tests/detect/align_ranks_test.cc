@@ -311,5 +311,50 @@ TEST(AlignLateJoin, WithoutALogTheLateCandidateIsCountedAndWarnedNotSilent) {
   EXPECT_GE(r[1].steps_only_candidate, 9u);
 }
 
+// The same with a recorded baseline (`lockstep collect --baseline PATH`): c1 has read
+// it past its first steps when c2 connects; c2 gets its own reader of the file.
+TEST(AlignLateJoin, LateCandidateOfARecordedBaselineReadsTheFileItself) {
+  const std::string dir = TestDir();
+  {
+    Collector rec(dir, false);  // records the baseline's log
+    StreamBuilder b("base", "exp", wire::Role::Baseline);
+    rec.Feed("base", b.Hello());
+    rec.Feed("base", b.Directory(Model()));
+    for (uint64_t s = 0; s < 12; ++s) rec.Feed("base", StepMsg(b, 0, s, nullptr));
+    rec.Feed("base", b.Goodbye(11));
+    for (auto& [run, w] : rec.logs) ASSERT_TRUE(w->Sync().ok());
+  }
+  std::vector<alerting::Alert> alerts;
+  AnalyzerOptions opt;
+  opt.idle_close_ns = 0;
+  Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); },
+              [] { return int64_t{1'700'000'000'000'000'000}; });
+  ASSERT_TRUE(an.AddBaselineLog(runlog::LogPathFor(dir, "base")).ok());
+  StreamBuilder c1("c1", "exp", wire::Role::Candidate), c2("c2", "exp", wire::Role::Candidate);
+  auto feed = [&](const std::vector<uint8_t>& m) { an.OnMessage(AsEnvelope(m), 1); };
+  auto drift = [](uint32_t, int t, uint64_t s) { return t == 0 && s >= 5 ? 0.05 : 0.0; };
+  feed(c1.Hello());
+  feed(c1.Directory(Model()));
+  for (uint64_t s = 0; s < 8; ++s) feed(StepMsg(c1, 0, s, nullptr));
+  feed(c2.Hello());
+  feed(c2.Directory(Model()));
+  for (uint64_t s = 0; s < 12; ++s) feed(StepMsg(c2, 0, s, drift));
+  for (uint64_t s = 8; s < 12; ++s) feed(StepMsg(c1, 0, s, nullptr));
+  feed(c1.Goodbye(11));
+  feed(c2.Goodbye(11));
+  an.Finish();
+  EXPECT_EQ(an.counters().late_joins_read_back, 1u);
+  EXPECT_EQ(an.counters().buffered_steps, 0u);
+  auto r = an.Reports();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].steps_compared, 12u);
+  EXPECT_FALSE(r[0].diverged) << Dump(alerts);
+  EXPECT_EQ(r[1].steps_compared, 12u);
+  EXPECT_EQ(r[1].steps_only_candidate, 0u);
+  ASSERT_TRUE(r[1].diverged) << Dump(alerts);
+  EXPECT_EQ(r[1].first_divergence.step, 5u);
+  EXPECT_EQ(r[1].first_divergence.tensor, "layers.0");
+}
+
 }  // namespace
 }  // namespace lockstep::collector
