@@ -1,28 +1,21 @@
-// Analyzer: the aligner and the detectors behind one MessageSink (DESIGN.md
+// Analyzer: the detection side of the collector behind one MessageSink (DESIGN.md
 // "Collector"; docs/rules.md).
 //
 // Fed verified Envelopes — live by LiveAnalyzer's thread, offline by `lockstep
-// compare` replaying two logs — it decodes each run into closed steps (RunDecoder),
-// runs the per-run rules on them, pairs each candidate with its experiment's baseline
-// by (step, rank, canonical name, kind, micro step), evaluates every matched tensor
-// (PairEval) against its tolerance and noise floor, and runs the per-pair rules.
-// Alerts go to the AlertFn given at construction.
+// compare` replaying two logs — it hands them to its Aligner (align/aligner.h), which
+// decodes each run into closed steps, pairs each candidate with its experiment's
+// baseline, bounds what waits in memory, reads runs back from disk and matches steps
+// by (rank, step). The analyzer is the aligner's AlignedSink: it runs the per-run
+// rules on every closed step, joins each matched step's tensors by (canonical name,
+// kind, micro step), evaluates them (PairEval) against their tolerance and noise floor
+// and runs the per-pair rules. Alerts go to the AlertFn given at construction.
 //
-// Pairing: by Hello's experiment and role, unless OverrideRun() fixed them. Several
-// candidates share one baseline; a second baseline of an experiment is not paired
-// (logged). Solo runs get the per-run rules only.
+// State, per pair: the rules' state per (rank, tensor) (TensorTrack: noise floor,
+// trend, drift level; learned per rank in step order, so live and offline give the
+// same alerts on the same logs) and, apart, the report table per tensor over all
+// ranks (worst step and its rank, first drift).
 //
-// Memory: a closed step waits in memory only until its partner step is compared (a
-// baseline step until every candidate has passed it). A recorded baseline
-// (AddBaselineLog) is read on demand at its candidates' pace and never buffered ahead.
-// A live run that gets more than max_buffered_steps ahead of its partner is switched to
-// read-back (needs AnalyzerOptions::data_dir, where the collector logs every message
-// before the analyzer sees it): its waiting steps are dropped and, from then on to its
-// end, its steps come from its own log `<data_dir>/<run>.lslog`, decoded by a second
-// RunDecoder and read only as far as the partner has got. The live copy of its messages
-// is still decoded, for the per-run rules only (so they fire at once and once). With no
-// data dir or no log, the oldest waiting steps are evicted instead: counted per pair
-// and logged once, never silently skipped. See docs/rules.md "Memory bound".
+// Pairing, memory bound, read-back and late joiners: see align/aligner.h.
 //
 // Threads: single-threaded; every method on one thread (the owner's).
 #ifndef LOCKSTEP_COLLECTOR_DETECT_ANALYZER_H_
@@ -36,8 +29,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "align/aligner.h"
 #include "align/names.h"
-#include "align/run_decoder.h"
 #include "detect/detector.h"
 #include "detect/rules_config.h"
 #include "detect/setup_rule.h"
@@ -46,16 +39,13 @@
 
 namespace lockstep::collector {
 
-class LogReader;
-
-enum class RunRole : uint8_t { kUnknown = 0, kBaseline = 1, kCandidate = 2, kSolo = 3 };
-
 struct AnalyzerOptions {
   RulesConfig rules;
   NameCanonicalizer canon;
   size_t max_buffered_steps = 64;          // per (run, rank) waiting for its partner
-  // Where the collector writes `<run>.lslog`; a run far ahead is read back from there.
-  // Empty: no read-back, the memory bound evicts (in-process tests, compare).
+  // Where the collector writes `<run>.lslog`; a run far ahead, and the baseline of a
+  // late candidate, are read back from there. Empty: no read-back, the memory bound
+  // evicts (in-process tests, compare).
   std::string data_dir;
   int64_t idle_close_ns = 2'000'000'000;   // a rank silent this long: its open step closes
 };
@@ -74,6 +64,8 @@ struct AnalyzerCounters {
   uint64_t peak_buffered_bytes = 0;
   uint64_t peak_buffered_steps = 0;  // most steps waiting at once, all runs together
   uint64_t runs_read_back = 0;       // live runs switched to reading their own log
+  uint64_t late_joins_read_back = 0;   // late candidates compared from the baseline's log
+  uint64_t late_joins_uncompared = 0;  // late candidates with no baseline log to read (warned)
 };
 
 // One row of the compare table: a matched tensor at its worst step.
@@ -83,11 +75,11 @@ struct TensorReport {
   std::vector<std::string> aliases;  // names whose records repeat this one (docs/rules.md)
   std::string kind;
   uint32_t micro_step = 0;
-  uint32_t rank = 0;                 // the rank at the worst step
   uint32_t order = 0;
   std::string dtype_b, dtype_c;
-  uint64_t steps = 0;              // steps compared
+  uint64_t steps = 0;              // (rank, step) comparisons, all ranks
   uint64_t worst_step = 0;
+  uint32_t rank = 0;               // the rank at worst_step
   double b_l2 = 0, c_l2 = 0;
   double rel_l2 = 0, rel_mean = 0, rel_absmax = 0, rel_std = 0;
   double cosine = 1, rel_dist = 0, kl = 0;
@@ -106,8 +98,8 @@ struct UnmatchedReport {
 
 struct PairReport {
   std::string experiment, baseline, candidate;
-  uint64_t steps_compared = 0;
-  uint32_t ranks = 0;                    // distinct ranks compared (steps_compared counts (step, rank)s)
+  uint64_t steps_compared = 0;     // (rank, step) comparisons
+  uint32_t ranks = 0;              // distinct ranks compared
   uint64_t steps_only_baseline = 0, steps_only_candidate = 0, steps_evicted = 0;
   bool diverged = false;
   alerting::Alert first_divergence;  // valid when diverged
@@ -137,17 +129,21 @@ class Analyzer : public MessageSink {
   void Finish();
 
   // Fixes a run's experiment and role whatever its Hello says (compare, tests).
-  void OverrideRun(const std::string& run, const std::string& experiment, RunRole role);
+  void OverrideRun(const std::string& run, const std::string& experiment, RunRole role) {
+    aligner_.OverrideRun(run, experiment, role);
+  }
   // A recorded run log as the baseline of `experiment` ("" = the log's own), read
   // from disk at its candidates' pace. Its per-run rules run only if `run_rules`
   // (compare: yes; a live collector: no, they ran when it was recorded). Returns the
   // log's run id, or `as_run` when given: the run is known by that id instead
   // (compare --rename-baseline, for two recordings of one run id).
   StatusOr<std::string> AddBaselineLog(const std::string& path, const std::string& experiment = "",
-                                       bool run_rules = false, const std::string& as_run = "");
+                                       bool run_rules = false, const std::string& as_run = "") {
+    return aligner_.AddBaselineLog(path, experiment, run_rules, as_run);
+  }
   // Messages of run `from` given to OnMessage are taken as run `to` (compare
   // --rename-candidate). Before the first message of `from`.
-  void RenameRun(const std::string& from, const std::string& to) { rename_[from] = to; }
+  void RenameRun(const std::string& from, const std::string& to) { aligner_.RenameRun(from, to); }
 
   std::vector<PairReport> Reports() const;
   AnalyzerCounters counters() const;
@@ -161,39 +157,41 @@ class Analyzer : public MessageSink {
   void SetPairStepObserver(PairStepObserver fn) { observer_ = std::move(fn); }
 
  private:
-  struct RunState;
-  struct PairState;
+  struct RunDet;
+  struct PairDet;
+  // The detection side of the aligner; forwards to the analyzer.
+  class Sink : public AlignedSink {
+   public:
+    explicit Sink(Analyzer* a) : a_(a) {}
+    void OnRunActivity(const AlignedRun& run, int64_t recv_ns, bool goodbye) override;
+    void OnRunTick(const AlignedRun& run, int64_t now_ns) override;
+    void OnRunResume(const AlignedRun& run, int64_t now_ns) override;
+    void OnRunStep(const AlignedRun& run, const StepData& step) override;
+    void OnPairStart(const AlignedPair& pair) override;
+    void OnPairStep(const AlignedPair& pair, uint32_t rank, const StepData& b, const StepData& c) override;
+    void OnPairEnd(const AlignedPair& pair) override;
 
-  RunState* GetRun(const std::string& run_id);
-  void SetRole(RunState* r, const std::string& experiment, RunRole role);
-  void OnClosed(RunState* r, uint32_t rank, StepPtr step);
-  void Buffer(RunState* r, uint32_t rank, StepPtr step);
-  void Drain();
-  void Match(PairState* p);
-  void OnReadBack(RunState* r, uint32_t rank, StepPtr step);
-  bool StartReadBack(RunState* r);
-  void DropBuffered(RunState* r);
-  int64_t MinDone(const RunState* r, uint32_t rank) const;
-  bool Pull(RunState* r, uint32_t rank, uint64_t step);
-  void DrainSourceToEnd(RunState* r);
-  void Compare(PairState* p, uint32_t rank, const StepData& bs, const StepData& cs);
+   private:
+    Analyzer* a_;
+  };
+
+  RunDet* Det(const AlignedRun& run);
+  void Compare(PairDet* p, uint32_t rank, const StepData& bs, const StepData& cs);
   // The `setup` rule: once per pair, when both fingerprints are known (at the first
-  // compared step, or at Finish).
-  void CheckSetup(PairState* p, uint64_t step, uint32_t rank);
-  void Release(RunState* b, uint32_t rank);
-  void NoteUnmatched(PairState* p, uint64_t key, bool in_baseline, uint64_t step);
+  // compared step, or at the end).
+  void CheckSetup(PairDet* p, uint64_t step, uint32_t rank);
+  void NoteUnmatched(PairDet* p, uint64_t key, bool in_baseline, uint64_t step);
 
   AnalyzerOptions opt_;
   ClockFn clock_;
   AlertEmitter emitter_;
   NameTable names_;
-  std::unordered_map<std::string, std::unique_ptr<RunState>> runs_;
-  std::vector<std::unique_ptr<PairState>> pairs_;
-  std::map<std::string, std::string> baseline_of_;  // experiment -> baseline run
-  std::map<std::string, std::string> rename_;       // RenameRun: run id -> id used here
-  bool dirty_ = false;
-  bool finishing_ = false;  // Finish(): a read-back log's end is the run's end
-  AnalyzerCounters counters_;
+  Sink sink_{this};
+  Aligner aligner_;  // after names_ and sink_, which it uses
+  std::unordered_map<const AlignedRun*, std::unique_ptr<RunDet>> runs_;
+  std::vector<std::unique_ptr<PairDet>> pairs_;  // by AlignedPair::index
+  uint64_t pairs_compared_ = 0;
+  uint64_t unmatched_tensors_ = 0;
   PairStepObserver observer_;
 };
 

@@ -4,7 +4,7 @@
 
 namespace lockstep::collector {
 
-void AlertEmitter::Emit(alerting::Alert a) {
+const alerting::Alert& AlertEmitter::Emit(alerting::Alert a) {
   a.id = a.DedupKey() + "@" + std::to_string(a.step);
   if (a.incident.empty()) a.incident = IncidentKey(a);
   if (a.first_seen_unix_ns == 0) a.first_seen_unix_ns = clock_ ? clock_() : 0;
@@ -13,6 +13,7 @@ void AlertEmitter::Emit(alerting::Alert a) {
   ++total_;
   last_ = a;
   if (fn_) fn_(std::move(a));
+  return last_;
 }
 
 }  // namespace lockstep::collector

@@ -11,6 +11,8 @@
 #ifndef LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
 #define LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,8 +35,8 @@ class AlertEmitter {
  public:
   AlertEmitter(AlertFn fn, ClockFn clock) : fn_(std::move(fn)), clock_(std::move(clock)) {}
   // Stamps id (dedup key @ step), first_seen and the incident key (incident_key.h),
-  // counts, and hands it on.
-  void Emit(alerting::Alert a);
+  // counts, and hands it on. Returns the alert as stamped (valid until the next Emit).
+  const alerting::Alert& Emit(alerting::Alert a);
   int64_t Now() const { return clock_(); }
   // Alerts emitted so far, by rule and by severity.
   const std::map<std::string, uint64_t>& by_rule() const { return by_rule_; }
@@ -62,6 +64,13 @@ struct RunCtx {
   alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
 };
 
+// What a pair's rules concluded that the report shows: set by first_divergence when it
+// fires (a typed signal, not a rule name read back from the emitter).
+struct PairOutcome {
+  bool diverged = false;
+  alerting::Alert first_divergence;  // as emitted (id, incident stamped); valid when diverged
+};
+
 struct PairCtx {
   std::string experiment;
   std::string baseline, candidate;
@@ -69,35 +78,35 @@ struct PairCtx {
   const RulesConfig* cfg = nullptr;
   AlertEmitter* out = nullptr;
   PairFacts* facts = nullptr;  // owned by the pair: setup differences, scalar findings
+  PairOutcome* outcome = nullptr;  // owned by the pair: its first divergence
   alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
 };
 
-// Per (pair, tensor key) memory: the noise floor, the recent scores (trend) and what
-// the compare table shows. Owned by the pair; detectors read and update it.
+// Rule state of one (pair, rank, tensor key): the noise floor, the recent scores
+// (trend) and the drift level already reported. Per rank, learned in that rank's step
+// order, so the same logs give the same state whatever order the ranks arrive in
+// (docs/rules.md "Noise floor"). Owned by the pair's detection state; the rules read
+// and update it. The compare table (worst step, first drift) is kept apart, per tensor
+// over all ranks (Analyzer).
 struct TensorTrack {
   uint64_t key = 0;
-  uint32_t order = 0;          // execution order (candidate's) at the last compared step
+  uint32_t rank = 0;
   uint32_t floor_n = 0;        // steps learned so far
   double floor = 0;            // max normalized score over the learning steps
   std::vector<float> recent;   // ring of the last trend_window scores
   uint32_t recent_pos = 0;
-  uint64_t compared = 0;
-  // Table: the step with the worst score, and the first drifting step.
-  int64_t first_drift_step = -1;
-  double worst_score = -1;
-  uint64_t worst_step = 0;
-  uint32_t worst_rank = 0;
-  PairEval worst;
-  double worst_b_l2 = 0, worst_c_l2 = 0;
-  double worst_threshold = 1;
-  DT dtype_b = DT::kUnknown, dtype_c = DT::kUnknown;
-  // Rule state.
   uint8_t drift_level = 0;     // 0 none, 1 warned, 2 critical sent
   bool trend_fired = false;
 
   // The threshold in normalized units: max(1, k x floor) once learned.
   double Threshold(const RulesConfig& cfg) const {
     return floor_n >= static_cast<uint32_t>(cfg.floor_steps) ? std::max(1.0, cfg.floor_k * floor) : 1.0;
+  }
+  // One more compared step's score, while the floor is being learned.
+  void Learn(double score, const RulesConfig& cfg) {
+    if (floor_n >= static_cast<uint32_t>(cfg.floor_steps)) return;
+    if (std::isfinite(score)) floor = std::max(floor, score);
+    ++floor_n;
   }
 };
 
@@ -106,7 +115,7 @@ struct MatchedTensor {
   const StatRow* c = nullptr;
   PairEval eval;
   double threshold = 1;        // normalized, from the track before this step's update
-  TensorTrack* track = nullptr;
+  TensorTrack* track = nullptr;  // this (rank, tensor)'s rule state
   bool drifting() const { return eval.score > threshold; }
 };
 

@@ -148,7 +148,11 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
               a.message;
   if (n > 1) a.message += "; " + std::to_string(n) + " tensors drift at this step";
   a.message += "; cause: " + a.cause + " (" + why + ")";
-  ctx_->out->Emit(std::move(a));
+  const alerting::Alert& sent = ctx_->out->Emit(std::move(a));
+  if (ctx_->outcome != nullptr) {
+    ctx_->outcome->diverged = true;
+    ctx_->outcome->first_divergence = sent;
+  }
 }
 
 std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedTensor& first,

@@ -25,8 +25,9 @@ class LossDriftDetector : public PairDetector {
 };
 
 // `tensor_drift`: a matched tensor's drift score is above its threshold. Once per
-// tensor when it starts drifting, once more if it becomes critical; at most
-// max_tensor_alerts_per_step per step, earliest in execution order first.
+// (rank, tensor) when it starts drifting, once more if it becomes critical (the level
+// is in its TensorTrack); at most max_tensor_alerts_per_step per (rank, step),
+// earliest in execution order first.
 class TensorDriftDetector : public PairDetector {
  public:
   explicit TensorDriftDetector(const PairCtx* ctx) : ctx_(ctx) {}
@@ -56,13 +57,12 @@ class ScalarsDetector : public PairDetector {
 // `first_divergence`: at the first step where any tensor drifts, the earliest such
 // tensor in execution order, with both runs' values and its likely cause
 // (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
-// pair.
+// pair; what it sent is kept in the pair's PairOutcome (PairCtx::outcome).
 class FirstDivergenceDetector : public PairDetector {
  public:
   explicit FirstDivergenceDetector(const PairCtx* ctx) : ctx_(ctx) {}
   const char* rule() const override { return "first_divergence"; }
   void OnPairStep(const PairStepView& v) override;
-  bool fired() const { return fired_; }
 
  private:
   // Sets a->cause and returns the sentence that explains it.
@@ -71,8 +71,9 @@ class FirstDivergenceDetector : public PairDetector {
   bool fired_ = false;
 };
 
-// `trend`: a tensor's drift score grew trend_growth-fold over trend_window steps,
-// mostly monotonically, and is still under its threshold: reported before it crosses.
+// `trend`: a tensor's drift score grew trend_growth-fold over trend_window steps of
+// one rank, mostly monotonically, and is still under its threshold: reported before it
+// crosses. Once per (rank, tensor).
 class TrendDetector : public PairDetector {
  public:
   explicit TrendDetector(const PairCtx* ctx) : ctx_(ctx) {}

@@ -306,6 +306,11 @@ std::string CollectorMetrics::Render() {
     w.Sample({}, ac.buffered_steps);
     w.Family("lockstep_analyzer_buffered_bytes", C::kGauge, "Approximate memory of the waiting steps.");
     w.Sample({}, ac.buffered_bytes);
+    w.Family("lockstep_analyzer_late_joins_total", C::kCounter,
+             "Candidates paired after the baseline had let its first steps go: read from the baseline's log, or "
+             "not comparable there (no log).");
+    w.Sample({{"outcome", "read_back"}}, ac.late_joins_read_back);
+    w.Sample({{"outcome", "uncompared"}}, ac.late_joins_uncompared);
     w.Family("lockstep_analyzer_errors_total", C::kCounter, "Exceptions inside the analyzer (the message stays in the log).");
     w.Sample({}, src_.analyzer->errors());
   }
