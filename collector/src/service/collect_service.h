@@ -40,8 +40,10 @@
 //      recorded baselines to their end); its last alerts still reach the dispatcher.
 //   5. Dispatcher: flush (up to 3 s), then stop; undelivered alerts stay spooled.
 //   6. A last status line (Shutdown only, when status lines are on).
-// The objects are then destroyed in the reverse order of their declaration below, which
-// is the same order: each part outlives everything that holds a pointer to it.
+// The stopped objects are then destroyed in the reverse order of their declaration below:
+// each one before every part it points to (the status line and the two readers, then the
+// Collector, which points to its sinks, then the analyzer, which calls the recorders and
+// the fan-out, and the dispatcher last).
 //
 // Threads: Create, Start, Run, Shutdown and the destructor from one controlling thread.
 // The accessors from any thread after Create (the parts' own contracts apply).
