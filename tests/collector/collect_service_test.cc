@@ -64,7 +64,8 @@ void SendRun(const std::string& endpoint, const std::string& run, Role role, boo
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   std::vector<uint32_t> ids;
   for (uint32_t t = 0; t < kTensors; ++t)
-    ids.push_back((*agent)->RegisterTensor("layers." + std::to_string(t), TensorKind::kAct, DType::kF32, {64}, t));
+    ids.push_back((*agent)->RegisterTensor("layers." + std::to_string(t), TensorKind::kAct,
+                                           DType::kF32, {64}, t));
   for (uint64_t step = 0; step < kSteps; ++step) {
     for (uint32_t t = 0; t < kTensors; ++t) {
       TensorStats s;
@@ -92,7 +93,8 @@ Status RunUntilRecords(CollectService* svc, uint64_t records) {
   return svc->Run([&](std::chrono::nanoseconds max) {
     if (svc->collector().registry().Totals().records >= records) return true;
     if (std::chrono::steady_clock::now() > deadline) return true;
-    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(max, std::chrono::milliseconds(5)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::nanoseconds>(max, std::chrono::milliseconds(5)));
     return false;
   });
 }
@@ -148,7 +150,8 @@ TEST(CollectService, LogsTwoRunsAndFansTheAlertOutToEveryPart) {
 
   // The NaN: one alert naming the candidate, in every part of the fan-out.
   auto report = s.report().AlertsOf("svc");
-  auto nf = std::find_if(report.begin(), report.end(), [](const alerting::Alert& a) { return a.rule == "nonfinite"; });
+  auto nf = std::find_if(report.begin(), report.end(),
+                         [](const alerting::Alert& a) { return a.rule == "nonfinite"; });
   ASSERT_NE(nf, report.end());
   EXPECT_EQ(nf->step, kNanStep);
   EXPECT_EQ(nf->tensor, "layers.1");
@@ -188,7 +191,8 @@ TEST(CollectService, RestartReplaysTheLogsAndDoesNotWriteTheAlertAgain) {
   EXPECT_EQ(s.replay_stats().skipped, 0u);
   EXPECT_GE(s.replayed_alerts(), 1u);  // the NaN, derived again from the logs
   auto report = s.report().AlertsOf("svc");
-  auto nf = std::find_if(report.begin(), report.end(), [](const alerting::Alert& a) { return a.rule == "nonfinite"; });
+  auto nf = std::find_if(report.begin(), report.end(),
+                         [](const alerting::Alert& a) { return a.rule == "nonfinite"; });
   ASSERT_NE(nf, report.end());
   EXPECT_TRUE(nf->replayed);
   EXPECT_TRUE(s.Run([](std::chrono::nanoseconds) { return true; }).ok());

@@ -36,9 +36,10 @@ std::string AccessSummary(const Collector& c) {
                                : "reachable from other hosts";
   std::string key = c.curve_public_key();
   if (key.empty()) return "access: " + reach + "; no CURVE (plain ZeroMQ, unauthenticated)";
-  std::string who = c.options().curve.authorized_keys.empty()
-                        ? "any agent holding the collector's public key"
-                        : std::to_string(c.options().curve.authorized_keys.size()) + " authorized agent key(s)";
+  std::string who =
+      c.options().curve.authorized_keys.empty()
+          ? "any agent holding the collector's public key"
+          : std::to_string(c.options().curve.authorized_keys.size()) + " authorized agent key(s)";
   return "access: " + reach + "; CURVE on (collector public key " + key + "), admitting " + who;
 }
 
@@ -75,7 +76,8 @@ class CollectService::StatusLine {
         "agent drops {}, gaps {}, duplicates {}, bad messages {}, log errors {}{}",
         t.runs, t.ranks, (cur.records - prev_.records) / dt, (cur.accepted - prev_.accepted) / dt,
         t.records, t.agent_records_dropped, t.gaps, t.duplicates, cur.rejected, cur.log_errors,
-        c_.curve_public_key().empty() ? "" : fmt::format(", refused connections {}", cur.auth.refused));
+        c_.curve_public_key().empty() ? ""
+                                      : fmt::format(", refused connections {}", cur.auth.refused));
     prev_ = cur;
     last_ = now;
   }
@@ -106,7 +108,9 @@ StatusOr<std::unique_ptr<CollectService>> CollectService::Create(CollectOptions 
 Status CollectService::Build(CollectPart* failed) {
   CollectorOptions ingest = options_.ingest;
   // Called on the ingest thread only, which starts after every part below exists.
-  ingest.on_log_health = [this](bool failing, const std::string& message) { OnLogHealth(failing, message); };
+  ingest.on_log_health = [this](bool failing, const std::string& message) {
+    OnLogHealth(failing, message);
+  };
   auto c = Collector::Create(std::move(ingest));
   if (!c.ok()) {
     *failed = CollectPart::kIngest;
@@ -176,11 +180,13 @@ Status CollectService::Build(CollectPart* failed) {
   // /metrics and, on the same port, the live report (/ and /report?experiment=NAME:
   // docs/report.md).
   if (!options_.metrics_listen.empty()) {
-    LiveReportSources report_src{report_recorder_.get(), live_.get(), "lockstep " + options_.version + " collect",
-                                 "this collector's detection settings (" + options_.ingest.data_dir +
-                                     "/<run>.settings.toml)"};
+    LiveReportSources report_src{report_recorder_.get(), live_.get(),
+                                 "lockstep " + options_.version + " collect",
+                                 "this collector's detection settings (" +
+                                     options_.ingest.data_dir + "/<run>.settings.toml)"};
     auto m = metrics::StartCollectorMetrics(
-        options_.metrics_listen, {collector_.get(), live_.get(), dispatcher_.get(), metrics_feed_.get()},
+        options_.metrics_listen,
+        {collector_.get(), live_.get(), dispatcher_.get(), metrics_feed_.get()},
         [report_src](std::string_view target, std::string* type, std::string* body) {
           return ServeLiveReport(report_src, target, type, body);
         });
@@ -235,7 +241,8 @@ int64_t CollectService::AnalyzerNowNs() const {
 // once-only rules stay fired (docs/runlog.md "Restart").
 void CollectService::Replay() {
   const auto t0 = std::chrono::steady_clock::now();
-  ReplayFanOut fan({settings_recorder_.get(), live_.get(), view_model_.get(), metrics_feed_.get()}, &replay_now_);
+  ReplayFanOut fan({settings_recorder_.get(), live_.get(), view_model_.get(), metrics_feed_.get()},
+                   &replay_now_);
   replaying_ = true;
   auto st = ReplayLogs(collector_->options().data_dir, &fan, [this](int64_t t) {
     replay_now_.store(t, std::memory_order_relaxed);
@@ -246,15 +253,19 @@ void CollectService::Replay() {
   const int64_t now = WallNowNs();
   live_->Mutate([now](Analyzer& a) { a.Resume(now); });
   if (!st.ok()) {
-    spdlog::error("replaying the run logs: {}; analysis starts from live messages only", st.status().message());
+    spdlog::error("replaying the run logs: {}; analysis starts from live messages only",
+                  st.status().message());
     return;
   }
   replay_stats_ = *st;
   spdlog::info(
-      "replayed {} messages of {} run logs through the analysis in {:.2f} s ({} alerts derived again; "
+      "replayed {} messages of {} run logs through the analysis in {:.2f} s ({} alerts derived "
+      "again; "
       "sinks skip those they handled before the restart){}",
-      st->messages, st->runs, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-      replayed_alerts(), st->skipped ? fmt::format(", {} unreadable records skipped", st->skipped) : "");
+      st->messages, st->runs,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      replayed_alerts(),
+      st->skipped ? fmt::format(", {} unreadable records skipped", st->skipped) : "");
 }
 
 Status CollectService::Start() {
@@ -282,9 +293,10 @@ Status CollectService::Run(const WaitFn& wait_for_stop) {
   auto next_trim = SteadyClock::now();
   while (true) {
     // At most a second, so a dead ingest thread is noticed promptly.
-    auto left = std::clamp<SteadyClock::duration>(next_status - SteadyClock::now(), std::chrono::nanoseconds(0),
-                                                  std::chrono::seconds(1));
-    if (wait_for_stop(std::chrono::duration_cast<std::chrono::nanoseconds>(left))) return Status::OK();
+    auto left = std::clamp<SteadyClock::duration>(
+        next_status - SteadyClock::now(), std::chrono::nanoseconds(0), std::chrono::seconds(1));
+    if (wait_for_stop(std::chrono::duration_cast<std::chrono::nanoseconds>(left)))
+      return Status::OK();
     if (SteadyClock::now() >= next_status) {
       if (status_s > 0 && status_line_) status_line_->Print();
       next_status += interval;
@@ -324,6 +336,8 @@ Status CollectService::Teardown(bool last_status_line) {
 
 std::string CollectService::view_endpoint() const { return view_pub_ ? view_pub_->endpoint() : ""; }
 
-std::string CollectService::metrics_address() const { return metrics_server_ ? metrics_server_->address() : ""; }
+std::string CollectService::metrics_address() const {
+  return metrics_server_ ? metrics_server_->address() : "";
+}
 
 }  // namespace lockstep::collector
