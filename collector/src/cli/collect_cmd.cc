@@ -1,22 +1,20 @@
-// `lockstep collect`: runs the Collector (ingest, run logs, registry) until SIGINT or
-// SIGTERM, printing a status line every --status-interval-s.
+// `lockstep collect`: parses the flags into a CollectOptions, runs a CollectService
+// (service/collect_service.h: the daemon's parts, their wiring and their teardown order)
+// until SIGINT or SIGTERM, and maps what fails to an exit code.
 //
-// Threads: main() blocks SIGINT/SIGTERM before anything else starts (so every thread
-// inherits the mask) and then waits for them with sigtimedwait(), which doubles as the
-// status-line timer. No signal handler runs arbitrary code.
-#include <malloc.h>
+// Threads: this command blocks SIGINT/SIGTERM before anything else starts (so every
+// thread inherits the mask) and then waits for them with sigtimedwait() inside
+// CollectService::Run, which doubles as the status-line timer. No signal handler runs
+// arbitrary code.
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,27 +25,17 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "detect/analyzer.h"
-#include "detect/detection_settings.h"
-#include "detect/live_analyzer.h"
-#include "ingest/log_replay.h"
-#include "lockstep/alerting/dispatcher.h"
 #include "ingest/curve_keys.h"
 #include "lockstep/collector/collector.h"
-#include "metrics/collector_metrics.h"
-#include "metrics/http_server.h"
-#include "metrics/metrics_feed.h"
-#include "report/live_report.h"
-#include "report/report_recorder.h"
 #include "runlog/json_out.h"
 #include "runlog/log_format.h"
-#include "view/view_model.h"
-#include "view/view_publisher.h"
+#include "service/collect_service.h"
 
 namespace lockstep::cli {
 namespace {
 
-using collector::Collector;
-using collector::CollectorOptions;
+using collector::CollectPart;
+using collector::CollectService;
 
 int Usage(const std::string& msg) {
   std::fprintf(stderr, "lockstep collect: %s\n", OneLine(msg).c_str());
@@ -58,14 +46,13 @@ int Usage(const std::string& msg) {
 // "metrics":"HOST:PORT" or "" when not serving}. Tests and scripts
 // wait for it instead of sleeping. Written to a temp name and renamed, so a reader
 // never sees half of it.
-Status WriteReadyFile(const std::string& path, const Collector& c, const std::string& view,
-                      const std::string& metrics) {
+Status WriteReadyFile(const std::string& path, const CollectService& svc) {
   std::string json;
   collector::JsonOut j(&json);
   j.BeginObject().Key("listen").BeginArray();
-  for (const auto& ep : c.endpoints()) j.Str(ep);
-  j.EndArray().FieldI("pid", getpid()).Field("data_dir", c.options().data_dir).Field("view", view);
-  j.Field("metrics", metrics).EndObject();
+  for (const auto& ep : svc.collector().endpoints()) j.Str(ep);
+  j.EndArray().FieldI("pid", getpid()).Field("data_dir", svc.options().ingest.data_dir);
+  j.Field("view", svc.view_endpoint()).Field("metrics", svc.metrics_address()).EndObject();
   json.push_back('\n');
   std::string tmp = path + ".tmp";
   {
@@ -79,66 +66,18 @@ Status WriteReadyFile(const std::string& path, const Collector& c, const std::st
   return Status::OK();
 }
 
-// One line at start: who can reach the ingest socket (docs/security.md).
-std::string AccessSummary(const Collector& c) {
-  bool loopback = std::all_of(c.endpoints().begin(), c.endpoints().end(), collector::IsLoopbackEndpoint);
-  std::string reach = loopback ? "loopback only: agents on other hosts cannot connect"
-                               : "reachable from other hosts";
-  std::string key = c.curve_public_key();
-  if (key.empty()) return "access: " + reach + "; no CURVE (plain ZeroMQ, unauthenticated)";
-  std::string who = c.options().curve.authorized_keys.empty()
-                        ? "any agent holding the collector's public key"
-                        : std::to_string(c.options().curve.authorized_keys.size()) + " authorized agent key(s)";
-  return "access: " + reach + "; CURVE on (collector public key " + key + "), admitting " + who;
-}
-
-class StatusLine {
- public:
-  explicit StatusLine(const Collector& c) : c_(c), last_(Clock::now()), prev_(c.counters()) {}
-  void Print() {
-    auto now = Clock::now();
-    auto cur = c_.counters();
-    double dt = std::chrono::duration<double>(now - last_).count();
-    if (dt <= 0) dt = 1e-9;
-    auto t = c_.registry().Totals();
-    spdlog::info(
-        "status: {} runs ({} ranks), {:.0f} records/s, {:.0f} messages/s, {} records in all; "
-        "agent drops {}, gaps {}, duplicates {}, bad messages {}, log errors {}{}",
-        t.runs, t.ranks, (cur.records - prev_.records) / dt, (cur.accepted - prev_.accepted) / dt,
-        t.records, t.agent_records_dropped, t.gaps, t.duplicates, cur.rejected, cur.log_errors,
-        c_.curve_public_key().empty() ? "" : fmt::format(", refused connections {}", cur.auth.refused));
-    prev_ = cur;
-    last_ = now;
+// The exit code of a part that could not be built (cli/exit_codes.h).
+int CreateFailure(CollectPart part, const Status& s) {
+  std::fprintf(stderr, "lockstep collect: %s\n", OneLine(s.message()).c_str());
+  switch (part) {
+    case CollectPart::kBaseline:
+      return kExitBadInput;  // a run log that cannot be read: the input-data code
+    case CollectPart::kIngest:
+      return s.IsInvalidArgument() || s.code() == Status::Code::kIOError ? kExitUsage : kExitRuntime;
+    default:
+      return kExitUsage;
   }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  const Collector& c_;
-  Clock::time_point last_;
-  collector::CollectorCounters prev_;
-};
-
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
-
-// The sinks of a restart's replay: what the live collector feeds, in the same order,
-// with the analyzer's clock set to each message's receive time.
-class ReplayFanOut : public collector::MessageSink {
- public:
-  ReplayFanOut(std::vector<collector::MessageSink*> sinks, std::atomic<int64_t>* clock)
-      : sinks_(std::move(sinks)), clock_(clock) {}
-  void OnMessage(const wire::Envelope& env, int64_t recv_ns) override {
-    clock_->store(recv_ns, std::memory_order_relaxed);
-    for (auto* s : sinks_) s->OnMessage(env, recv_ns);
-  }
-
- private:
-  std::vector<collector::MessageSink*> sinks_;
-  std::atomic<int64_t>* clock_;
-};
 
 }  // namespace
 
@@ -212,18 +151,17 @@ int CollectCommand(int argc, const char* const* argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
 
-  // Recorded next to each run's log, so `lockstep compare` gives the live answer.
-  collector::DetectionSettings settings{an_opt.rules, "", LOCKSTEP_VERSION};
+  collector::CollectOptions opts;
+  opts.version = LOCKSTEP_VERSION;
   if (!name_map.empty()) {
     auto canon = collector::NameCanonicalizer::FromFile(name_map);
     if (!canon.ok()) return Usage(canon.status().message());
     an_opt.canon = std::move(*canon);
-    std::ifstream nm(name_map);
-    settings.name_map.assign(std::istreambuf_iterator<char>(nm), std::istreambuf_iterator<char>());
+    std::ifstream nm(name_map);  // recorded next to each run's log (settings.toml)
+    opts.name_map_text.assign(std::istreambuf_iterator<char>(nm), std::istreambuf_iterator<char>());
   }
   if (max_buffered < 1) return Usage("--max-buffered-steps must be 1 or more");
   an_opt.max_buffered_steps = static_cast<size_t>(max_buffered);
-  an_opt.data_dir = data_dir;  // a run far ahead of its partner is read back from its log
   auto alert_opts = BuildAlertingOptions(alert_flags, data_dir + "/alert-spool");
   if (!alert_opts.ok()) return Usage(alert_opts.status().message());
 
@@ -235,235 +173,63 @@ int CollectCommand(int argc, const char* const* argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  CollectorOptions opts;
   if (!curve_authorized.empty() && curve_key.empty())
     return Usage("--curve-authorized-keys needs --curve-key (the collector's own key pair)");
   if (!curve_key.empty()) {
     auto pair = collector::ReadCurveKeyFile(curve_key, /*need_secret=*/true);
     if (!pair.ok()) return Usage(pair.status().message());
-    opts.curve.secret_key = pair->secret_key;
+    opts.ingest.curve.secret_key = pair->secret_key;
   }
   if (!curve_authorized.empty()) {
     auto keys = collector::ReadAuthorizedKeys(curve_authorized);
     if (!keys.ok()) return Usage(keys.status().message());
-    opts.curve.authorized_keys = std::move(*keys);
+    opts.ingest.curve.authorized_keys = std::move(*keys);
   }
-  opts.listen = listen;
-  opts.data_dir = data_dir;
-  opts.fsync_interval_ms = fsync_ms;
-  opts.max_message_bytes = static_cast<size_t>(max_bytes);
-  // Set before the ingest thread starts (its start orders the write before any call).
-  std::function<void(alerting::Alert)> collector_alert;
-  opts.on_log_health = [&collector_alert, data_dir](bool failing, const std::string& message) {
-    if (!failing || !collector_alert) return;  // recovery: the info line is enough
-    alerting::Alert a;
-    a.rule = "collector_disk";
-    a.severity = alerting::Severity::kCritical;
-    a.metric = "log_write_failed";
-    a.first_seen_unix_ns = WallNowNs();
-    a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
-    a.message = message;
-    collector_alert(std::move(a));
-  };
-  auto c = Collector::Create(std::move(opts));
-  if (!c.ok()) {
-    std::fprintf(stderr, "lockstep collect: %s\n", OneLine(c.status().message()).c_str());
-    bool usage = c.status().IsInvalidArgument() || c.status().code() == Status::Code::kIOError;
-    return usage ? kExitUsage : kExitRuntime;
-  }
-  Collector& col = **c;
-  auto dispatcher = alerting::Dispatcher::Create(*alert_opts);
-  if (!dispatcher.ok()) return Usage(dispatcher.status().message());
-  alerting::Dispatcher* disp = dispatcher->get();
-  collector::ViewModel view_model;  // outlives the analyzer, which calls into it
-  collector::metrics::MetricsFeed metrics_feed;  // step times and alert counts for /metrics
-  collector::ReportRecorder report_recorder;  // the live /report page's heatmap, curves and alerts
-  // A restart replays the logs through the analysis first (below): alerts derived then
-  // are marked `replayed` (each sink skips those its journal shows it handled before the
-  // restart) and stamped with the replayed message's receive time.
-  std::atomic<bool> replaying{false};
-  std::atomic<int64_t> replay_now{0};
-  uint64_t replayed_alerts = 0;
-  auto analyzer = std::make_unique<collector::Analyzer>(
-      std::move(an_opt),
-      [disp, &view_model, &metrics_feed, &report_recorder, &replaying, &replayed_alerts](alerting::Alert a) {
-        if (replaying.load(std::memory_order_relaxed)) {
-          a.replayed = true;
-          // The sinks' queues are bounded: a long history must not overflow them.
-          if (++replayed_alerts % 1024 == 0) disp->Flush(std::chrono::seconds(2));
-        }
-        view_model.OnAlert(a);
-        metrics_feed.OnAlert(a);
-        report_recorder.OnAlert(a);
-        disp->Submit(std::move(a));
-      },
-      [&replay_now] {
-        int64_t t = replay_now.load(std::memory_order_relaxed);
-        return t != 0 ? t : WallNowNs();
-      });
-  analyzer->SetPairStepObserver(
-      [&view_model, &report_recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
-        view_model.OnPairStep(ctx, v);
-        report_recorder.OnPairStep(ctx, v);
-      });
-  if (!baseline_log.empty()) {
-    auto b = analyzer->AddBaselineLog(baseline_log);
-    if (!b.ok()) {  // a run log that cannot be read: the input-data code
-      std::fprintf(stderr, "lockstep collect: %s\n", OneLine(b.status().message()).c_str());
-      return kExitBadInput;
-    }
-  }
-  collector::LiveAnalyzer live(std::move(analyzer));
-  collector::SettingsRecorder settings_recorder(data_dir, std::move(settings));
-  s = col.AddSink(&settings_recorder);
-  if (s.ok()) s = col.AddSink(&live);
-  if (s.ok()) s = col.AddSink(&view_model);
-  if (s.ok()) s = col.AddSink(&metrics_feed);
-  if (!s.ok()) return Usage(s.message());
-  // The view feed for `lockstep top`: its own thread; a snapshot reads the registry
-  // and the view model, never the analyzer's lock.
-  // Like /metrics: a default endpoint that is taken (a second collector on this host)
-  // is a warning, an explicit one an error.
-  std::unique_ptr<collector::ViewPublisher> view_pub;
-  if (!view_listen.empty() && view_listen != "off") {
-    collector::ViewPublisherOptions view_opt;
-    view_opt.endpoint = view_listen;
-    auto vp = collector::ViewPublisher::Create(view_opt, [&col, &view_model, &live] {
-      auto cc = col.counters();
-      collector::ViewExtras ex{cc.records, cc.rejected, live.errors()};
-      return view_model.SnapshotJson(col.registry().Snapshot(), ex,
-                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count());
-    });
-    if (vp.ok()) {
-      view_pub = std::move(*vp);
-    } else if (flags.WasSet("view-listen")) {
-      return Usage(vp.status().message());
-    } else {
-      spdlog::warn("{}; collecting without a view feed", vp.status().message());
-    }
-  }
-  const std::string view_ep = view_pub ? view_pub->endpoint() : "";
-  // /metrics: its own thread; reads counters and snapshots (docs/metrics.md).
-  std::unique_ptr<collector::metrics::MetricsServer> metrics_server;
-  if (!metrics_listen.empty() && metrics_listen != "off") {
-    // The live report (/ and /report?experiment=NAME) on the same port: docs/report.md.
-    collector::LiveReportSources report_src{&report_recorder, &live, std::string("lockstep ") + LOCKSTEP_VERSION + " collect",
-                                            "this collector's detection settings (" + data_dir + "/<run>.settings.toml)"};
-    auto m = collector::metrics::StartCollectorMetrics(
-        metrics_listen, {&col, &live, disp, &metrics_feed},
-        [report_src](std::string_view target, std::string* type, std::string* body) {
-          return collector::ServeLiveReport(report_src, target, type, body);
-        });
-    if (m.ok()) {
-      metrics_server = std::move(*m);
-      spdlog::info("Prometheus metrics at http://{}/metrics, the live report at http://{}/",
-                   metrics_server->address(), metrics_server->address());
-    } else if (flags.WasSet("metrics-listen")) {
-      return Usage(m.status().message());
-    } else {
-      // The default port taken (a second collector on this host): collect anyway.
-      spdlog::warn("{}; collecting without /metrics", m.status().message());
-    }
-  }
-  collector_alert = [disp, &view_model, &metrics_feed](alerting::Alert a) {
-    view_model.OnAlert(a);
-    metrics_feed.OnAlert(a);
-    disp->Submit(std::move(a));
-  };
-  // Restart: the logs are the truth. Replaying them rebuilds roles, tensor directories,
-  // pairs, waiting steps and detector state, so alignment resumes where it stopped and
-  // once-only rules stay fired (docs/runlog.md "Restart"). Agents may already connect:
-  // their messages wait in the bound socket.
-  if (col.counters().rebuilt_messages > 0) {
-    const auto t0 = std::chrono::steady_clock::now();
-    ReplayFanOut fan({&settings_recorder, &live, &view_model, &metrics_feed}, &replay_now);
-    replaying = true;
-    auto st = collector::ReplayLogs(col.options().data_dir, &fan, [&live, &replay_now](int64_t t) {
-      replay_now.store(t, std::memory_order_relaxed);
-      live.Mutate([t](collector::Analyzer& a) { a.Tick(t); });
-    });
-    replaying = false;
-    replay_now.store(0, std::memory_order_relaxed);
-    const int64_t now = WallNowNs();
-    live.Mutate([now](collector::Analyzer& a) { a.Resume(now); });
-    if (!st.ok()) {
-      spdlog::error("replaying the run logs: {}; analysis starts from live messages only", st.status().message());
-    } else {
-      spdlog::info(
-          "replayed {} messages of {} run logs through the analysis in {:.2f} s ({} alerts derived again; "
-          "sinks skip those they handled before the restart){}",
-          st->messages, st->runs,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), replayed_alerts,
-          st->skipped ? fmt::format(", {} unreadable records skipped", st->skipped) : "");
-    }
-  }
-  live.Start();
-  s = col.Start();
+  opts.ingest.listen = listen;
+  opts.ingest.data_dir = data_dir;
+  opts.ingest.fsync_interval_ms = fsync_ms;
+  opts.ingest.max_message_bytes = static_cast<size_t>(max_bytes);
+  opts.analysis = std::move(an_opt);
+  opts.baseline_log = baseline_log;
+  opts.alerting = std::move(*alert_opts);
+  // A default endpoint that is taken (a second collector on this host) is a warning,
+  // an explicit one an error.
+  opts.view_listen = view_listen == "off" ? "" : view_listen;
+  opts.view_required = flags.WasSet("view-listen");
+  opts.metrics_listen = metrics_listen == "off" ? "" : metrics_listen;
+  opts.metrics_required = flags.WasSet("metrics-listen");
+  opts.status_interval_s = status_s;
+
+  CollectPart failed = CollectPart::kNone;
+  auto svc = CollectService::Create(std::move(opts), &failed);
+  if (!svc.ok()) return CreateFailure(failed, svc.status());
+  CollectService& service = **svc;
+  s = service.Start();
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
     return kExitRuntime;
   }
-  std::string eps;
-  for (const auto& ep : col.endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
-  if (view_pub) view_pub->Start();
-  spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", LOCKSTEP_VERSION, eps, data_dir,
-               view_pub ? view_ep : "(none)");
-  spdlog::info("{}", AccessSummary(col));
   if (!ready_file.empty()) {
-    s = WriteReadyFile(ready_file, col, view_ep,
-                       metrics_server ? metrics_server->address() : "");
+    s = WriteReadyFile(ready_file, service);
     if (!s.ok()) {
       std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
-      (void)col.Shutdown(std::chrono::seconds(5));
-      return kExitUsage;
+      return kExitUsage;  // the service's destructor stops it
     }
   }
 
-  StatusLine status(col);
-  const auto interval = std::chrono::seconds(status_s > 0 ? status_s : 3600);
-  auto next_status = std::chrono::steady_clock::now() + interval;
-  auto next_trim = std::chrono::steady_clock::now();
   int sig = 0;
-  while (true) {
-    auto left = next_status - std::chrono::steady_clock::now();
-    // At most a second, so a dead ingest thread is noticed promptly.
-    left = std::clamp<std::chrono::steady_clock::duration>(left, std::chrono::nanoseconds(0),
-                                                           std::chrono::seconds(1));
-    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  s = service.Run([&](std::chrono::nanoseconds left) {
+    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
     sig = sigtimedwait(&stop_signals, nullptr, &ts);
-    if (sig == SIGINT || sig == SIGTERM) break;
-    if (sig < 0 && errno != EAGAIN && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() >= next_status) {
-      if (status_s > 0) status.Print();
-      next_status += interval;
-    }
-    Status h = col.health();
-    if (!h.ok()) {
-      std::fprintf(stderr, "lockstep collect: %s\n", h.message().c_str());
-      return kExitRuntime;
-    }
-    // Hand freed heap back to the kernel every 10 s. A burst of messages (every
-    // agent's step at once, or a moment without CPU) is allocated by ZeroMQ's I/O
-    // thread and freed by ingest; glibc keeps the freed pages resident in that thread's
-    // arena, so RSS would stay at the worst backlog ever seen and read like a leak
-    // (docs/load.md). Once a second this cost ~1% of a core at the load bench's rate
-    // (madvise, then faulting the pages back in); every 10 s about a tenth of that.
-    if (std::chrono::steady_clock::now() >= next_trim) {
-      malloc_trim(0);
-      next_trim = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    }
+    if (sig == SIGINT || sig == SIGTERM) return true;
+    return sig < 0 && errno != EAGAIN && errno != EINTR;
+  });
+  if (!s.ok()) {  // the ingest thread died
+    std::fprintf(stderr, "lockstep collect: %s\n", s.message().c_str());
+    return kExitRuntime;
   }
   spdlog::info("{} received: flushing the run logs and stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  s = col.Shutdown(std::chrono::seconds(5));
-  if (view_pub) view_pub->Shutdown();
-  if (metrics_server) metrics_server->Shutdown();
-  live.Shutdown();
-  live.Mutate([](collector::Analyzer& a) { a.Finish(); });  // compare what is complete
-  (*dispatcher)->Shutdown(std::chrono::seconds(3));
-  if (status_s > 0) status.Print();
+  s = service.Shutdown();
   if (!ready_file.empty()) std::remove(ready_file.c_str());
   if (!s.ok()) {
     spdlog::error("{}", s.message());

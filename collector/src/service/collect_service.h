@@ -1,0 +1,177 @@
+// CollectService: the `lockstep collect` daemon as one object. It builds every part from
+// one CollectOptions, wires them once, and stops them in one written order (the idea of
+// opentelemetry-cpp's TracerContext: the owner and destroyer of its processors).
+//
+//   CollectPart failed;
+//   auto svc = CollectService::Create(options, &failed);  // binds ingest, view, /metrics
+//   if (!svc.ok()) ...;                                    // `failed` says which part
+//   (*svc)->Start();        // replays existing logs, then starts the threads
+//   (*svc)->Run(wait_fn);   // status lines and health checks until wait_fn says stop
+//   (*svc)->Shutdown();     // the teardown below; also run by the destructor
+//
+// The parts, and who feeds whom:
+//   Collector (ingest thread) -> SettingsRecorder, LiveAnalyzer, ViewModel, MetricsFeed
+//                                (MessageSinks, called in that order per message)
+//   LiveAnalyzer (ingest + timer threads) -> pair steps to ViewModel, ReportRecorder;
+//                                            alerts to the fan-out
+//   Collector's disk health (ingest thread) -> a "collector_disk" alert to the fan-out
+//   the fan-out (DeliverAlert) -> ViewModel, MetricsFeed, ReportRecorder, Dispatcher
+//                                 (whose sinks are the log, the --alerts-file jsonl file,
+//                                 webhooks, Alertmanager)
+//   ViewPublisher (own thread) reads the Registry, the ViewModel, LiveAnalyzer::errors()
+//   MetricsServer (own thread) reads the Collector, LiveAnalyzer, Dispatcher, MetricsFeed
+//                              and serves the live report from the ReportRecorder
+//
+// Start(), in this order:
+//   1. Restart replay: when Collector::Create found run logs in the data dir, they are fed
+//      through SettingsRecorder, LiveAnalyzer, ViewModel and MetricsFeed in receive order
+//      (docs/runlog.md "Restart") with the analyzer's clock at each message's receive
+//      time. Alerts derived again are marked `replayed` (each alert sink skips those its
+//      journal shows it handled before). Agents may already connect: their messages wait
+//      in the bound socket.
+//   2. The analyzer's timer thread, 3. the ingest thread, 4. the view feed's thread.
+//      (/metrics serves from Create on: it only reads.)
+//
+// Shutdown() (and the destructor), in reverse dependency order:
+//   1. Collector: drain the socket, flush and fsync the logs, join the ingest thread.
+//      First, so no message reaches a sink and no disk alert is raised past this point.
+//   2. ViewPublisher, 3. MetricsServer: the readers stop before what they read goes.
+//   4. LiveAnalyzer: stop its timer, then Finish() (compare what is complete, read
+//      recorded baselines to their end); its last alerts still reach the dispatcher.
+//   5. Dispatcher: flush (up to 3 s), then stop; undelivered alerts stay spooled.
+//   6. A last status line (Shutdown only, when status lines are on).
+// The stopped objects are then destroyed in the reverse order of their declaration below:
+// each one before every part it points to (the status line and the two readers, then the
+// Collector, which points to its sinks, then the analyzer, which calls the recorders and
+// the fan-out, and the dispatcher last).
+//
+// Threads: Create, Start, Run, Shutdown and the destructor from one controlling thread.
+// The accessors from any thread after Create (the parts' own contracts apply).
+// DeliverAlert runs on the ingest or the analyzer's timer thread (or the controlling
+// thread during replay) and never blocks.
+#ifndef LOCKSTEP_COLLECTOR_SERVICE_COLLECT_SERVICE_H_
+#define LOCKSTEP_COLLECTOR_SERVICE_COLLECT_SERVICE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ingest/log_replay.h"
+#include "lockstep/alerting/alert.h"
+#include "lockstep/common/status.h"
+#include "service/collect_options.h"
+
+namespace lockstep::alerting {
+class Dispatcher;
+}
+
+namespace lockstep::collector {
+
+class Collector;
+class LiveAnalyzer;
+class ReportRecorder;
+class SettingsRecorder;
+class ViewModel;
+class ViewPublisher;
+namespace metrics {
+class MetricsFeed;
+class MetricsServer;
+}  // namespace metrics
+
+// Which part Create() failed to build: the caller maps it to its exit code.
+enum class CollectPart {
+  kNone,
+  kIngest,    // Collector::Create (endpoint, data dir, its lock) or adding a sink
+  kAlerting,  // Dispatcher::Create (spool dir, a sink that cannot be set up)
+  kBaseline,  // the --baseline run log cannot be read
+  kView,      // the view feed could not be bound and view_required
+  kMetrics,   // /metrics could not be bound and metrics_required
+};
+
+class CollectService {
+ public:
+  // Builds and wires every part; binds the ingest socket, the view feed and /metrics;
+  // starts the dispatcher's workers and the metrics server. Every error is one sentence
+  // naming the thing; `*failed` (optional) names the part.
+  static StatusOr<std::unique_ptr<CollectService>> Create(CollectOptions options,
+                                                          CollectPart* failed = nullptr);
+  ~CollectService();  // the teardown above, without the last status line
+  CollectService(const CollectService&) = delete;
+  CollectService& operator=(const CollectService&) = delete;
+
+  // The restart replay, then the threads (the order above). Logs where it collects and
+  // who may connect. An error when the ingest thread cannot start; call once.
+  Status Start();
+
+  // Waits for a stop: calls `wait_for_stop(max)` (wait at most `max`, return true to
+  // stop) again and again, at least once a second, and between the calls logs a status
+  // line every status_interval_s, checks the ingest thread's health and hands freed heap
+  // back to the kernel every 10 s. OK once `wait_for_stop` returned true; the ingest
+  // thread's error if it died (then call Shutdown, or let the destructor run).
+  using WaitFn = std::function<bool(std::chrono::nanoseconds max)>;
+  Status Run(const WaitFn& wait_for_stop);
+
+  // The teardown above. Idempotent. The Collector's shutdown result: Timeout when
+  // messages were still queued at the 5 s deadline, the ingest thread's error if it died.
+  Status Shutdown();
+
+  const CollectOptions& options() const { return options_; }
+  const Collector& collector() const { return *collector_; }  // endpoints(), counters()
+  const LiveAnalyzer& analyzer() const { return *live_; }
+  const alerting::Dispatcher& dispatcher() const { return *dispatcher_; }
+  const ReportRecorder& report() const { return *report_recorder_; }
+  const metrics::MetricsFeed& metrics_feed() const { return *metrics_feed_; }
+  // The view feed's endpoint with its port resolved; "" when none is served.
+  std::string view_endpoint() const;
+  // /metrics' bound "HOST:PORT"; "" when none is served.
+  std::string metrics_address() const;
+  // Alerts handed to the fan-out so far (live and replayed), and the replayed ones.
+  uint64_t alerts() const { return alerts_.load(std::memory_order_relaxed); }
+  uint64_t replayed_alerts() const { return replayed_alerts_.load(std::memory_order_relaxed); }
+  // What Start()'s replay did (all zero when there was nothing to replay).
+  const ReplayStats& replay_stats() const { return replay_stats_; }
+
+ private:
+  class StatusLine;
+
+  explicit CollectService(CollectOptions options);
+  Status Build(CollectPart* failed);
+  void Replay();
+  Status Teardown(bool last_status_line);
+  // The one alert fan-out: every alert of the analyzer and of the collector goes here.
+  void DeliverAlert(alerting::Alert a);
+  void OnLogHealth(bool failing, const std::string& message);
+  int64_t AnalyzerNowNs() const;
+
+  CollectOptions options_;
+
+  // Declared so that destruction (reverse order) stops users before what they use.
+  std::unique_ptr<alerting::Dispatcher> dispatcher_;
+  std::unique_ptr<ViewModel> view_model_;
+  std::unique_ptr<metrics::MetricsFeed> metrics_feed_;
+  std::unique_ptr<ReportRecorder> report_recorder_;
+  std::unique_ptr<SettingsRecorder> settings_recorder_;
+  std::unique_ptr<LiveAnalyzer> live_;
+  std::unique_ptr<Collector> collector_;  // holds pointers to the four sinks above
+  std::unique_ptr<ViewPublisher> view_pub_;
+  std::unique_ptr<metrics::MetricsServer> metrics_server_;
+  std::unique_ptr<StatusLine> status_line_;
+
+  // During the replay the analyzer's clock is the replayed message's receive time
+  // (0 = the wall clock) and alerts are marked replayed.
+  std::atomic<bool> replaying_{false};
+  std::atomic<int64_t> replay_now_{0};
+  std::atomic<uint64_t> alerts_{0};
+  std::atomic<uint64_t> replayed_alerts_{0};
+  ReplayStats replay_stats_;
+  bool started_ = false;
+  bool torn_down_ = false;
+  Status shutdown_status_;
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_SERVICE_COLLECT_SERVICE_H_
