@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/thread_name.h"
 
 namespace lockstep::engine {
@@ -32,10 +33,7 @@ AgentImpl::AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> tra
       wake_every_(static_cast<uint32_t>(std::max<size_t>(
           1, std::min(options.max_records_per_message, options.queue_capacity / 8)))),
       shared_(options.queue_capacity) {
-  int64_t start_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  sender_ = std::make_unique<Sender>(options_, &shared_, std::move(transport), start_unix_ns);
+  sender_ = std::make_unique<Sender>(options_, &shared_, std::move(transport), UnixNowNs());
   thread_ = std::thread([this] {
     SetCurrentThreadName("lockstep-agent");
     sender_->Run();

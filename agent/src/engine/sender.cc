@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "lockstep/common/clock.h"
+
 namespace lockstep::engine {
 namespace {
 
@@ -131,9 +133,7 @@ void Sender::Finish() noexcept {
   }
   batch_stats_.clear();
   int64_t deadline = shared_->close_deadline_ns.load(std::memory_order_acquire);
-  int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       Clock::now().time_since_epoch())
-                       .count();
+  int64_t now_ns = MonotonicNowNs();  // close_deadline_ns is steady_clock too
   // Three quarters of what is left, so Close() sees this thread exit before its deadline.
   auto linger = std::chrono::milliseconds(std::max<int64_t>(0, (deadline - now_ns) / 1000000 * 3 / 4));
   transport_->Close(linger);

@@ -10,6 +10,7 @@
 #include "align/pair_metrics.h"
 #include "detect/pair_rules.h"
 #include "detect/run_rules.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
@@ -68,12 +69,6 @@ struct Analyzer::PairState {
 
 namespace {
 
-int64_t SystemNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The decoder whose closed steps are paired: the log's for a read-back run.
 RunDecoder& Paced(const auto* r) { return r->readback ? *r->back : *r->decoder; }
 
@@ -100,7 +95,7 @@ RunRole FromWire(wire::Role r) {
 
 Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, ClockFn clock)
     : opt_(std::move(options)),
-      clock_(clock ? std::move(clock) : ClockFn(SystemNowNs)),
+      clock_(clock ? std::move(clock) : ClockFn(UnixNowNs)),
       emitter_(std::move(alerts), clock_) {}
 
 Analyzer::~Analyzer() = default;

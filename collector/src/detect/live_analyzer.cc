@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/thread_name.h"
 
 namespace lockstep::collector {
@@ -62,9 +63,7 @@ void LiveAnalyzer::Loop() {
           }))
         return;
     }
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    const int64_t now = UnixNowNs();
     MutexLock l(&mu_);
     try {
       analyzer_->Tick(now);
