@@ -18,13 +18,6 @@ constexpr auto kWarnInterval = std::chrono::seconds(10);
 // injected clock is noticed without a real wait of the digest interval.
 constexpr auto kIncidentPoll = std::chrono::milliseconds(100);
 
-std::chrono::nanoseconds SteadyNow() { return SteadyClock::now().time_since_epoch(); }
-
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -36,7 +29,7 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
                                : sink.name;
   w->redacted_target_ = IsHttpKind(sink.kind) ? RedactUrl(sink.target) : sink.target;
   w->capacity_ = all.queue_capacity;
-  w->clock_ = all.clock ? all.clock : Clock(SteadyNow);
+  w->clock_ = RealClockOr(all.clock);
   auto t = Transport::Create(sink, w->name_);
   if (!t.ok()) return t.status();
   w->transport_ = std::move(t.value());
@@ -48,10 +41,14 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
   auto s = Spool::Open(dir, all.spool_max_bytes, all.memory_spool_max);
   if (!s.ok()) return s.status();
   w->spool_ = std::move(s.value());
-  w->spool_size_ = w->spool_->Size();
-  if (w->spool_size_ > 0)
+  const size_t spooled = w->spool_->Size();
+  {
+    MutexLock lk(&w->mu_);  // no other thread yet; the lock is for the analysis
+    w->spool_size_ = spooled;
+  }
+  if (spooled > 0)
     spdlog::info("alerting: sink {} found {} undelivered alert(s) in its spool {}; delivering them",
-                 w->name_, w->spool_size_, dir);
+                 w->name_, spooled, dir);
   auto cooldown = sink.cooldown.count() >= 0 ? sink.cooldown : all.dedup_cooldown;
   w->dedup_ = std::make_unique<DedupFilter>(cooldown);
   if (!all.spool_dir.empty()) {
@@ -63,8 +60,8 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
     w->journal_ = std::move(j.value());
     // The cooldown goes on across a restart: each key that passed restarts its clock at
     // its age (wall time) on this process's clock.
-    const int64_t wall_now = WallNowNs();
-    const auto now = w->clock_();
+    const int64_t wall_now = w->clock_->NowUnixNs();
+    const auto now = w->Now();
     for (const auto& e : w->journal_->passed_at_open())
       w->dedup_->Seed(e.dedup_key, e.severity, now - std::chrono::nanoseconds(wall_now - e.unix_ns),
                       e.first_seen_unix_ns);
@@ -85,7 +82,7 @@ SinkWorker::~SinkWorker() { Stop(); }
 bool SinkWorker::Enqueue(const Alert& alert) noexcept {
   try {
     {
-      std::lock_guard<std::mutex> lk(mu_);
+      MutexLock lk(&mu_);
       if (stop_ || queue_.size() >= capacity_) {
         c_.queue_dropped.fetch_add(1, std::memory_order_relaxed);
         return false;
@@ -101,14 +98,20 @@ bool SinkWorker::Enqueue(const Alert& alert) noexcept {
 }
 
 bool SinkWorker::WaitIdle(SteadyClock::time_point deadline) {
-  std::unique_lock<std::mutex> lk(mu_);
-  auto idle = [&] { return queue_.empty() && spool_size_ == 0 && held_ == 0 && !busy_; };
-  return idle_cv_.wait_until(lk, deadline, [&] { return stop_ || idle(); }) && idle();
+  MutexLock lk(&mu_);
+  auto idle = [&] {
+    mu_.AssertHeld();  // called by this thread with lk held, or by the wait below
+    return queue_.empty() && spool_size_ == 0 && held_ == 0 && !busy_;
+  };
+  return idle_cv_.wait_until(lk.native(), deadline, [&] {
+    mu_.AssertHeld();
+    return stop_ || idle();
+  }) && idle();
 }
 
 void SinkWorker::Stop() noexcept {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     if (stop_ && !thread_.joinable()) return;
     stop_ = true;
   }
@@ -135,7 +138,7 @@ SinkCounters SinkWorker::Snapshot() const {
   s.filtered = r(c_.filtered);
   s.queue_dropped = r(c_.queue_dropped);
   s.already_sent = r(c_.already_sent);
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   // in_hand_ too: while the worker spools a batch (slow with an on-disk spool), those
   // alerts are in neither queue_ nor spool_size_, and pending read 0.
   s.pending = queue_.size() + in_hand_ + spool_size_ + held_;
@@ -171,7 +174,7 @@ std::chrono::milliseconds SinkWorker::Backoff(int attempt) {
 
 void SinkWorker::Journal(const Alert& a, bool passed) {
   if (!journal_) return;
-  Status s = journal_->Record(a, passed, WallNowNs());
+  Status s = journal_->Record(a, passed, clock_->NowUnixNs());
   if (!s.ok() && !journal_warned_) {
     journal_warned_ = true;  // once: alerts are still delivered, only restart-dedup suffers
     Warn(s.message() + "; alerts replayed after a restart may be sent again");
@@ -188,7 +191,7 @@ void SinkWorker::Accept(Alert alert) {
     Journal(alert, false);
     return;
   }
-  auto now = clock_();
+  auto now = Now();
   if (incidents_ && !alert.incident.empty()) {
     // Handled once grouped: a restart's replay does not group it again (the incident's
     // messages already went, or wait in the spool).
@@ -242,7 +245,7 @@ void SinkWorker::Offer(Alert alert, std::chrono::nanoseconds now) {
 
 void SinkWorker::TickIncidents() {
   if (!incidents_) return;
-  auto now = clock_();
+  auto now = Now();
   const auto to_token = rate_->TimeToToken(now);
   std::vector<Alert> notes;
   incidents_->Tick(now, to_token.count() == 0, &notes);
@@ -253,8 +256,8 @@ void SinkWorker::TickIncidents() {
   }
   // Clock time until the next digest or resolution (or a token, for a held message),
   // slept on the steady clock; at most kIncidentPoll.
-  std::chrono::nanoseconds wait = incidents_->NextDue() - clock_();
-  if (incidents_->held() > 0) wait = rate_->TimeToToken(clock_());
+  std::chrono::nanoseconds wait = incidents_->NextDue() - Now();
+  if (incidents_->held() > 0) wait = rate_->TimeToToken(Now());
   wait = std::clamp<std::chrono::nanoseconds>(wait, std::chrono::milliseconds(1), kIncidentPoll);
   incident_wake_ = SteadyClock::now() + wait;
 }
@@ -275,13 +278,13 @@ void SinkWorker::AttemptHead() {
     down_ = false;
     attempt_ = 0;
     next_attempt_ = now;
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     last_error_.clear();
     return;
   }
   bool stopping;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     last_error_ = r.detail;
     stopping = stop_;
   }
@@ -315,17 +318,26 @@ void SinkWorker::AttemptHead() {
 
 void SinkWorker::Run() noexcept {
   try {
-    std::unique_lock<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     while (true) {
-      auto due = [&] { return spool_size_ > 0 && SteadyClock::now() >= next_attempt_; };
+      auto due = [&] {
+        mu_.AssertHeld();
+        return spool_size_ > 0 && SteadyClock::now() >= next_attempt_;
+      };
       auto incidents_due = [&] { return SteadyClock::now() >= incident_wake_; };
       if (!stop_ && queue_.empty() && !due() && !incidents_due()) {
         auto until = incident_wake_;
         if (spool_size_ > 0) until = std::min(until, next_attempt_);
         if (until != SteadyClock::time_point::max()) {
-          wake_cv_.wait_until(lk, until, [&] { return stop_ || !queue_.empty() || due() || incidents_due(); });
+          wake_cv_.wait_until(lk.native(), until, [&] {
+            mu_.AssertHeld();
+            return stop_ || !queue_.empty() || due() || incidents_due();
+          });
         } else {
-          wake_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+          wake_cv_.wait(lk.native(), [&] {
+            mu_.AssertHeld();
+            return stop_ || !queue_.empty();
+          });
         }
       }
       std::deque<Alert> batch;
@@ -333,11 +345,11 @@ void SinkWorker::Run() noexcept {
       in_hand_ = batch.size();
       bool stopping = stop_;
       busy_ = true;
-      lk.unlock();
+      lk.Unlock();
       for (auto& a : batch) Accept(std::move(a));
       if (!stopping) TickIncidents();
       if (!stopping && !spool_->Empty() && SteadyClock::now() >= next_attempt_) AttemptHead();
-      lk.lock();
+      lk.Lock();
       spool_size_ = spool_->Size();
       held_ = incidents_ ? incidents_->held() : 0;
       in_hand_ = 0;
@@ -356,7 +368,7 @@ void SinkWorker::Run() noexcept {
   } catch (...) {
     spdlog::error("alerting: sink {} worker stopped by an unknown internal error", name_);
   }
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   busy_ = false;
   in_hand_ = 0;
   idle_cv_.notify_all();

@@ -27,6 +27,7 @@
 
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/alerting/options.h"
+#include "lockstep/common/thread_annotations.h"
 #include "incidents.h"
 #include "sent_journal.h"
 #include "spool.h"
@@ -37,7 +38,6 @@ namespace lockstep::alerting {
 
 class SinkWorker {
  public:
-  using Clock = std::function<std::chrono::nanoseconds()>;
   // `index` makes the default name ("<kind>-<index>"). Opens the spool, starts the thread.
   static StatusOr<std::unique_ptr<SinkWorker>> Create(const SinkOptions& sink,
                                                       const AlertingOptions& all, size_t index);
@@ -46,32 +46,34 @@ class SinkWorker {
   SinkWorker& operator=(const SinkWorker&) = delete;
 
   // Never blocks beyond a short critical section; false (counted) when the queue is full.
-  bool Enqueue(const Alert& alert) noexcept;
+  bool Enqueue(const Alert& alert) noexcept EXCLUDES(mu_);
   // True once nothing is queued, spooled or in flight; false at `deadline`.
-  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);
   // Stops the thread, aborting a request in flight; queued alerts go to the spool.
-  void Stop() noexcept;
-  SinkCounters Snapshot() const;
+  void Stop() noexcept EXCLUDES(mu_);
+  SinkCounters Snapshot() const EXCLUDES(mu_);
   const std::string& name() const { return name_; }
 
  private:
   SinkWorker() = default;
-  void Run() noexcept;
+  void Run() noexcept EXCLUDES(mu_);
   void Accept(Alert alert);
   // Rate limit, then spool: `n` is a notification or an ungrouped alert.
   void Offer(Alert n, std::chrono::nanoseconds now);
   // Digests, resolutions and held notifications due now; sets incident_wake_.
   void TickIncidents();
-  void AttemptHead();
+  void AttemptHead() EXCLUDES(mu_);
   std::chrono::milliseconds Backoff(int attempt);
   void Warn(const std::string& line);
+  // The injected clock's monotonic time (dedup, rate limit, incidents).
+  std::chrono::nanoseconds Now() const { return std::chrono::nanoseconds(clock_->NowMonotonicNs()); }
   // Journals a decision on `a` (see sent_journal.h); no-op without a journal.
   void Journal(const Alert& a, bool passed);
 
   SinkOptions sink_;
   std::string name_, redacted_target_;
   size_t capacity_ = 0;
-  Clock clock_;
+  const Clock* clock_ = nullptr;  // never null once created
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Spool> spool_;
   std::unique_ptr<SentJournal> journal_;  // null without a spool dir
@@ -93,16 +95,16 @@ class SinkWorker {
   std::chrono::steady_clock::time_point incident_wake_ = std::chrono::steady_clock::time_point::max();
   uint64_t warns_suppressed_ = 0;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable wake_cv_;  // worker waits: new alerts, stop, retry due
   std::condition_variable idle_cv_;  // WaitIdle waits
-  std::deque<Alert> queue_;          // guarded by mu_
-  size_t spool_size_ = 0;            // guarded by mu_; mirrors spool_->Size()
-  size_t in_hand_ = 0;               // guarded by mu_: taken from queue_, not yet in spool_size_
-  bool busy_ = false;                // guarded by mu_: alerts held outside queue_
-  size_t held_ = 0;                  // guarded by mu_: incidents with a held message
-  bool stop_ = false;                // guarded by mu_
-  std::string last_error_;           // guarded by mu_
+  std::deque<Alert> queue_ GUARDED_BY(mu_);
+  size_t spool_size_ GUARDED_BY(mu_) = 0;  // mirrors spool_->Size()
+  size_t in_hand_ GUARDED_BY(mu_) = 0;     // taken from queue_, not yet in spool_size_
+  bool busy_ GUARDED_BY(mu_) = false;      // alerts held outside queue_
+  size_t held_ GUARDED_BY(mu_) = 0;        // incidents with a held message
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::string last_error_ GUARDED_BY(mu_);
 
   struct Counters {
     std::atomic<uint64_t> delivered{0}, failed{0}, retried{0}, spooled{0}, spool_dropped{0},

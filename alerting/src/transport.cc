@@ -8,18 +8,9 @@
 #include <filesystem>
 
 #include "formats.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::alerting {
-namespace {
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<Transport>> Transport::Create(const SinkOptions& sink,
                                                        const std::string& display_name) {
   std::unique_ptr<Transport> t(new Transport());
@@ -82,7 +73,7 @@ AttemptResult Transport::Deliver(const Alert& alert) {
       return r;
     }
     case SinkKind::kJsonl: {
-      file_ << AlertToJson(alert, NowUnixMs()) << '\n';
+      file_ << AlertToJson(alert, UnixNowNs() / 1'000'000) << '\n';
       file_.flush();
       r.ok = static_cast<bool>(file_);
       if (!r.ok) {
@@ -97,7 +88,7 @@ AttemptResult Transport::Deliver(const Alert& alert) {
     default:
       break;
   }
-  Payload p = FormatAlert(sink_, alert, NowUnixMs());
+  Payload p = FormatAlert(sink_, alert, UnixNowNs() / 1'000'000);
   std::vector<std::pair<std::string, std::string>> headers;
   if (!sink_.token.empty()) headers.emplace_back("Authorization", "Bearer " + sink_.token);
   auto resp = http_->Post(url_, p.query_suffix, p.body, "application/json", headers);

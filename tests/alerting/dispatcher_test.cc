@@ -13,6 +13,7 @@
 #include <set>
 
 #include "../time_scale.h"
+#include "lockstep/common/clock.h"
 #include "test_server.h"
 #include "test_util.h"
 
@@ -250,15 +251,15 @@ TEST(Dispatcher, SpoolSurvivesRestart) {
 
 TEST(Dispatcher, DedupCooldownAndRepeatCount) {
   TestServer srv;
-  std::atomic<int64_t> now_s{0};
+  lockstep::FakeClock clock;  // monotonic 0
   SinkOptions s = HttpSink(SinkKind::kWebhook, srv.Url());
   AlertingOptions o = One(s);
   o.dedup_cooldown = 60s;
-  o.clock = [&] { return std::chrono::nanoseconds(std::chrono::seconds(now_s.load())); };
+  o.clock = &clock;
   auto d = Make(o);
   for (int i = 0; i < 5; ++i) d->Submit(SampleAlert("d" + std::to_string(i)));
   ASSERT_TRUE(d->Flush(5s));
-  now_s = 61;
+  clock.SetMonotonicNs(std::chrono::nanoseconds(61s).count());
   d->Submit(SampleAlert("d5"));
   ASSERT_TRUE(d->Flush(5s));
   auto reqs = srv.Requests();
@@ -278,7 +279,8 @@ TEST(Dispatcher, RateLimitAndSeverityFilterPerSink) {
   AlertingOptions o;
   o.sinks = {limited, critical_only};
   o.dedup_cooldown = 0ms;
-  o.clock = [] { return std::chrono::nanoseconds(0); };
+  lockstep::FakeClock clock;  // stands still
+  o.clock = &clock;
   auto d = Make(o);
   for (int i = 0; i < 10; ++i) {
     Alert a = SampleAlert("x" + std::to_string(i), "t" + std::to_string(i));
@@ -303,7 +305,8 @@ TEST(Dispatcher, AFloodOfWarningsDoesNotStarveACriticalAlert) {
   AlertingOptions o;
   o.sinks = {limited};
   o.dedup_cooldown = 0ms;
-  o.clock = [] { return std::chrono::nanoseconds(0); };
+  lockstep::FakeClock clock;  // stands still
+  o.clock = &clock;
   auto d = Make(o);
   for (int i = 0; i < 20; ++i) {
     Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
@@ -411,8 +414,8 @@ TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
   s.rate_per_min = 1;
   s.burst = 1;
   AlertingOptions o = One(s);
-  std::atomic<int64_t> now_s{0};
-  o.clock = [&] { return std::chrono::nanoseconds(std::chrono::seconds(now_s.load())); };
+  lockstep::FakeClock clock;  // monotonic 0
+  o.clock = &clock;
   auto d = Make(o);
   for (int i = 0; i < 30; ++i) {
     Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
@@ -436,7 +439,7 @@ TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
   auto c = d->Counters();
   EXPECT_EQ(c[0].rate_held, 1u);
   EXPECT_EQ(c[0].rate_limited, 0u);
-  now_s = 61;  // a token
+  clock.SetMonotonicNs(std::chrono::nanoseconds(61s).count());  // a token
   ASSERT_TRUE(d->Flush(5s));
   auto reqs = srv.Requests();
   ASSERT_EQ(reqs.size(), 3u);
@@ -458,8 +461,8 @@ TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
 TEST(Dispatcher, AnIncidentSendsItsDigestAndResolvesByTheClock) {
   TestServer srv;
   AlertingOptions o = One(HttpSink(SinkKind::kWebhook, srv.Url("/hook")));
-  std::atomic<int64_t> now_s{0};
-  o.clock = [&] { return std::chrono::nanoseconds(std::chrono::seconds(now_s.load())); };
+  lockstep::FakeClock clock;  // monotonic 0
+  o.clock = &clock;
   auto d = Make(o);  // digest every 5 min, resolved after 10 min quiet (the defaults)
   for (int i = 0; i < 11; ++i) {
     Alert a = SampleAlert("w" + std::to_string(i), "t" + std::to_string(i));
@@ -470,9 +473,9 @@ TEST(Dispatcher, AnIncidentSendsItsDigestAndResolvesByTheClock) {
   }
   ASSERT_TRUE(d->Flush(5s));
   ASSERT_EQ(srv.Count(), 1u);
-  now_s = 301;
+  clock.SetMonotonicNs(std::chrono::nanoseconds(301s).count());
   ASSERT_TRUE(srv.WaitFor(2, 5s));
-  now_s = 901;
+  clock.SetMonotonicNs(std::chrono::nanoseconds(901s).count());
   ASSERT_TRUE(srv.WaitFor(3, 5s));
   ASSERT_TRUE(d->Flush(5s));
   auto reqs = srv.Requests();

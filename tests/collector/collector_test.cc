@@ -59,11 +59,12 @@ struct Pusher {
 };
 
 std::unique_ptr<Collector> Make(const std::string& dir, RecordingSink* sink = nullptr,
-                                MessageSink* sink2 = nullptr) {
+                                MessageSink* sink2 = nullptr, const Clock* clock = nullptr) {
   CollectorOptions o;
   o.listen = {"tcp://127.0.0.1:*"};
   o.data_dir = dir;
   o.fsync_interval_ms = 50;
+  o.clock = clock;
   auto c = Collector::Create(o);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return nullptr;
@@ -151,6 +152,23 @@ TEST(Collector, LogsGoodMessagesAndCountsBadOnes) {
   EXPECT_EQ(a.gaps, 0u);
   EXPECT_EQ(a.bad_messages, 1u);  // the major-2 one was attributable
   EXPECT_TRUE(c->health().ok());
+}
+
+// The receive time handed to sinks and kept in the registry is the injected clock's.
+TEST(Collector, StampsReceiveTimesWithTheInjectedClock) {
+  testing::TempDir dir;
+  RecordingSink sink;
+  FakeClock clock(/*unix_ns=*/1'234'000'000'000'000'000);
+  auto c = Make(dir.path(), &sink, nullptr, &clock);
+  ASSERT_TRUE(c);
+  Pusher p(c->endpoints()[0]);
+  p.Send(testing::Hello(At("run-a", 0, 0)));
+  ASSERT_TRUE(WaitFor([&] { return c->counters().received == 1; }));
+  ASSERT_TRUE(c->Shutdown(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(sink.last_recv, 1'234'000'000'000'000'000);
+  RankInfo a;
+  ASSERT_TRUE(c->registry().Get("run-a", 0, &a));
+  EXPECT_EQ(a.last_recv_unix_ns, 1'234'000'000'000'000'000);
 }
 
 TEST(Collector, RestartRebuildsAndCountsTheGapExactly) {

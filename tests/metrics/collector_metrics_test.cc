@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "http_get.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/collector/collector.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics_feed.h"
@@ -77,9 +78,9 @@ TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
   f.feed.OnAlert(a);
   f.feed.OnAlert(a);
 
-  int64_t wall = 0;
-  CollectorMetrics m({f.col.get(), nullptr, nullptr, &f.feed}, nullptr, [&] { return wall; });
-  wall = f.col->registry().Snapshot().at(0).last_recv_unix_ns + 1'500'000'000;
+  lockstep::FakeClock clock(/*unix_ns=*/0);
+  CollectorMetrics m({f.col.get(), nullptr, nullptr, &f.feed}, &clock);
+  clock.SetUnixNs(f.col->registry().Snapshot().at(0).last_recv_unix_ns + 1'500'000'000);
   std::string t = "\n" + m.Render();
   const std::string ra = "{run=\"run-a\",rank=\"1\"}";
   EXPECT_TRUE(Has(t, "lockstep_rank_messages_total" + ra + " 4")) << t;
@@ -108,22 +109,22 @@ TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
 
 TEST(CollectorMetrics, MessagesPerSecondOverTheWindow) {
   Fixture f;
-  auto t0 = std::chrono::steady_clock::now();
-  auto now = t0;
-  CollectorMetrics m({f.col.get(), nullptr, nullptr, nullptr}, [&] { return now; });
+  lockstep::FakeClock clock(lockstep::UnixNowNs(), /*monotonic_ns=*/0);
+  auto at = [&](std::chrono::nanoseconds since_t0) { clock.SetMonotonicNs(since_t0.count()); };
+  CollectorMetrics m({f.col.get(), nullptr, nullptr, nullptr}, &clock);
   m.Tick();  // 0 messages at t0
   EXPECT_TRUE(Has("\n" + m.Render(), "lockstep_collector_messages_per_second 0"));
   for (uint64_t i = 0; i < 10; ++i) f.Send(lockstep::testing::Heartbeat(lockstep::testing::At("r", 0, i), 0, 0));
   f.WaitReceived(10);
-  now = t0 + std::chrono::seconds(2);
+  at(std::chrono::seconds(2));
   EXPECT_TRUE(Has("\n" + m.Render(), "lockstep_collector_messages_per_second 5"));
   // Ticks every second for longer than the window: t0 leaves it, the rate is over
   // the last 10 s only, during which nothing arrived.
   for (int s = 1; s <= 12; ++s) {
-    now = t0 + std::chrono::seconds(s);
+    at(std::chrono::seconds(s));
     m.Tick();
   }
-  now = t0 + std::chrono::milliseconds(12500);
+  at(std::chrono::milliseconds(12500));
   EXPECT_TRUE(Has("\n" + m.Render(), "lockstep_collector_messages_per_second 0"));
 }
 

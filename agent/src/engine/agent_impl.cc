@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/thread_name.h"
 
 namespace lockstep::engine {
@@ -32,10 +33,7 @@ AgentImpl::AgentImpl(const AgentOptions& options, std::unique_ptr<Transport> tra
       wake_every_(static_cast<uint32_t>(std::max<size_t>(
           1, std::min(options.max_records_per_message, options.queue_capacity / 8)))),
       shared_(options.queue_capacity) {
-  int64_t start_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  sender_ = std::make_unique<Sender>(options_, &shared_, std::move(transport), start_unix_ns);
+  sender_ = std::make_unique<Sender>(options_, &shared_, std::move(transport), UnixNowNs());
   thread_ = std::thread([this] {
     SetCurrentThreadName("lockstep-agent");
     sender_->Run();
@@ -152,7 +150,7 @@ bool AgentImpl::RecordScalars(uint64_t step, const StepScalars& scalars) noexcep
 bool AgentImpl::SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept {
   try {
     {
-      std::lock_guard<std::mutex> lock(shared_.fingerprint_mu);
+      MutexLock lock(&shared_.fingerprint_mu);
       shared_.fingerprint = std::move(entries);
     }
     shared_.fingerprint_version.fetch_add(1, std::memory_order_acq_rel);
@@ -189,8 +187,9 @@ bool AgentImpl::SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
 
 bool AgentImpl::WaitDone(uint64_t target, Clock::time_point deadline) noexcept {
   try {
-    std::unique_lock<std::mutex> lock(shared_.mu);
-    return shared_.cv.wait_until(lock, deadline, [&] {
+    MutexLock lock(&shared_.mu);
+    return shared_.cv.wait_until(lock.native(), deadline, [&] {
+      shared_.mu.AssertHeld();
       return shared_.items_done >= target || shared_.exited;
     }) && shared_.items_done >= target;
   } catch (...) {
@@ -227,8 +226,11 @@ bool AgentImpl::Close(std::chrono::milliseconds timeout) noexcept {
   }
   bool exited = false;
   try {
-    std::unique_lock<std::mutex> lock(shared_.mu);
-    exited = shared_.cv.wait_until(lock, deadline, [&] { return shared_.exited; });
+    MutexLock lock(&shared_.mu);
+    exited = shared_.cv.wait_until(lock.native(), deadline, [&] {
+      shared_.mu.AssertHeld();
+      return shared_.exited;
+    });
   } catch (...) {
     shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
   }
@@ -258,7 +260,7 @@ AgentCounters AgentImpl::Counters() const noexcept {
 std::string AgentImpl::DeliveryProblem() const noexcept {
   if (!shared_.delivery_problem.load(std::memory_order_acquire)) return {};
   try {
-    std::lock_guard<std::mutex> lock(shared_.mu);
+    MutexLock lock(&shared_.mu);
     return shared_.delivery_message;
   } catch (...) {
     return {};

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "lockstep/common/clock.h"
+
 namespace lockstep::engine {
 namespace {
 
@@ -131,13 +133,11 @@ void Sender::Finish() noexcept {
   }
   batch_stats_.clear();
   int64_t deadline = shared_->close_deadline_ns.load(std::memory_order_acquire);
-  int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       Clock::now().time_since_epoch())
-                       .count();
+  int64_t now_ns = MonotonicNowNs();  // close_deadline_ns is steady_clock too
   // Three quarters of what is left, so Close() sees this thread exit before its deadline.
   auto linger = std::chrono::milliseconds(std::max<int64_t>(0, (deadline - now_ns) / 1000000 * 3 / 4));
   transport_->Close(linger);
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   shared_->items_done = dequeued_;
   shared_->exited = true;
   shared_->cv.notify_all();
@@ -307,7 +307,7 @@ void Sender::EnsurePreamble() {
   if (fingerprint_sent_ != fp_version) {
     std::vector<std::pair<std::string, std::string>> entries;
     {
-      std::lock_guard<std::mutex> lock(shared_->fingerprint_mu);
+      MutexLock lock(&shared_->fingerprint_mu);
       entries = shared_->fingerprint;
     }
     if (!SendMessage(encoder_.Fingerprint(entries, seq_), 0)) return;
@@ -369,7 +369,7 @@ void Sender::CheckDelivery(Clock::time_point now) {
           "' running? check endpoint= or LOCKSTEP_ENDPOINT). The job goes on; lockstep keeps retrying";
   }
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     shared_->delivery_message = std::move(msg);
   }
   shared_->delivery_problem.store(true, std::memory_order_release);
@@ -396,7 +396,7 @@ void Sender::PublishDone() {
   uint64_t done = dequeued_ - batch_stats_.size();
   if (done == published_done_) return;
   published_done_ = done;
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   shared_->items_done = done;
   shared_->cv.notify_all();
 }

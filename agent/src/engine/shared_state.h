@@ -20,6 +20,7 @@
 
 #include "engine/queue_item.h"
 #include "engine/tensor_registry.h"
+#include "lockstep/common/thread_annotations.h"
 // After queue_item.h: the semaphore header relies on concurrentqueue.h's macros.
 #include <concurrentqueue/lightweightsemaphore.h>  // NOLINT(build/include_order)
 
@@ -112,19 +113,19 @@ struct SharedState {
   std::atomic<uint64_t> flush_target{0};  // items that a Flush() waits for (max over callers)
   std::atomic<bool> stop{false};          // Close(): drain, say goodbye, exit
   std::atomic<int64_t> close_deadline_ns{0};  // steady_clock; bounds the final linger
-  mutable std::mutex mu;  // mutable: DeliveryProblem() reads under it
+  mutable Mutex mu;  // mutable: DeliveryProblem() reads under it
   std::condition_variable cv;
-  uint64_t items_done = 0;  // guarded by mu
+  uint64_t items_done GUARDED_BY(mu) = 0;
 
   // The run fingerprint (Agent::SetFingerprint): written by the caller, read by the
   // sender, both under fingerprint_mu; fingerprint_version counts the updates.
-  std::mutex fingerprint_mu;
-  std::vector<std::pair<std::string, std::string>> fingerprint;  // guarded by fingerprint_mu
+  Mutex fingerprint_mu;
+  std::vector<std::pair<std::string, std::string>> fingerprint GUARDED_BY(fingerprint_mu);
   std::atomic<uint32_t> fingerprint_version{0};
-  bool exited = false;      // guarded by mu
+  bool exited GUARDED_BY(mu) = false;
   // Set once by the sender (under mu, then the flag): nothing reached a collector.
   std::atomic<bool> delivery_problem{false};
-  std::string delivery_message;  // guarded by mu; written once before the flag
+  std::string delivery_message GUARDED_BY(mu);  // written once before the flag
 
   void WakeSender() noexcept {
     // Deliberately no fence between the enqueue and this load: a seq_cst fence here

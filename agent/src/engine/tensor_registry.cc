@@ -7,7 +7,7 @@ uint32_t TensorRegistry::Register(const std::string& name, TensorKind kind, DTyp
                                   const std::string& module_type) {
   *added = false;
   if (name.empty() || name.size() > kMaxTensorNameLength) return kInvalidId;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto key = std::make_pair(name, kind);
   auto it = ids_.find(key);
   if (it != ids_.end()) return it->second;
@@ -23,7 +23,7 @@ uint32_t TensorRegistry::Register(const std::string& name, TensorKind kind, DTyp
 
 void TensorRegistry::ForEach(uint32_t from, uint32_t to,
                              const std::function<void(const TensorEntry&)>& fn) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (uint32_t i = from; i < to && i < entries_.size(); ++i) fn(entries_[i]);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lockstep/agent/types.h"
+#include "lockstep/common/thread_annotations.h"
 
 namespace lockstep::engine {
 
@@ -41,17 +42,18 @@ class TensorRegistry {
   // std::bad_alloc; the caller (a noexcept API) catches.
   uint32_t Register(const std::string& name, TensorKind kind, DType dtype,
                     const std::vector<int64_t>& shape, uint32_t order, bool* added,
-                    const std::string& module_type = std::string());
+                    const std::string& module_type = std::string()) EXCLUDES(mu_);
 
   uint32_t size() const noexcept { return size_.load(std::memory_order_acquire); }
 
   // Calls fn(entry) for ids in [from, to), under the mutex (sender thread).
-  void ForEach(uint32_t from, uint32_t to, const std::function<void(const TensorEntry&)>& fn) const;
+  void ForEach(uint32_t from, uint32_t to, const std::function<void(const TensorEntry&)>& fn) const
+      EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, TensorKind>, uint32_t> ids_;  // guarded by mu_
-  std::deque<TensorEntry> entries_;                             // guarded by mu_; index == id
+  mutable Mutex mu_;
+  std::map<std::pair<std::string, TensorKind>, uint32_t> ids_ GUARDED_BY(mu_);
+  std::deque<TensorEntry> entries_ GUARDED_BY(mu_);  // index == id
   std::atomic<uint32_t> size_{0};
 };
 

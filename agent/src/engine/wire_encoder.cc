@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/wire.h"
 
 #ifndef LOCKSTEP_AGENT_VERSION
@@ -15,12 +16,6 @@
 
 namespace lockstep::engine {
 namespace {
-
-int64_t UnixNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string HostName() {
   char buf[256] = {0};

@@ -29,6 +29,7 @@
 #include <new>
 #include <vector>
 
+#include "lockstep/common/thread_annotations.h"
 #include "transport/handoff_annotations.h"
 
 namespace lockstep {
@@ -49,9 +50,9 @@ class BufferPool {
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A block of at least `size` bytes (16-byte aligned). Throws std::bad_alloc like new.
-  uint8_t* Acquire(size_t size) {
+  uint8_t* Acquire(size_t size) EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (size_t i = 0; i < free_.size(); ++i) {
         if (free_[i]->capacity >= size) {
           Header* h = free_[i];
@@ -64,17 +65,17 @@ class BufferPool {
     }
     void* raw = ::operator new(kHeaderBytes + size, std::align_val_t(kAlign));
     Header* h = new (raw) Header{this, size};
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     outstanding_ += size;
     return Payload(h);
   }
 
   // Takes back a block from Acquire(). noexcept: called from ZeroMQ's I/O thread.
-  void Release(uint8_t* payload) noexcept {
+  void Release(uint8_t* payload) noexcept EXCLUDES(mu_) {
     Header* h = HeaderOf(payload);
     bool cached = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       outstanding_ -= h->capacity;
       if (free_.size() < max_cached_) {
         free_.push_back(h);  // within the reserved capacity: no allocation
@@ -87,12 +88,15 @@ class BufferPool {
 
   // Waits until `bytes` more fit under max_outstanding_bytes beside the blocks handed
   // out and not yet returned (true), or until `deadline` (false).
-  bool WaitForRoom(size_t bytes, std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto fits = [&] { return outstanding_ + bytes <= max_outstanding_ || outstanding_ == 0; };
+  bool WaitForRoom(size_t bytes, std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    auto fits = [&] {
+      mu_.AssertHeld();  // called with `lock` held, here and by the wait
+      return outstanding_ + bytes <= max_outstanding_ || outstanding_ == 0;
+    };
     if (fits()) return true;
     ++waiting_;
-    bool ok = room_.wait_until(lock, deadline, fits);
+    bool ok = room_.wait_until(lock.native(), deadline, fits);
     --waiting_;
     return ok;
   }
@@ -104,13 +108,13 @@ class BufferPool {
     HeaderOf(payload)->pool->Release(payload);
   }
 
-  size_t cached() {
-    std::lock_guard<std::mutex> lock(mu_);
+  size_t cached() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return free_.size();
   }
   // Bytes of the blocks handed out and not yet returned.
-  size_t outstanding_bytes() {
-    std::lock_guard<std::mutex> lock(mu_);
+  size_t outstanding_bytes() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return outstanding_;
   }
 
@@ -131,11 +135,11 @@ class BufferPool {
 
   const size_t max_cached_;
   const size_t max_outstanding_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable room_;
-  std::vector<Header*> free_;  // guarded by mu_
-  size_t outstanding_ = 0;     // guarded by mu_
-  int waiting_ = 0;            // guarded by mu_
+  std::vector<Header*> free_ GUARDED_BY(mu_);
+  size_t outstanding_ GUARDED_BY(mu_) = 0;
+  int waiting_ GUARDED_BY(mu_) = 0;
 };
 
 // FlatBufferBuilder allocator over a BufferPool, so the builder's block can be handed

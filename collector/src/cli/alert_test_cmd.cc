@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "lockstep/alerting/dispatcher.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::cli {
 
@@ -52,8 +53,7 @@ int AlertTestCommand(int argc, const char* const* argv) {
   }
 
   alerting::Alert a;
-  auto now = std::chrono::system_clock::now().time_since_epoch();
-  a.first_seen_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+  a.first_seen_unix_ns = UnixNowNs();
   a.id = "alert-test-" + std::to_string(a.first_seen_unix_ns);
   a.rule = "alert_test";
   a.severity = *sev;

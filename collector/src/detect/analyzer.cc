@@ -9,6 +9,7 @@
 #include "align/pair_metrics.h"
 #include "detect/pair_rules.h"
 #include "detect/run_rules.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::collector {
 
@@ -54,12 +55,6 @@ struct Analyzer::PairDet {
 
 namespace {
 
-int64_t SystemNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 AlignerOptions AlignerOptionsOf(const AnalyzerOptions& o) {
   AlignerOptions a;
   a.canon = o.canon;
@@ -73,7 +68,7 @@ AlignerOptions AlignerOptionsOf(const AnalyzerOptions& o) {
 
 Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, ClockFn clock)
     : opt_(std::move(options)),
-      clock_(clock ? std::move(clock) : ClockFn(SystemNowNs)),
+      clock_(clock ? std::move(clock) : ClockFn(UnixNowNs)),
       emitter_(std::move(alerts), clock_),
       aligner_(AlignerOptionsOf(opt_), &names_, &sink_) {}
 

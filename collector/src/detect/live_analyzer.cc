@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/thread_name.h"
 
 namespace lockstep::collector {
@@ -24,7 +25,7 @@ void LiveAnalyzer::Start() {
 
 void LiveAnalyzer::Shutdown() {
   {
-    std::lock_guard<std::mutex> l(stop_mu_);
+    MutexLock l(&stop_mu_);
     stop_ = true;
   }
   stop_cv_.notify_all();
@@ -32,7 +33,7 @@ void LiveAnalyzer::Shutdown() {
 }
 
 void LiveAnalyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   try {
     analyzer_->OnMessage(env, recv_ns);
   } catch (const std::exception& e) {
@@ -43,25 +44,27 @@ void LiveAnalyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
 }
 
 void LiveAnalyzer::Inspect(const std::function<void(const Analyzer&)>& fn) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   fn(*analyzer_);
 }
 
 void LiveAnalyzer::Mutate(const std::function<void(Analyzer&)>& fn) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   fn(*analyzer_);
 }
 
 void LiveAnalyzer::Loop() {
   while (true) {
     {
-      std::unique_lock<std::mutex> l(stop_mu_);
-      if (stop_cv_.wait_for(l, std::chrono::milliseconds(tick_ms_), [&] { return stop_; })) return;
+      MutexLock l(&stop_mu_);
+      if (stop_cv_.wait_for(l.native(), std::chrono::milliseconds(tick_ms_), [&] {
+            stop_mu_.AssertHeld();
+            return stop_;
+          }))
+        return;
     }
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    std::lock_guard<std::mutex> l(mu_);
+    const int64_t now = UnixNowNs();
+    MutexLock l(&mu_);
     try {
       analyzer_->Tick(now);
     } catch (const std::exception& e) {

@@ -25,6 +25,7 @@
 
 #include "detect/analyzer.h"
 #include "ingest/message_sink.h"
+#include "lockstep/common/thread_annotations.h"
 
 namespace lockstep::collector {
 
@@ -49,11 +50,11 @@ class LiveAnalyzer : public MessageSink {
  private:
   void Loop();
 
-  std::unique_ptr<Analyzer> analyzer_;
-  mutable std::mutex mu_;       // guards analyzer_
-  std::mutex stop_mu_;          // guards stop_; never held together with mu_
+  std::unique_ptr<Analyzer> analyzer_ PT_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  Mutex stop_mu_;  // never held together with mu_
   std::condition_variable stop_cv_;
-  bool stop_ = false;
+  bool stop_ GUARDED_BY(stop_mu_) = false;
   int64_t tick_ms_;
   std::thread thread_;
   std::atomic<uint64_t> errors_{0};

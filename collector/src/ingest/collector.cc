@@ -28,12 +28,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-int64_t NowUnixNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Single writer (the ingest thread), many readers: a relaxed load+store is enough and
 // avoids a locked instruction per message.
 inline void Bump(std::atomic<uint64_t>& a, uint64_t n = 1) {
@@ -99,7 +93,8 @@ bool IsLoopbackEndpoint(const std::string& ep) {
 
 class Collector::Impl {
  public:
-  explicit Impl(CollectorOptions o) : opts(std::move(o)), ctx(1), socket(ctx, zmq::socket_type::pull) {}
+  explicit Impl(CollectorOptions o)
+      : opts(std::move(o)), clock(RealClockOr(opts.clock)), ctx(1), socket(ctx, zmq::socket_type::pull) {}
   ~Impl() {
     if (lock_fd >= 0) ::close(lock_fd);  // releases the data dir's lock
   }
@@ -116,6 +111,7 @@ class Collector::Impl {
   void LogWriteOk();
 
   CollectorOptions opts;
+  const lockstep::Clock* clock;  // opts.clock or the real one (Clock here is steady_clock)
   int lock_fd = -1;
   zmq::context_t ctx;
   zmq::socket_t socket;
@@ -336,7 +332,7 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
     data = scratch.data();
   }
   EnvelopeCheck c = CheckEnvelope(data, size, opts.max_message_bytes);
-  int64_t now = NowUnixNs();
+  int64_t now = clock->NowUnixNs();
   if (c.reject != Reject::kNone) {
     Bump(n.rejected);
     Bump(n.rejected_by[static_cast<size_t>(c.reject)]);

@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include "ingest/curve_keys.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/thread_name.h"
 
 namespace lockstep::collector {
@@ -20,12 +21,6 @@ constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAIL
                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 // A refused agent retries every 0.1-2 s; one line per reason per 10 s is plenty.
 constexpr int64_t kLogEveryNs = 10'000'000'000;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string Why(AuthRefusal r) {
   switch (r) {
@@ -193,7 +188,7 @@ void CurveGuard::ReadMonitor() {
 void CurveGuard::CountRefusal(AuthRefusal r, const std::string& where) {
   size_t i = static_cast<size_t>(r);
   uint64_t total = refused_by_[i].fetch_add(1, std::memory_order_relaxed) + 1;
-  int64_t now = NowNs();
+  int64_t now = MonotonicNowNs();
   if (last_log_ns_[i] != 0 && now - last_log_ns_[i] < kLogEveryNs) {
     ++held_[i];
     return;

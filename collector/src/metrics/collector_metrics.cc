@@ -19,11 +19,6 @@ namespace {
 
 using C = MetricType;
 
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // What a scrape reads from the analyzer, copied under its mutex and rendered after.
 struct PairFigures {
   std::string experiment, baseline, candidate;
@@ -38,15 +33,12 @@ struct PairFigures {
 
 }  // namespace
 
-CollectorMetrics::CollectorMetrics(MetricsSources sources, Clock clock, std::function<int64_t()> wall_now_ns)
-    : src_(sources),
-      clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
-      wall_now_ns_(wall_now_ns ? std::move(wall_now_ns) : std::function<int64_t()>(WallNowNs)),
-      start_unix_ns_(wall_now_ns_()) {}
+CollectorMetrics::CollectorMetrics(MetricsSources sources, const Clock* clock)
+    : src_(sources), clock_(RealClockOr(clock)), start_unix_ns_(clock_->NowUnixNs()) {}
 
 void CollectorMetrics::Tick() {
   auto c = src_.collector->counters();
-  auto now = clock_();
+  auto now = SteadyNow();
   window_.push_back({now, c.accepted, c.records, c.bytes});
   // Keep one sample at or beyond the window's start, so the rate spans the full window.
   while (window_.size() > 2 && now - window_[1].t >= kRateWindow) window_.pop_front();
@@ -56,7 +48,7 @@ std::string CollectorMetrics::Render() {
   TextWriter w;
   const auto counters = src_.collector->counters();
   const auto ranks = src_.collector->registry().Snapshot();
-  const int64_t now_ns = wall_now_ns_();
+  const int64_t now_ns = clock_->NowUnixNs();
 
   // ---- Collector-wide ----
   w.Family("lockstep_build_info", C::kGauge, "Always 1; the labels name this collector's version.");
@@ -108,7 +100,7 @@ std::string CollectorMetrics::Render() {
   double msg_rate = 0, rec_rate = 0, byte_rate = 0;
   if (!window_.empty()) {
     const auto& o = window_.front();
-    double dt = std::chrono::duration<double>(clock_() - o.t).count();
+    double dt = std::chrono::duration<double>(SteadyNow() - o.t).count();
     if (dt > 0.05) {
       msg_rate = static_cast<double>(counters.accepted - o.messages) / dt;
       rec_rate = static_cast<double>(counters.records - o.records) / dt;

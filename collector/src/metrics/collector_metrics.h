@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::alerting {
@@ -45,10 +46,9 @@ struct MetricsSources {
 
 class CollectorMetrics {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
-  // `wall_now_ns` gives the unix time for last-seen ages (tests inject both).
-  explicit CollectorMetrics(MetricsSources sources, Clock clock = nullptr,
-                            std::function<int64_t()> wall_now_ns = nullptr);
+  // `clock` (null: the real one) times the rate window (monotonic) and the last-seen
+  // ages (unix); tests inject a FakeClock, which must outlive this.
+  explicit CollectorMetrics(MetricsSources sources, const Clock* clock = nullptr);
 
   // Samples the ingest counters for the messages/s and records/s gauges (a sliding
   // window of kRateWindow). Call about once a second.
@@ -58,14 +58,17 @@ class CollectorMetrics {
   static constexpr std::chrono::seconds kRateWindow{10};
 
  private:
+  std::chrono::steady_clock::time_point SteadyNow() const {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock_->NowMonotonicNs()));
+  }
+
   struct RateSample {
     std::chrono::steady_clock::time_point t;
     uint64_t messages, records, bytes;
   };
 
   MetricsSources src_;
-  Clock clock_;
-  std::function<int64_t()> wall_now_ns_;
+  const Clock* clock_;
   int64_t start_unix_ns_;
   std::deque<RateSample> window_;
 };

@@ -48,7 +48,7 @@ constexpr int64_t kStalledNs = 5'000'000'000;      // no new step for 5 s: 0 ste
 ViewModel::ViewModel(ViewModelOptions opt) : opt_(opt) {}
 
 void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   PairState& p = pairs_[ctx.experiment + "\t" + ctx.baseline + "\t" + ctx.candidate];
   if (p.experiment.empty()) {
     p.experiment = ctx.experiment;
@@ -141,7 +141,7 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
 void ViewModel::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
   if (env.body_type() != wire::Body::StepScalars || !env.run_id()) return;
   const auto* s = env.body_as_StepScalars();
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   RunState& r = runs_[env.run_id()->str()];
   if (!r.any_step || s->step() >= r.max_step) {
     // A NaN loss the job gave is shown as NaN; one it did not give leaves the last.
@@ -163,7 +163,7 @@ void ViewModel::OnMessage(const wire::Envelope& env, int64_t recv_ns) {
 }
 
 void ViewModel::OnAlert(const alerting::Alert& a) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   ++alerts_total_;
   ++alerts_by_severity_[std::min<int>(static_cast<int>(a.severity), 2)];
   alerts_.push_back(AlertRow{a.first_seen_unix_ns, alerting::SeverityName(a.severity), a.rule, a.experiment,
@@ -213,9 +213,10 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
   out["collector"] = {{"records", extras.records}, {"bad", extras.bad_messages},
                       {"analyzer_errors", extras.analyzer_errors}};
   // Built under mu_ (the json tree is the copy), serialized after releasing it.
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   // A run's partner: the other side of the first pair it is in.
   auto partner_step = [&](const std::string& run, int64_t* step) {
+    mu_.AssertHeld();  // called below, with l held
     for (const auto& [k, p] : pairs_) {
       const std::string* other = run == p.baseline ? &p.candidate : run == p.candidate ? &p.baseline : nullptr;
       if (!other) continue;
@@ -359,7 +360,7 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
                    {"warning", alerts_by_severity_[1]},
                    {"critical", alerts_by_severity_[2]},
                    {"recent", std::move(ja)}};
-  l.unlock();
+  l.Unlock();
   // Invalid UTF-8 in a name (agents send bytes) must not throw: replace it.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }

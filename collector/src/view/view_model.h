@@ -33,6 +33,7 @@
 #include "ingest/message_sink.h"
 #include "ingest/registry.h"
 #include "lockstep/alerting/alert.h"
+#include "lockstep/common/thread_annotations.h"
 
 namespace lockstep::collector {
 
@@ -61,13 +62,13 @@ class ViewModel : public MessageSink {
   ViewModel(const ViewModel&) = delete;
   ViewModel& operator=(const ViewModel&) = delete;
 
-  void OnPairStep(const PairCtx& ctx, const PairStepView& v);
-  void OnMessage(const wire::Envelope& env, int64_t recv_unix_ns) override;
-  void OnAlert(const alerting::Alert& a);
+  void OnPairStep(const PairCtx& ctx, const PairStepView& v) EXCLUDES(mu_);
+  void OnMessage(const wire::Envelope& env, int64_t recv_unix_ns) override EXCLUDES(mu_);
+  void OnAlert(const alerting::Alert& a) EXCLUDES(mu_);
 
   // The whole snapshot as one JSON object. `ranks` from Registry::Snapshot().
   std::string SnapshotJson(const std::vector<RankInfo>& ranks, const ViewExtras& extras,
-                           int64_t now_unix_ns) const;
+                           int64_t now_unix_ns) const EXCLUDES(mu_);
 
  private:
   struct Point {
@@ -134,12 +135,12 @@ class ViewModel : public MessageSink {
   };
 
   ViewModelOptions opt_;
-  mutable std::mutex mu_;  // guards everything below
-  std::map<std::string, PairState> pairs_;  // by "experiment\tbaseline\tcandidate"
-  std::map<std::string, RunState> runs_;
-  std::deque<AlertRow> alerts_;
-  uint64_t alerts_total_ = 0;
-  uint64_t alerts_by_severity_[3] = {0, 0, 0};
+  mutable Mutex mu_;
+  std::map<std::string, PairState> pairs_ GUARDED_BY(mu_);  // by "experiment\tbaseline\tcandidate"
+  std::map<std::string, RunState> runs_ GUARDED_BY(mu_);
+  std::deque<AlertRow> alerts_ GUARDED_BY(mu_);
+  uint64_t alerts_total_ GUARDED_BY(mu_) = 0;
+  uint64_t alerts_by_severity_[3] GUARDED_BY(mu_) = {0, 0, 0};
 };
 
 }  // namespace lockstep::collector

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lockstep/alerting/alert.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::alerting {
@@ -86,8 +87,9 @@ struct AlertingOptions {
   // An incident that no alert joined for this long is resolved (0 = never).
   std::chrono::milliseconds incident_resolve_after{std::chrono::minutes(10)};
   size_t queue_capacity = 4096;  // per sink; Submit drops (and counts) beyond it
-  // Tests inject a clock for dedup and rate limit; default: steady_clock.
-  std::function<std::chrono::nanoseconds()> clock;
+  // Time for dedup, rate limit, incidents and the sent journal; null: the real clock
+  // (tests inject a FakeClock, which must outlive the Dispatcher).
+  const Clock* clock = nullptr;
 };
 
 // Checks every field; returns the first mistake as one sentence naming the sink.

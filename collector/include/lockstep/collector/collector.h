@@ -38,6 +38,7 @@
 #include "ingest/envelope_check.h"
 #include "ingest/message_sink.h"
 #include "ingest/registry.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 #include "lockstep/common/wire.h"
 
@@ -64,6 +65,9 @@ struct CollectorOptions {
   // Writing counts as working again after this long without a failure (a nearly full
   // disk lets small writes through between failures).
   int64_t log_recover_quiet_ms = 5000;
+  // Stamps each message's receive time (NowUnixNs); null: the real clock. A test's
+  // FakeClock must outlive the collector.
+  const Clock* clock = nullptr;
 };
 
 struct CollectorCounters {
