@@ -121,6 +121,9 @@ struct SharedState {
   std::mutex fingerprint_mu;
   std::vector<std::pair<std::string, std::string>> fingerprint;  // guarded by fingerprint_mu
   std::atomic<uint32_t> fingerprint_version{0};
+  // The sampling (Agent::SetSampling), the same way: under fingerprint_mu, versioned.
+  Sampling sampling;  // guarded by fingerprint_mu
+  std::atomic<uint32_t> sampling_version{0};
   bool exited = false;      // guarded by mu
   // Set once by the sender (under mu, then the flag): nothing reached a collector.
   std::atomic<bool> delivery_problem{false};
