@@ -119,6 +119,9 @@ Analyzer::RunState* Analyzer::GetRun(const std::string& run_id) {
   rp->decoder = std::make_unique<RunDecoder>(
       run_id, &opt_.canon, &names_, opt_.idle_close_ns,
       [this, rp](uint32_t rank, StepPtr s) { OnClosed(rp, rank, std::move(s)); });
+  rp->decoder->set_on_rewind([rp](const Rewind& w) {
+    if (rp->run_rules) EmitRestart(rp->ctx, w);
+  });
   runs_.emplace(run_id, std::move(r));
   return rp;
 }

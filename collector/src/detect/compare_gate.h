@@ -59,7 +59,8 @@ struct GateVerdict {
 inline constexpr double kMinStepsComparedFraction = 0.9;
 inline constexpr double kMinTensorsSharedFraction = 0.5;
 
-// The verdict over one compared pair. `critical`: a critical alert was raised. The
+// The verdict over one compared pair. `critical`: a critical alert was raised; a
+// `restart` alert in `alerts` (steps not compared: their numbers repeat) is a finding too. The
 // outcome's precedence: bad input, not the same model, too few steps, finding, ok.
 GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan& cand,
                          const std::vector<alerting::Alert>& alerts, bool critical);
