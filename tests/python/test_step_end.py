@@ -83,7 +83,7 @@ def test_a_restart_without_start_step_is_a_finding_and_compare_fails_on_it(colle
     logged(collector, "se-cand", 1)
     code, text = compare(collector, "se-base", "se-cand")
     assert code == 0, text  # twins, one session each: no finding
-    assert "restart" not in text, text
+    assert " restarted" not in text, text
     # The candidate's job runs again under its run id, numbering its steps from 0.
     train("se-cand", "candidate", collector.endpoint, 6)
     logged(collector, "se-cand", 2)
@@ -98,4 +98,4 @@ def test_a_restart_without_start_step_is_a_finding_and_compare_fails_on_it(colle
     records = logged(collector, "se-res", 2)
     assert [r["body"]["step"] for r in records if r["type"] == "StepEnd"] == list(range(6))
     code, text = compare(collector, "se-base", "se-res")
-    assert "restart" not in text, text
+    assert " restarted" not in text, text
