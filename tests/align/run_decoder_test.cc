@@ -263,6 +263,9 @@ TEST(RunDecoder, StepEndClosesAStepWithoutRecordsAtOnceAndCountsLostRows) {
   EXPECT_EQ(f.closed.back().second, 2u);
   EXPECT_EQ(f.dec.counters().records_missing, 1u);
   EXPECT_EQ(f.dec.counters().closed_by_settle, 0u);
+  f.Feed(f.sb.StepEnd(2, 3));  // every message of step 2 lost: no step is made up
+  EXPECT_FALSE(f.IsClosed(2));
+  EXPECT_EQ(f.dec.counters().records_missing, 4u);
 }
 
 TEST(RunDecoder, WithStepEndAnAgentThatNeverEndsItsStepsIsBounded) {

@@ -114,7 +114,7 @@ bool RunDecoder::Rewound(RankState& rs, uint32_t rank, uint64_t step, uint64_t n
   return true;
 }
 
-void RunDecoder::OnStepEnd(RankState& rs, uint32_t rank, const wire::StepEnd& e, int64_t sent_ns) {
+void RunDecoder::OnStepEnd(RankState& rs, const wire::StepEnd& e) {
   rs.step_end = true;
   const uint64_t step = e.step();
   auto it = rs.open.find(step);
@@ -123,7 +123,7 @@ void RunDecoder::OnStepEnd(RankState& rs, uint32_t rank, const wire::StepEnd& e,
   if (auto w = rs.wire_rows.find(step); w != rs.wire_rows.end()) rows = w->second;
   if (e.records() > rows) counters_.records_missing += e.records() - rows;
   rs.wire_rows.erase(rs.wire_rows.begin(), rs.wire_rows.upper_bound(step));
-  if (it == rs.open.end() && e.records() > 0) OpenStep(rs, rank, step, sent_ns);  // all rows lost
+  // A step whose rows and scalars were all lost has nothing to compare: none is made up.
   CloseThrough(rs, static_cast<int64_t>(step), Cause::kStepEnd);
 }
 
@@ -223,7 +223,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
     }
     case wire::Body::StepEnd:
       if (Rewound(rs, rank, env.body_as_StepEnd()->step(), 0)) return;
-      OnStepEnd(rs, rank, *env.body_as_StepEnd(), env.sent_unix_ns());
+      OnStepEnd(rs, *env.body_as_StepEnd());
       return;
     case wire::Body::TensorDirectory: {
       const auto* td = env.body_as_TensorDirectory();

@@ -163,7 +163,7 @@ class RunDecoder {
   // True when data of `step` belongs to a restart that repeats step numbers (counted,
   // dropped); tells on_rewind_ the first time.
   bool Rewound(RankState& rs, uint32_t rank, uint64_t step, uint64_t n);
-  void OnStepEnd(RankState& rs, uint32_t rank, const wire::StepEnd& e, int64_t sent_ns);
+  void OnStepEnd(RankState& rs, const wire::StepEnd& e);
 
   std::string run_id_;
   const NameCanonicalizer* canon_;
