@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import lockstep
-from conftest import lockstep_bin
+from conftest import fake_monitor, lockstep_bin
 
 
 def train(run, role, endpoint, steps, every=1, include=None, start_step=None):
@@ -55,6 +55,21 @@ def test_step_end_follows_each_steps_records_and_the_sampling_follows_watch(coll
         assert all(records.index(r) < at for r in records
                    if r["type"] in ("StepStats", "StepScalars") and r["body"]["step"] == step)
         assert e["schema"] == "1.3"
+
+
+def test_each_watch_updates_the_sampling_with_every_watchs_patterns_and_kinds():
+    mon, fake = fake_monitor()
+    kinds = dict(lockstep._core.KINDS)
+    a, b = nn.Sequential(nn.Linear(2, 2)), nn.Sequential(nn.Linear(2, 2))
+    mon.watch(a, include="^0", kinds=("act",), every=3)
+    assert fake.sampling == dict(every=3, include="^0", exclude="", kinds=[kinds["act"]])
+    mon.watch(b, include="^1", exclude="bias", kinds=("param_grad", "init"), every=2)
+    assert fake.sampling == dict(every=2, include="(?:^0)|(?:^1)", exclude="bias",
+                                 kinds=sorted({kinds["act"], kinds["param_grad"], kinds["param"]}))
+    mon.watch(nn.Sequential(nn.Linear(2, 2)))  # no include: every module of it
+    assert fake.sampling["include"] == "" and fake.sampling["exclude"] == "bias"
+    assert mon.counters()["python_errors"] == 0
+    mon.close(timeout=1.0)
 
 
 def logged(col, run, goodbyes):
