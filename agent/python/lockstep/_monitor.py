@@ -675,9 +675,12 @@ class Monitor:
                 return ""
             ps = [p for p in ps if p]
             return ps[0] if len(ps) == 1 else "|".join("(?:%s)" % p for p in ps)
-        kinds = {KIND["param"] if k == "init" else KIND[k]
-                 for w in self._watches for k in w.kinds if k == "init" or k in KIND}
-        self._agent.set_sampling(self._every, joined(0, True), joined(1, False), sorted(kinds))
+        try:  # informational: a failure here must not cut watch() short
+            kinds = {KIND["param"] if k == "init" else KIND[k]
+                     for w in self._watches for k in w.kinds if k == "init" or k in KIND}
+            self._agent.set_sampling(self._every, joined(0, True), joined(1, False), sorted(kinds))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the sampling", e)
 
     def _end_step(self, step, scalars):
         p = self._pipeline
