@@ -273,6 +273,80 @@ TEST(AgentSender, FingerprintFollowsHelloBeforeStatsAndIsResentOnReconnect) {
   }
 }
 
+TEST(AgentSender, EndStepSendsStepEndAfterTheStepsRecordsWithTheirCount) {
+  AgentOptions o = TestOptions();
+  o.max_records_per_message = 4;
+  Made m = MakeAgent(o);
+  ASSERT_NE(m.agent, nullptr);
+  // Step 3: 5 records in micro step 0, 2 in micro step 2 (two batches); one record of
+  // step 4 arrives before step 3 ends (a device step handed over late).
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(m.agent->RecordStats(3, 0, 0, i, MakeStats(i)));
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(m.agent->RecordStats(3, 2, 0, 5 + i, MakeStats(i)));
+  ASSERT_TRUE(m.agent->RecordStats(4, 0, 0, 0, MakeStats(1)));
+  ASSERT_TRUE(m.agent->RecordScalars(3, StepScalars{}));
+  ASSERT_TRUE(m.agent->EndStep(3));
+  ASSERT_TRUE(m.agent->EndStep(4));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::StepEnd) == 2; }));
+  auto ms = m.state->Snapshot();
+  size_t end3 = 0, last_stats3 = 0, scalars3 = 0;
+  std::vector<const wire::StepEnd*> ends;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const auto* env = ms[i].env();
+    if (const auto* st = env->body_as_StepStats(); st && st->step() == 3) last_stats3 = i;
+    if (env->body_as_StepScalars()) scalars3 = i;
+    if (const auto* e = env->body_as_StepEnd()) {
+      if (e->step() == 3) end3 = i;
+      ends.push_back(e);
+    }
+  }
+  EXPECT_GT(end3, last_stats3);
+  EXPECT_GT(end3, scalars3);
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0]->step(), 3u);
+  EXPECT_EQ(ends[0]->records(), 7u);
+  ASSERT_NE(ends[0]->micro_records(), nullptr);
+  EXPECT_EQ(std::vector<uint32_t>(ends[0]->micro_records()->begin(), ends[0]->micro_records()->end()),
+            (std::vector<uint32_t>{5, 0, 2}));
+  EXPECT_EQ(ends[1]->step(), 4u);
+  EXPECT_EQ(ends[1]->records(), 1u);
+  // A step without records still ends, with a count of 0.
+  ASSERT_TRUE(m.agent->EndStep(5));
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::StepEnd) == 3; }));
+  const auto* e5 = m.state->Snapshot().back().env()->body_as_StepEnd();
+  ASSERT_NE(e5, nullptr);
+  EXPECT_EQ(e5->step(), 5u);
+  EXPECT_EQ(e5->records(), 0u);
+  EXPECT_EQ(e5->micro_records(), nullptr);
+}
+
+TEST(AgentSender, SamplingIsSentOnceKnownAndAgainOnReconnect) {
+  Made m = MakeAgent(TestOptions());
+  ASSERT_NE(m.agent, nullptr);
+  Sampling sm;
+  sm.every = 4;
+  sm.include_regex = "^enc";
+  sm.exclude_regex = "drop";
+  sm.kinds = {TensorKind::kAct, TensorKind::kParamGrad};
+  ASSERT_TRUE(m.agent->SetSampling(sm));
+  ASSERT_TRUE(m.agent->EndStep(0));
+  ASSERT_TRUE(m.agent->Flush(milliseconds(10000)));
+  auto ms = m.state->Snapshot();
+  ASSERT_GE(ms.size(), 2u);
+  EXPECT_EQ(ms[0].type(), wire::Body::Hello);
+  ASSERT_EQ(ms[1].type(), wire::Body::Sampling);
+  const auto* c = ms[1].env()->body_as_Sampling()->config();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->every(), 4u);
+  EXPECT_EQ(c->include()->str(), "^enc");
+  EXPECT_EQ(c->exclude()->str(), "drop");
+  ASSERT_EQ(c->kinds()->size(), 2u);
+  EXPECT_EQ(c->kinds()->Get(1), wire::TensorKind::ParamGrad);
+  EXPECT_EQ(c->sketch_k(), TestOptions().sketch_k);
+  EXPECT_EQ(Count(ms, wire::Body::Sampling), 1u);
+  m.state->AddConnects(2);  // the first connection, then a restarted collector
+  ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::Sampling) == 2; }));
+}
+
 TEST(AgentSender, MessagesTheTransportStillHoldsStayUnderTheSendBuffer) {
   // No collector: every zero-copy message stays queued with its block. Past the send
   // buffer the sender waits instead of growing memory, records pile up in the queue,
@@ -414,7 +488,8 @@ TEST(AgentSender, ARankChangedAfterSendingStartsItsOwnStream) {
   }
   using B = wire::Body;
   EXPECT_EQ(seen, (std::vector<std::pair<uint32_t, B>>{{old, B::Hello}, {old, B::TensorDirectory}, {old, B::StepStats},
-                                                        {3, B::Hello}, {3, B::TensorDirectory}, {3, B::StepStats}}));
+                                                        {old, B::StepEnd}, {3, B::Hello}, {3, B::TensorDirectory},
+                                                        {3, B::StepStats}, {3, B::StepEnd}}));
   EXPECT_EQ(first_seq_rank3, 0u);
 }
 

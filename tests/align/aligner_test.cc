@@ -29,6 +29,7 @@ struct Recorder : AlignedSink {
   void OnRunActivity(const AlignedRun&, int64_t, bool goodbye) override { goodbyes += goodbye; }
   void OnRunTick(const AlignedRun&, int64_t) override {}
   void OnRunResume(const AlignedRun&, int64_t) override {}
+  void OnRunRewind(const AlignedRun&, const Rewind&) override {}
   void OnRunStep(const AlignedRun& run, const StepData& s) override { run_steps.emplace_back(run.id, s.rank, s.step); }
   void OnPairStart(const AlignedPair& p) override { starts.push_back(p.index); }
   void OnPairStep(const AlignedPair& p, uint32_t rank, const StepData& b, const StepData& c) override {

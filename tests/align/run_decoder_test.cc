@@ -1,6 +1,8 @@
 // RunDecoder's step-closing rules (run_decoder.h), fed the message orders agents
 // produce at Monitor.step(): the step's records (some shipped earlier by batch size or
 // linger) then its StepScalars; older agents sent the last batch after the scalars.
+// Agents of schema minor 3 end each step with a StepEnd, which alone closes it (the
+// StepEnd tests); the rules above are for agents and logs without it.
 #include "align/run_decoder.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "../detect/stream_builder.h"
+#include "lockstep/common/wire.h"
 
 namespace lockstep::collector {
 namespace {
@@ -198,6 +201,132 @@ TEST(RunDecoder, OfflineReplayNeverClosesOnTimers) {
   EXPECT_EQ(closed, 1);  // step 0, closed by step 1's data (rule 1), not by a timer
   dec.CloseAll();
   EXPECT_EQ(closed, 2);
+}
+
+// The wire order of a job with CPU and GPU tensors (Python agent): the CPU tensors'
+// records go out as they are computed, the GPU ones' one step late with the step's
+// scalars (and, from minor 3, its StepEnd). So step 1's CPU records arrive before step
+// 0's GPU record.
+TEST(RunDecoder, WithoutStepEndAMixedCpuGpuJobHasItsFirstStepClosedEarly) {
+  // Today's inference (older agents, old logs): step 1's records close step 0 before
+  // its GPU record comes; that record is late, and the rank learns to wait a step.
+  Fixture f;
+  for (uint64_t s = 0; s < 3; ++s) {
+    f.Stats(s, {0, 1});
+    if (s == 0) continue;
+    f.Stats(s - 1, {2});
+    f.Scalars(s - 1);
+  }
+  ASSERT_EQ(f.closed.size(), 1u);
+  EXPECT_EQ(f.closed[0], (std::pair<uint64_t, size_t>{0, 2}));
+  EXPECT_EQ(f.dec.counters().late_records, 1u);
+  EXPECT_EQ(f.dec.counters().closed_at_step_end, 0u);
+  f.Stats(3, {0, 1});  // step 1 now waits for step 3 (lag 1): complete, but a step later
+  ASSERT_EQ(f.closed.size(), 2u);
+  EXPECT_EQ(f.closed[1], (std::pair<uint64_t, size_t>{1, 3}));
+}
+
+TEST(RunDecoder, StepEndClosesAMixedCpuGpuStepExactlyWhenItArrives) {
+  Fixture f;
+  f.sb.minor = lockstep::kStepEndMinor;
+  f.Feed(f.sb.Hello());
+  std::vector<size_t> rows;
+  for (uint64_t s = 0; s < 3; ++s) {
+    f.Stats(s, {0, 1});
+    if (s == 0) continue;
+    f.Stats(s - 1, {2});
+    f.Scalars(s - 1);
+    EXPECT_FALSE(f.IsClosed(s - 1)) << s - 1;  // scalars and records: still open
+    f.dec.Tick(f.now + kIdle / 2);              // no timer closes it either
+    EXPECT_FALSE(f.IsClosed(s - 1)) << s - 1;
+    f.Feed(f.sb.StepEnd(s - 1, 3));
+    ASSERT_TRUE(f.IsClosed(s - 1)) << s - 1;
+    EXPECT_EQ(f.closed.back(), (std::pair<uint64_t, size_t>{s - 1, 3})) << s - 1;
+    EXPECT_FALSE(f.IsClosed(s));  // the next step's CPU records wait for its own end
+  }
+  EXPECT_EQ(f.dec.counters().late_records, 0u);
+  EXPECT_EQ(f.dec.counters().closed_at_step_end, 2u);
+  EXPECT_EQ(f.dec.counters().records_missing, 0u);
+}
+
+TEST(RunDecoder, StepEndClosesAStepWithoutRecordsAtOnceAndCountsLostRows) {
+  Fixture f;
+  f.sb.minor = lockstep::kStepEndMinor;
+  f.Feed(f.sb.Hello());
+  f.Scalars(0);  // sampled out (every=N): scalars only
+  EXPECT_FALSE(f.IsClosed(0));
+  f.Feed(f.sb.StepEnd(0, 0));
+  ASSERT_TRUE(f.IsClosed(0));  // no settle time
+  f.Stats(1, {0, 1});
+  f.Feed(f.sb.StepEnd(1, 3, {3}));  // one record never arrived
+  ASSERT_TRUE(f.IsClosed(1));
+  EXPECT_EQ(f.closed.back().second, 2u);
+  EXPECT_EQ(f.dec.counters().records_missing, 1u);
+  EXPECT_EQ(f.dec.counters().closed_by_settle, 0u);
+  f.Feed(f.sb.StepEnd(2, 3));  // every message of step 2 lost: no step is made up
+  EXPECT_FALSE(f.IsClosed(2));
+  EXPECT_EQ(f.dec.counters().records_missing, 4u);
+}
+
+TEST(RunDecoder, WithStepEndAnAgentThatNeverEndsItsStepsIsBounded) {
+  Fixture f;
+  f.sb.minor = lockstep::kStepEndMinor;
+  f.Feed(f.sb.Hello());
+  for (uint64_t s = 0; s < RunDecoder::kMaxOpenSteps; ++s) f.Stats(s, {0});
+  EXPECT_TRUE(f.closed.empty());
+  f.Stats(RunDecoder::kMaxOpenSteps, {0});
+  ASSERT_EQ(f.closed.size(), 1u);
+  EXPECT_EQ(f.closed[0].first, 0u);
+}
+
+struct Restarted {
+  Fixture f;
+  std::vector<Rewind> rewinds;
+  Restarted() {
+    f.dec.set_on_rewind([this](const Rewind& r) { rewinds.push_back(r); });
+    f.sb.minor = lockstep::kStepEndMinor;
+    f.sb.session = 11;
+    f.Feed(f.sb.Hello());
+  }
+  void Step(uint64_t s) {
+    f.Stats(s, {0, 1, 2});
+    f.Scalars(s);
+    f.Feed(f.sb.StepEnd(s, 3));
+  }
+};
+
+TEST(RunDecoder, ARestartWithoutStartStepIsToldOnceAndItsRepeatedStepsAreCounted) {
+  Restarted r;
+  for (uint64_t s = 0; s < 3; ++s) r.Step(s);
+  r.f.Feed(r.f.sb.Goodbye(2));
+  ASSERT_EQ(r.f.closed.size(), 3u);
+  // The job runs again under the same run id, numbering from 0.
+  r.f.sb.session = 12;
+  r.f.Feed(r.f.sb.Hello());
+  r.f.Feed(r.f.sb.Directory({{"a"}, {"b"}, {"c"}}));
+  for (uint64_t s = 0; s < 4; ++s) r.Step(s);
+  ASSERT_EQ(r.rewinds.size(), 1u);
+  EXPECT_EQ(r.rewinds[0].rank, 0u);
+  EXPECT_EQ(r.rewinds[0].from_step, 2u);
+  EXPECT_EQ(r.rewinds[0].to_step, 0u);
+  EXPECT_EQ(r.f.dec.counters().restarts, 1u);
+  EXPECT_EQ(r.f.dec.counters().rewound_records, 9u);  // steps 0-2 again: not compared
+  EXPECT_EQ(r.f.dec.counters().late_records, 0u);
+  ASSERT_EQ(r.f.closed.size(), 4u);  // step 3 is new: it is decoded as usual
+  EXPECT_EQ(r.f.closed.back(), (std::pair<uint64_t, size_t>{3, 3}));
+}
+
+TEST(RunDecoder, AResumeWithStartStepOrAReconnectionIsNoRestart) {
+  Restarted r;
+  for (uint64_t s = 0; s < 3; ++s) r.Step(s);
+  r.f.Feed(r.f.sb.Hello());  // the same session again: a reconnection
+  r.Step(3);
+  r.f.sb.session = 12;       // a new session resuming at step 4 (start_step=4)
+  r.f.Feed(r.f.sb.Hello());
+  r.Step(4);
+  EXPECT_TRUE(r.rewinds.empty());
+  EXPECT_EQ(r.f.dec.counters().restarts, 0u);
+  EXPECT_EQ(r.f.closed.size(), 5u);
 }
 
 }  // namespace

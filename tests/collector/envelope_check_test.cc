@@ -121,8 +121,17 @@ TEST(EnvelopeCheck, CapsFingerprintKeysAndValues) {
             Reject::kTooLong);
 }
 
+TEST(EnvelopeCheck, CapsSamplingPatternsAndPassesStepEnd) {
+  const std::string longest(kMaxTensorNameLength, 'p'), too_long(kMaxTensorNameLength + 1, 'p');
+  EXPECT_EQ(Check(testing::Sampling(At("r", 0, 0), longest, longest)).reject, Reject::kNone);
+  EXPECT_EQ(Check(testing::Sampling(At("r", 0, 0), too_long)).reject, Reject::kTooLong);
+  EXPECT_EQ(Check(testing::Sampling(At("r", 0, 0), "", too_long)).reject, Reject::kTooLong);
+  EXPECT_EQ(Check(testing::StepEnd(At("r", 0, 0), 7, 12, {5, 7})).reject, Reject::kNone);
+}
+
 TEST(EnvelopeCheck, MutatedMessagesAreSafeForEveryConsumer) {
-  std::vector<Bytes> seeds = {testing::Hello(At("m", 0, 0)),
+  std::vector<Bytes> seeds = {testing::Hello(At("m", 0, 0)), testing::Sampling(At("m", 0, 0), "^enc"),
+                              testing::StepEnd(At("m", 0, 0), 3, 4, {4}),
                               testing::Directory(At("m", 0, 1), {{0, "a"}, {1, "b"}}),
                               testing::Stats(At("m", 0, 2), 3, 4, 8, 4),
                               testing::Scalars(At("m", 0, 3), 3, 0.5),

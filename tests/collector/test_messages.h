@@ -41,6 +41,21 @@ inline Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, const Head& h, wire::Bo
   return Bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
+// A Sampling message (schema minor 3) with these patterns.
+inline Bytes Sampling(const Head& h, const std::string& include, const std::string& exclude = "") {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto config = wire::CreateSamplingConfigDirect(fbb, 2, 4, 2, include.c_str(), exclude.c_str());
+  auto body = wire::CreateSampling(fbb, config);
+  return Finish(fbb, h, wire::Body::Sampling, body.Union());
+}
+
+// A StepEnd message (schema minor 3).
+inline Bytes StepEnd(const Head& h, uint64_t step, uint64_t records, const std::vector<uint32_t>& micro = {}) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto body = wire::CreateStepEndDirect(fbb, step, records, micro.empty() ? nullptr : &micro);
+  return Finish(fbb, h, wire::Body::StepEnd, body.Union());
+}
+
 inline Bytes Hello(const Head& h, const std::string& experiment = "exp",
                    wire::Role role = wire::Role::Baseline, uint32_t pid = 4242,
                    int64_t start_ns = 1) {

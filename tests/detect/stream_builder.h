@@ -139,7 +139,16 @@ class StreamBuilder {
     auto b = wire::CreateGoodbyeDirect(*fbb, "close", last_step);
     return Finish(fbb, wire::Body::Goodbye, b.Union());
   }
+  // The end of a step (schema minor 3): give `minor` 3 so the Hello says StepEnd comes.
+  std::vector<uint8_t> StepEnd(uint64_t step, uint64_t records, const std::vector<uint32_t>& micro = {}) {
+    auto fbb = Begin();
+    auto b = wire::CreateStepEndDirect(*fbb, step, records, micro.empty() ? nullptr : &micro);
+    return Finish(fbb, wire::Body::StepEnd, b.Union());
+  }
   const std::string& run() const { return run_; }
+
+  uint16_t minor = 0;    // Envelope.schema_minor (0: an agent without StepEnd)
+  uint64_t session = 0;  // Envelope.session (0: an older agent)
 
  private:
   std::unique_ptr<flatbuffers::FlatBufferBuilder> Begin() {
@@ -150,13 +159,14 @@ class StreamBuilder {
     auto run = fbb->CreateString(run_);
     wire::EnvelopeBuilder eb(*fbb);
     eb.add_schema_major(1);
-    eb.add_schema_minor(0);
+    eb.add_schema_minor(minor);
     eb.add_run_id(run);
     eb.add_rank(rank_);
     eb.add_seq(seq_++);
     eb.add_sent_unix_ns(0);
     eb.add_body_type(type);
     eb.add_body(body);
+    eb.add_session(session);
     wire::FinishEnvelopeBuffer(*fbb, eb.Finish());
     return std::vector<uint8_t>(fbb->GetBufferPointer(), fbb->GetBufferPointer() + fbb->GetSize());
   }

@@ -34,8 +34,8 @@ void WriteFile(const fs::path& p, const uint8_t* data, size_t size) {
   }
 }
 
-// One agent's messages over a few steps: Hello, TensorDirectory, per step StepStats
-// (sketch and histogram) then StepScalars, a Heartbeat, Goodbye. `drift` scales the
+// One agent's messages over a few steps: Hello, Sampling, TensorDirectory, per step
+// StepStats (sketch and histogram), StepScalars then StepEnd, a Heartbeat, Goodbye. `drift` scales the
 // candidate's values; `nan_step` makes one tensor non-finite from that step on.
 std::vector<Msg> AgentRun(const std::string& run, Role role, uint32_t rank, uint64_t steps,
                           double drift, int64_t nan_step, int64_t start_ns) {
@@ -55,6 +55,11 @@ std::vector<Msg> AgentRun(const std::string& run, Role role, uint32_t rank, uint
   o.hist_bins = 4;
   o.framework = "torch 2.1";
   keep(enc.Hello(o, start_ns, seq++));
+  Sampling sampling;
+  sampling.every = 1;
+  sampling.include_regex = "^module";
+  sampling.kinds = {TensorKind::kAct, TensorKind::kActGrad, TensorKind::kParamGrad};
+  keep(enc.Sampling(sampling, 4, 4, seq++));
 
   const char* names[] = {"module.embed", "module.blocks.0.attn", "module.blocks.0.mlp",
                          "module.head"};
@@ -91,6 +96,7 @@ std::vector<Msg> AgentRun(const std::string& run, Role role, uint32_t rank, uint
     sc.loss_scale = 65536;
     sc.step_time_s = 0.05;
     keep(enc.Scalars(step, sc, seq++));
+    keep(enc.StepEnd(step, kTensors, {kTensors}, seq++));
   }
   engine::HeartbeatValues hb;
   hb.records_enqueued = hb.records_sent = kTensors * steps;

@@ -130,6 +130,11 @@ class FakeAgent:
         self.fingerprint = dict(entries)
         return True
 
+    def set_sampling(self, every, include, exclude, kinds):
+        self._check()
+        self.sampling = dict(every=every, include=include, exclude=exclude, kinds=list(kinds))
+        return True
+
     def register_tensor(self, name, kind, dtype, shape, order, module_type=""):
         self._check()
         for tid, t in self.tensors.items():

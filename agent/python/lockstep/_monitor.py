@@ -305,6 +305,7 @@ class Monitor:
             self._rec.set_threaded(self._tuner.next_mode())
         self._step = cfg["start_step"]
         self._every = 1
+        self._patterns = []  # (include, exclude) of each watch(), for the wire's Sampling
         self._rec.new_step(self._step)
         self._active = True
         self._bwd = False   # a backward hook fired since the last forward
@@ -348,6 +349,8 @@ class Monitor:
             w = Watch(self, model, optimizer, include, exclude, kinds, params, optim_state)
             self._watches.append(w)
             self._every = every
+            self._patterns.append((include, exclude))
+            self._send_sampling()
             self._active = self._step % every == 0
             if self._ident.pending:  # the process group may be up by now
                 self._check_identity(release=False)
@@ -662,6 +665,22 @@ class Monitor:
         if problem:
             self._next_delivery_check = None
             self._guard.warn(problem)
+
+    def _send_sampling(self):
+        """The job's sampling to the collector (schema Sampling): every, the watches'
+        include / exclude patterns (several: each in (?:...), joined by |) and kinds."""
+        def joined(i, empty_means_all):
+            ps = [getattr(p[i], "pattern", p[i]) or "" for p in self._patterns]
+            if empty_means_all and "" in ps:
+                return ""
+            ps = [p for p in ps if p]
+            return ps[0] if len(ps) == 1 else "|".join("(?:%s)" % p for p in ps)
+        try:  # informational: a failure here must not cut watch() short
+            kinds = {KIND["param"] if k == "init" else KIND[k]
+                     for w in self._watches for k in w.kinds if k == "init" or k in KIND}
+            self._agent.set_sampling(self._every, joined(0, True), joined(1, False), sorted(kinds))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("the sampling", e)
 
     def _end_step(self, step, scalars):
         p = self._pipeline

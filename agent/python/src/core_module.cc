@@ -382,6 +382,18 @@ PYBIND11_MODULE(_core, m) {
              return a.SetFingerprint(std::move(entries));
            },
            py::arg("entries"))
+      // The sampling watch() chose (wire Sampling): kinds are KINDS values.
+      .def("set_sampling",
+           [](PyAgent& a, uint32_t every, std::string include, std::string exclude,
+              const std::vector<int>& kinds) {
+             Sampling s;
+             s.every = every;
+             s.include_regex = std::move(include);
+             s.exclude_regex = std::move(exclude);
+             for (int k : kinds) s.kinds.push_back(static_cast<TensorKind>(k));
+             return a.SetSampling(s);
+           },
+           py::arg("every"), py::arg("include"), py::arg("exclude"), py::arg("kinds"))
       .def("end_step", &PyAgent::EndStep, py::arg("step"),
            py::call_guard<py::gil_scoped_release>())
       // The rank and world size from now on (the process group appeared after create());

@@ -95,6 +95,7 @@ class PyAgent {
   bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept {
     return agent_->SetFingerprint(std::move(entries));
   }
+  bool SetSampling(const Sampling& sampling) noexcept { return agent_->SetSampling(sampling); }
   bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept {
     return agent_->SetIdentity(rank, world_size);
   }

@@ -166,6 +166,23 @@ bool AgentImpl::SetFingerprint(std::vector<std::pair<std::string, std::string>> 
   return true;
 }
 
+bool AgentImpl::SetSampling(const Sampling& sampling) noexcept {
+  try {
+    {
+      MutexLock lock(&shared_.fingerprint_mu);
+      shared_.sampling = sampling;
+    }
+    shared_.sampling_version.fetch_add(1, std::memory_order_acq_rel);
+  } catch (...) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  QueueItem item;  // a hint, as for the fingerprint: it goes before the next statistics anyway
+  item.type = ItemType::kDirectory;
+  EnqueueOther(item);
+  return true;
+}
+
 bool AgentImpl::EndStep(uint64_t step) noexcept {
   QueueItem item;
   item.type = ItemType::kEndStep;

@@ -34,6 +34,7 @@ class AgentImpl final : public Agent {
                    const TensorStats& stats) noexcept override;
   bool RecordScalars(uint64_t step, const StepScalars& scalars) noexcept override;
   bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept override;
+  bool SetSampling(const Sampling& sampling) noexcept override;
   bool EndStep(uint64_t step) noexcept override;
   bool SetIdentity(uint32_t rank, uint32_t world_size) noexcept override;
   bool Flush(std::chrono::milliseconds timeout) noexcept override;

@@ -19,7 +19,7 @@ namespace lockstep::engine {
 enum class ItemType : uint8_t {
   kStats = 0,      // one tensor's statistics (stats, step, micro_step, tensor_id, order)
   kScalars = 1,    // run-level scalars of `step`
-  kEndStep = 2,    // `step` is over: ship what is held for it
+  kEndStep = 2,    // `step` is over: ship what is held for it, then its StepEnd
   kDirectory = 3,  // a tensor was registered: ship the directory delta soon
   kIdentity = 4,   // from now on: rank = tensor_id, world_size = order (SetIdentity)
 };

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "lockstep/common/clock.h"
+#include "lockstep/common/wire.h"
 
 namespace lockstep::engine {
 namespace {
@@ -26,6 +27,9 @@ constexpr size_t kMaxPoolBlocks = 4096;
 // and watching for Close() in between.
 constexpr auto kRoomWait = std::chrono::milliseconds(20);
 constexpr auto kCloseReserve = std::chrono::milliseconds(50);
+// Steps whose records are counted for their StepEnd at once (steps end in order; more
+// than one is open only while a device step's records are handed over late).
+constexpr size_t kMaxCountedSteps = 16;
 
 // The builder's first block: a full batch at the configured sketch/histogram width
 // plus room for the envelope, so a batch is built without regrowing.
@@ -171,6 +175,7 @@ void Sender::Process(const QueueItem& item, Clock::time_point now) {
       break;
     case ItemType::kEndStep:
       if (!batch_stats_.empty() && batch_step_ <= item.step) ShipBatch();
+      SendStepEnd(item.step);
       last_step_ = std::max(last_step_, item.step);
       shared_->sender.last_step.store(last_step_, std::memory_order_relaxed);
       break;
@@ -193,6 +198,7 @@ void Sender::SetIdentity(uint32_t rank, uint32_t world_size) {
     seq_ = 0;
     hello_pending_ = true;
     fingerprint_sent_ = 0;
+    sampling_sent_ = 0;
     directory_sent_ = 0;
   } else if (sent && world_size != options_.world_size) {
     hello_pending_ = true;  // the same stream: its Hello corrected
@@ -232,9 +238,11 @@ void Sender::ShipBatch() {
   const size_t bytes = n * sizeof(wire::TensorStat) + batch_sketch_.size() * sizeof(float) +
                        batch_hist_.size() * sizeof(uint32_t);
   if (bytes < kZeroCopyMinBytes || WaitForSendBuffer(bytes)) {
-    SendMessage(encoder_.Stats(batch_step_, batch_stats_.data(), n, batch_k_, batch_sketch_.data(),
-                               batch_bins_, batch_hist_.data(), seq_),
-                n);
+    if (SendMessage(encoder_.Stats(batch_step_, batch_stats_.data(), n, batch_k_, batch_sketch_.data(),
+                                   batch_bins_, batch_hist_.data(), seq_),
+                    n)) {
+      CountShipped();
+    }
   } else {
     // Closing, and the collector never took what ZeroMQ holds: this batch is lost,
     // counted like a message refused at the HWM.
@@ -245,6 +253,43 @@ void Sender::ShipBatch() {
   batch_stats_.clear();
   batch_sketch_.clear();
   batch_hist_.clear();
+}
+
+void Sender::CountShipped() {
+  auto it = std::find_if(step_counts_.begin(), step_counts_.end(),
+                         [&](const StepCount& c) { return c.step == batch_step_; });
+  if (it == step_counts_.end()) {
+    if (step_counts_.size() >= kMaxCountedSteps) {
+      step_counts_.erase(std::min_element(step_counts_.begin(), step_counts_.end(),
+                                          [](const StepCount& a, const StepCount& b) { return a.step < b.step; }));
+    }
+    step_counts_.push_back(StepCount{batch_step_, 0, {}, false});
+    it = step_counts_.end() - 1;
+  }
+  it->records += batch_stats_.size();
+  for (const wire::TensorStat& s : batch_stats_) {
+    const uint32_t m = s.micro_step();
+    if (m >= kMaxCountedMicroSteps) {
+      it->micro_overflow = true;
+      continue;
+    }
+    if (m >= it->micro.size()) it->micro.resize(m + 1, 0);
+    ++it->micro[m];
+  }
+}
+
+void Sender::SendStepEnd(uint64_t step) {
+  uint64_t records = 0;
+  std::vector<uint32_t> micro;
+  auto it = std::find_if(step_counts_.begin(), step_counts_.end(),
+                         [&](const StepCount& c) { return c.step == step; });
+  if (it != step_counts_.end()) {
+    records = it->records;
+    if (!it->micro_overflow) micro = std::move(it->micro);
+    step_counts_.erase(it);
+  }
+  EnsurePreamble();
+  SendMessage(encoder_.StepEnd(step, records, micro, seq_), 0);
 }
 
 bool Sender::WaitForSendBuffer(size_t bytes) {
@@ -313,6 +358,20 @@ void Sender::EnsurePreamble() {
     if (!SendMessage(encoder_.Fingerprint(entries, seq_), 0)) return;
     fingerprint_sent_ = fp_version;
   }
+  const uint32_t sampling_version = shared_->sampling_version.load(std::memory_order_acquire);
+  if (sampling_sent_ != sampling_version) {
+    lockstep::Sampling sampling;
+    {
+      MutexLock lock(&shared_->fingerprint_mu);
+      sampling = shared_->sampling;
+    }
+    if (!SendMessage(encoder_.Sampling(sampling, static_cast<uint16_t>(options_.sketch_k),
+                                       static_cast<uint8_t>(options_.hist_bins), seq_),
+                     0)) {
+      return;
+    }
+    sampling_sent_ = sampling_version;
+  }
   uint32_t registered = shared_->registry.size();
   while (directory_sent_ < registered) {
     uint32_t to = std::min(registered, directory_sent_ + kDirectoryChunk);
@@ -333,6 +392,7 @@ void Sender::PollConnections() {
   shared_->sender.reconnects.fetch_add(reconnects, std::memory_order_relaxed);
   hello_pending_ = true;
   fingerprint_sent_ = 0;
+  sampling_sent_ = 0;
   directory_sent_ = 0;
   EnsurePreamble();
 }

@@ -1,6 +1,7 @@
 // Sender: the body of the agent's one sender thread. It owns the transport and the wire
 // encoder, drains the queue in bulk, batches a step's records into StepStats messages,
-// and sends Hello / TensorDirectory / StepScalars / Heartbeat / Goodbye.
+// and sends Hello / RunFingerprint / Sampling / TensorDirectory / StepScalars / StepEnd /
+// Heartbeat / Goodbye.
 //
 // Rules it keeps (DESIGN.md, issue 2):
 // - Hello first, and every directory entry before any stats message that could use it;
@@ -9,6 +10,8 @@
 //   scalars, EndStep or Close; a rank changed later starts its own seq with a Hello;
 // - seq per (run, rank) starts at 0 and advances only for messages the socket accepted;
 //   a refused message is counted as dropped with its records and does not consume one.
+// - EndStep ships the step's pending batch, then its StepEnd with the count of the
+//   step's records the socket accepted (so the StepEnd follows every record of it);
 // - A batch ships on EndStep, when full (max_records_per_message), when the step or the
 //   sketch/histogram width changes, after batch_linger, and when a Flush waits for it.
 //
@@ -70,6 +73,9 @@ class Sender {
   void Process(const QueueItem& item, Clock::time_point now);
   void AddRecord(const QueueItem& item, Clock::time_point now);
   void ShipBatch();
+  // Counts a shipped batch's records under its step (for the step's StepEnd).
+  void CountShipped();
+  void SendStepEnd(uint64_t step);
   // Waits until a message of `bytes` fits in the send buffer (true), or until Close()'s
   // deadline is near (false).
   bool WaitForSendBuffer(size_t bytes);
@@ -103,9 +109,20 @@ class Sender {
   uint8_t batch_bins_ = 0;
   Clock::time_point batch_deadline_;
 
+  // Records put on the wire per step not yet ended (a few: steps end in order), with
+  // their per-micro-step counts; the oldest is forgotten past kMaxCountedSteps.
+  struct StepCount {
+    uint64_t step = 0;
+    uint64_t records = 0;
+    std::vector<uint32_t> micro;
+    bool micro_overflow = false;  // a micro step >= kMaxCountedMicroSteps
+  };
+  std::vector<StepCount> step_counts_;
+
   uint64_t seq_ = 0;
   bool hello_pending_ = true;
   uint32_t fingerprint_sent_ = 0;  // SharedState::fingerprint_version on the wire
+  uint32_t sampling_sent_ = 0;     // SharedState::sampling_version on the wire
   bool holding_ = false;  // identity_pending: nothing goes out until the rank is known
   uint32_t directory_sent_ = 0;  // registry entries [0, directory_sent_) are on the wire
   uint64_t connects_ = 0;

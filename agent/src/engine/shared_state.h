@@ -122,6 +122,9 @@ struct SharedState {
   Mutex fingerprint_mu;
   std::vector<std::pair<std::string, std::string>> fingerprint GUARDED_BY(fingerprint_mu);
   std::atomic<uint32_t> fingerprint_version{0};
+  // The sampling (Agent::SetSampling), the same way: under fingerprint_mu, versioned.
+  Sampling sampling GUARDED_BY(fingerprint_mu);
+  std::atomic<uint32_t> sampling_version{0};
   bool exited GUARDED_BY(mu) = false;
   // Set once by the sender (under mu, then the flag): nothing reached a collector.
   std::atomic<bool> delivery_problem{false};

@@ -142,6 +142,28 @@ Bytes WireEncoder::Fingerprint(const std::vector<std::pair<std::string, std::str
   return Finish(wire::Body::RunFingerprint, body.Union(), seq);
 }
 
+Bytes WireEncoder::StepEnd(uint64_t step, uint64_t records, const std::vector<uint32_t>& micro,
+                           uint64_t seq) {
+  fbb_.Clear();
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> micro_v;
+  if (!micro.empty()) micro_v = fbb_.CreateVector(micro);
+  auto body = wire::CreateStepEnd(fbb_, step, records, micro_v);
+  return Finish(wire::Body::StepEnd, body.Union(), seq);
+}
+
+Bytes WireEncoder::Sampling(const lockstep::Sampling& s, uint16_t sketch_k, uint8_t hist_bins,
+                            uint64_t seq) {
+  fbb_.Clear();
+  std::vector<wire::TensorKind> kinds;
+  kinds.reserve(s.kinds.size());
+  for (TensorKind k : s.kinds) kinds.push_back(static_cast<wire::TensorKind>(k));
+  auto config = wire::CreateSamplingConfig(fbb_, s.every, sketch_k, hist_bins,
+                                           fbb_.CreateString(s.include_regex),
+                                           fbb_.CreateString(s.exclude_regex), fbb_.CreateVector(kinds));
+  auto body = wire::CreateSampling(fbb_, config);
+  return Finish(wire::Body::Sampling, body.Union(), seq);
+}
+
 Bytes WireEncoder::Goodbye(const char* reason, uint64_t last_step, uint64_t seq) {
   fbb_.Clear();
   auto body = wire::CreateGoodbye(fbb_, fbb_.CreateString(reason), last_step);

@@ -98,6 +98,7 @@ Aligner::RunState* Aligner::GetRun(const std::string& run_id) {
   rp->decoder = std::make_unique<RunDecoder>(
       run_id, &opt_.canon, names_, opt_.idle_close_ns,
       [this, rp](uint32_t rank, StepPtr s) { OnClosed(rp, rank, std::move(s)); });
+  rp->decoder->set_on_rewind([this, rp](const Rewind& w) { sink_->OnRunRewind(rp->info, w); });
   rp->info.fingerprint = &rp->decoder->fingerprint();
   runs_.emplace(run_id, std::move(r));
   return rp;

@@ -116,6 +116,9 @@ class AlignedSink {
   virtual void OnRunTick(const AlignedRun& run, int64_t now_ns) = 0;
   // The collector restarted at `now_ns` after replaying the logs.
   virtual void OnRunResume(const AlignedRun& run, int64_t now_ns) = 0;
+  // The live run's step numbers went back in a new session of `rank` (a restart
+  // without start_step; run_decoder.h): once per such session.
+  virtual void OnRunRewind(const AlignedRun& run, const Rewind& rewind) = 0;
   // A closed step of `run`, once per (rank, step).
   virtual void OnRunStep(const AlignedRun& run, const StepData& step) = 0;
   virtual void OnPairStart(const AlignedPair& pair) = 0;

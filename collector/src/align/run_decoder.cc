@@ -74,8 +74,10 @@ void RunDecoder::NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t 
         rs.settle_ns = std::min(rs.settle_ns * 2, idle_close_ns_ > 0 ? idle_close_ns_ : rs.settle_ns * 2);
         break;
       case Cause::kData:
-        if (rs.lag < kMaxLag) ++rs.lag;
+        if (rs.lag < kMaxLag && !rs.step_end) ++rs.lag;
         break;
+      case Cause::kStepEnd:
+        break;  // the agent said the step was over: nothing to learn, the rows were late
     }
   }
   if (!rs.warned_late) {
@@ -85,6 +87,44 @@ void RunDecoder::NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t 
         "they are counted as late and not compared (later steps now wait for them)",
         run_id_, rank, n, step);
   }
+}
+
+bool RunDecoder::Rewound(RankState& rs, uint32_t rank, uint64_t step, uint64_t n) {
+  if (rs.new_session) {
+    // The first step of a new session: a resumed job continues its numbering (start_step);
+    // one that starts below where the old session got to repeats step numbers.
+    rs.new_session = false;
+    rs.rewound = static_cast<int64_t>(step) <= rs.rewind_from;
+    if (rs.rewound) {
+      ++counters_.restarts;
+      CloseThrough(rs, INT64_MAX, Cause::kData);  // what the old session left open
+      spdlog::warn(
+          "run {} rank {}: a new session started at step {} after the previous one reached step {} (a restart "
+          "without start_step?); steps up to {} of the new session are not compared",
+          run_id_, rank, step, rs.rewind_from, rs.rewind_from);
+      if (on_rewind_) on_rewind_(Rewind{rank, static_cast<uint64_t>(rs.rewind_from), step});
+    }
+  }
+  if (!rs.rewound) return false;
+  if (static_cast<int64_t>(step) > rs.rewind_from) {
+    rs.rewound = false;  // past the old numbering: its steps are new again
+    return false;
+  }
+  counters_.rewound_records += n;
+  return true;
+}
+
+void RunDecoder::OnStepEnd(RankState& rs, const wire::StepEnd& e) {
+  rs.step_end = true;
+  const uint64_t step = e.step();
+  auto it = rs.open.find(step);
+  if (it == rs.open.end() && static_cast<int64_t>(step) <= rs.last_closed) return;  // closed already
+  uint64_t rows = 0;
+  if (auto w = rs.wire_rows.find(step); w != rs.wire_rows.end()) rows = w->second;
+  if (e.records() > rows) counters_.records_missing += e.records() - rows;
+  rs.wire_rows.erase(rs.wire_rows.begin(), rs.wire_rows.upper_bound(step));
+  // A step whose rows and scalars were all lost has nothing to compare: none is made up.
+  CloseThrough(rs, static_cast<int64_t>(step), Cause::kStepEnd);
 }
 
 void RunDecoder::NoteAliases(const std::vector<StatRow>& rows) {
@@ -134,13 +174,24 @@ void RunDecoder::CloseOne(RankState& rs, std::shared_ptr<StepData> step) {
   rows.resize(w);
   NoteAliases(rows);
   rs.last_closed = std::max<int64_t>(rs.last_closed, static_cast<int64_t>(step->step));
+  if (!rs.wire_rows.empty()) rs.wire_rows.erase(step->step);
   ++counters_.steps_closed;
   if (static_cast<int64_t>(step->step) == rs.scalars_step) rs.scalars_step = -1;
   if (rs.last_cause == Cause::kAtScalars) ++counters_.closed_at_scalars;
   if (rs.last_cause == Cause::kAfterScalars) ++counters_.closed_after_scalars;
   if (rs.last_cause == Cause::kSettle) ++counters_.closed_by_settle;
+  if (rs.last_cause == Cause::kStepEnd) ++counters_.closed_at_step_end;
   const uint32_t rank = step->rank;
   on_closed_(rank, std::move(step));
+}
+
+void RunDecoder::BoundOpen(RankState& rs) {
+  while (rs.open.size() > kMaxOpenSteps) {
+    auto sd = std::move(rs.open.begin()->second);
+    rs.open.erase(rs.open.begin());
+    rs.last_cause = Cause::kData;
+    CloseOne(rs, std::move(sd));
+  }
 }
 
 void RunDecoder::CloseThrough(RankState& rs, int64_t through_step, Cause cause) {
@@ -157,6 +208,23 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
   RankState& rs = Rank(rank);
   rs.last_recv_ns = recv_ns;
   switch (env.body_type()) {
+    case wire::Body::Hello: {
+      rs.step_end = env.schema_minor() >= kStepEndMinor;
+      // Another agent session of a rank that has steps already (sessions of older
+      // agents, 0, cannot be told apart from a reconnection).
+      const int64_t reached = std::max(rs.last_closed, rs.open.empty() ? int64_t{-1}
+                                                                        : static_cast<int64_t>(rs.open.rbegin()->first));
+      if (env.session() != 0 && env.session() != rs.session && reached >= 0) {
+        rs.new_session = true;
+        rs.rewind_from = reached;
+      }
+      rs.session = env.session();
+      return;
+    }
+    case wire::Body::StepEnd:
+      if (Rewound(rs, rank, env.body_as_StepEnd()->step(), 0)) return;
+      OnStepEnd(rs, *env.body_as_StepEnd());
+      return;
     case wire::Body::TensorDirectory: {
       const auto* td = env.body_as_TensorDirectory();
       if (td->tensors() == nullptr) return;
@@ -186,6 +254,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       const uint64_t step = ss->step();
       const auto* stats = ss->stats();
       const size_t n = stats ? stats->size() : 0;
+      if (Rewound(rs, rank, step, n)) return;
       if (static_cast<int64_t>(step) <= rs.last_closed && !rs.open.count(step)) {
         NoteLate(rs, rank, step, n);
         return;
@@ -240,6 +309,11 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         sd->rows.push_back(r);
         ++counters_.records;
       }
+      if (rs.step_end) {  // closed by its StepEnd
+        rs.wire_rows[step] += n;
+        BoundOpen(rs);
+        return;
+      }
       if (step > rs.lag) CloseThrough(rs, static_cast<int64_t>(step) - 1 - rs.lag, Cause::kData);
       if (static_cast<int64_t>(step) == rs.scalars_step) {
         // Rule 3b: the statistics that followed the scalars.
@@ -250,6 +324,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
     case wire::Body::StepScalars: {
       const auto* sc = env.body_as_StepScalars();
       const uint64_t step = sc->step();
+      if (Rewound(rs, rank, step, 0)) return;
       if (static_cast<int64_t>(step) <= rs.last_closed && !rs.open.count(step)) {
         // Scalars of a closed step: the step has gone on without them. Not counted
         // as late statistics; the loss of that step is simply not compared.
@@ -266,6 +341,10 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
       sd->scalars.step_time_s = sc->step_time_s();
       sd->scalars.samples = sc->samples();
       sd->has_scalars = true;
+      if (rs.step_end) {  // closed by its StepEnd
+        BoundOpen(rs);
+        return;
+      }
       if (step > rs.lag + 1) CloseThrough(rs, static_cast<int64_t>(step) - 2 - rs.lag, Cause::kData);
       if (rs.lag != 0 || !rs.scalars_close_ok) return;
       if (!rs.stats_after_scalars && !sd->rows.empty()) {

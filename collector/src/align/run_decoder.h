@@ -1,9 +1,17 @@
 // RunDecoder: turns one run's verified Envelopes (all ranks) into closed StepData.
 //
 // It keeps, per rank, the tensor directory (agent id -> canonical name id, kind,
-// dtype) and the steps still open, and decides when a step is complete. The wire has
-// no end-of-step marker, but the agent sends a step's StepScalars after all of its
-// statistics (Monitor.step() records the scalars after the step's last tensor, and the
+// dtype) and the steps still open, and decides when a step is complete.
+//
+// Agents of schema minor >= 3 (kStepEndMinor; the rank's Hello says so) end every step
+// with a StepEnd, sent after all of the step's records on the same connection: the
+// step (and any older one still open) closes when it arrives, with no timer and nothing
+// learned. Rows fewer than the StepEnd's count were lost on the way (records_missing).
+// Only Goodbye, CloseAll(), idle_close and kMaxOpenSteps open steps (an agent that never
+// calls EndStep) close steps otherwise.
+//
+// Older agents and logs (no StepEnd) are decoded by inference. The agent sends a step's
+// StepScalars after all of its statistics (Monitor.step() records the scalars after the step's last tensor, and the
 // sender ships its pending batch before the scalars; device tensors are handed over one
 // step late, in the same order). So a step S closes at the first of:
 //   1. StepStats for a step T > S + lag arrives on that rank;
@@ -21,6 +29,11 @@
 // from the rule that closed that step: rule 1 -> lag += 1 (up to 2); 3a -> statistics
 // may follow the scalars (3b from then on); 3b on a StepStats -> rule 3 is switched
 // off; 3b on silence -> settle_ns doubles (up to idle_close).
+//
+// A rank whose step numbers go back under a new agent session (a job restarted under
+// the same run id without start_step) is a restart: the RewindFn is told once per
+// restart, and the records of the repeated step numbers are counted (rewound_records),
+// not compared: their numbers already belong to the steps before the restart.
 //
 // Threads: single-threaded (the analyzer's thread). Callbacks run synchronously
 // inside Consume/Tick/CloseAll.
@@ -40,6 +53,7 @@
 
 namespace lockstep::wire {
 struct Envelope;
+struct StepEnd;
 }
 
 namespace lockstep::collector {
@@ -61,11 +75,24 @@ struct DecoderCounters {
   uint64_t closed_at_scalars = 0;     // by rule 3a
   uint64_t closed_after_scalars = 0;  // by rule 3b, on the StepStats that followed
   uint64_t closed_by_settle = 0;      // by rule 3b, on silence
+  uint64_t closed_at_step_end = 0;    // by a StepEnd
+  uint64_t records_missing = 0;       // rows a StepEnd counted that never arrived
+  uint64_t rewound_records = 0;       // rows of step numbers a restart repeated (dropped)
+  uint64_t restarts = 0;              // sessions whose step numbers went back
+};
+
+// A rank's step numbers went back: a new session of `rank` sent step `to_step` after
+// the previous session had reached `from_step`.
+struct Rewind {
+  uint32_t rank = 0;
+  uint64_t from_step = 0;
+  uint64_t to_step = 0;
 };
 
 class RunDecoder {
  public:
   using ClosedFn = std::function<void(uint32_t rank, StepPtr step)>;
+  using RewindFn = std::function<void(const Rewind&)>;
 
   // `names`/`canon` outlive the decoder. `idle_close_ns` <= 0 disables the timers of
   // rules 3b and 4 (offline replay: steps close on the data only).
@@ -75,6 +102,12 @@ class RunDecoder {
   // Rule 3b's silence after a step's scalars. Records that follow the scalars at all
   // follow them within the agent's batch linger (5 ms) even when training stalls.
   static constexpr int64_t kDefaultSettleNs = 50'000'000;
+  // With StepEnd: more steps open on one rank than this and the oldest closes (an agent
+  // that never ends its steps must not grow the collector's memory).
+  static constexpr size_t kMaxOpenSteps = 8;
+
+  // Called (synchronously, inside Consume) when a rank's step numbers go back.
+  void set_on_rewind(RewindFn fn) { on_rewind_ = std::move(fn); }
 
   void Consume(const wire::Envelope& env, int64_t recv_unix_ns);
   void Tick(int64_t now_unix_ns);
@@ -95,7 +128,7 @@ class RunDecoder {
   int64_t LastClosed(uint32_t rank) const;
 
  private:
-  enum class Cause : uint8_t { kData, kAtScalars, kAfterScalars, kSettle };  // why a step closed
+  enum class Cause : uint8_t { kData, kAtScalars, kAfterScalars, kSettle, kStepEnd };  // why a step closed
   struct RankState {
     std::vector<TensorMeta> dir;                     // indexed by agent id
     uint32_t declared = 0;                           // entries of dir that are known
@@ -109,14 +142,28 @@ class RunDecoder {
     int64_t settle_ns = 0;
     Cause last_cause = Cause::kData;
     bool warned_late = false;
+    bool step_end = false;  // the rank's agent sends StepEnd (its Hello's schema minor)
+    std::map<uint64_t, uint64_t> wire_rows;  // open step -> rows received (for StepEnd)
+    // Restarts: the session of the rank's last Hello, the highest step it closed
+    // before it, and whether the current session's steps are repeats (`rewound`).
+    uint64_t session = 0;
+    bool new_session = false;  // a Hello of another session came after closed steps
+    int64_t rewind_from = -1;  // last_closed when that Hello came
+    bool rewound = false;
   };
   RankState& Rank(uint32_t rank);
   std::shared_ptr<StepData> OpenStep(RankState& rs, uint32_t rank, uint64_t step, int64_t sent_ns);
   void CloseThrough(RankState& rs, int64_t through_step, Cause cause);
   void CloseOne(RankState& rs, std::shared_ptr<StepData> step);
+  // StepEnd mode: closes the oldest open steps past kMaxOpenSteps.
+  void BoundOpen(RankState& rs);
   // Names each repeat row's producer's alias in the NameTable (StatRow::repeat).
   void NoteAliases(const std::vector<StatRow>& rows);
   void NoteLate(RankState& rs, uint32_t rank, uint64_t step, uint64_t n);
+  // True when data of `step` belongs to a restart that repeats step numbers (counted,
+  // dropped); tells on_rewind_ the first time.
+  bool Rewound(RankState& rs, uint32_t rank, uint64_t step, uint64_t n);
+  void OnStepEnd(RankState& rs, const wire::StepEnd& e);
 
   std::string run_id_;
   const NameCanonicalizer* canon_;
@@ -124,6 +171,7 @@ class RunDecoder {
   int64_t idle_close_ns_;
   int64_t settle_ns_;
   ClosedFn on_closed_;
+  RewindFn on_rewind_;
   std::unordered_map<uint32_t, RankState> ranks_;
   DecoderCounters counters_;
   std::map<std::string, std::string> fingerprint_;

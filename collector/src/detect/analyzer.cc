@@ -107,6 +107,10 @@ void Analyzer::Sink::OnRunResume(const AlignedRun& run, int64_t now_ns) {
   for (auto& d : a_->Det(run)->detectors) d->OnResume(now_ns);
 }
 
+void Analyzer::Sink::OnRunRewind(const AlignedRun& run, const Rewind& rewind) {
+  if (run.run_rules) EmitRestart(a_->Det(run)->ctx, rewind);
+}
+
 void Analyzer::Sink::OnRunStep(const AlignedRun& run, const StepData& step) {
   RunDet* det = a_->Det(run);
   for (const StatRow& row : step.rows) det->precision = LowerPrecision(det->precision, row.dtype);

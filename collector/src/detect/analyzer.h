@@ -166,6 +166,7 @@ class Analyzer : public MessageSink {
     void OnRunActivity(const AlignedRun& run, int64_t recv_ns, bool goodbye) override;
     void OnRunTick(const AlignedRun& run, int64_t now_ns) override;
     void OnRunResume(const AlignedRun& run, int64_t now_ns) override;
+    void OnRunRewind(const AlignedRun& run, const Rewind& rewind) override;
     void OnRunStep(const AlignedRun& run, const StepData& step) override;
     void OnPairStart(const AlignedPair& pair) override;
     void OnPairStep(const AlignedPair& pair, uint32_t rank, const StepData& b, const StepData& c) override;

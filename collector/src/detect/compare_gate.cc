@@ -156,7 +156,13 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
                             static_cast<double>(v.steps_compared) >=
                                 kMinStepsComparedFraction * static_cast<double>(v.steps_expected);
 
+  // A restart without start_step: steps went uncompared because their numbers repeat.
+  const alerting::Alert* restart = nullptr;
+  for (const auto& a : alerts) {
+    if (a.rule == "restart" && restart == nullptr) restart = &a;
+  }
   for (auto& p : bad_input) v.problems.push_back(std::move(p));
+  if (restart != nullptr) v.problems.push_back("restart: " + restart->message);
   if (!same_model) {
     v.problems.push_back("these do not look like the same model: they share " + std::to_string(shared.size()) +
                          " of " + std::to_string(smaller) + " tensor names (under half; a --name-map may be missing)");
@@ -172,7 +178,7 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
     v.outcome = GateOutcome::kNotSameModel;
   } else if (!enough_steps) {
     v.outcome = GateOutcome::kTooFewSteps;
-  } else if (critical) {
+  } else if (critical || restart != nullptr) {
     v.outcome = GateOutcome::kFinding;
   }
 

@@ -60,7 +60,8 @@ struct GateVerdict {
 inline constexpr double kMinStepsComparedFraction = 0.9;
 inline constexpr double kMinTensorsSharedFraction = 0.5;
 
-// The verdict over one compared pair. `critical`: a critical alert was raised. The
+// The verdict over one compared pair. `critical`: a critical alert was raised; a
+// `restart` alert in `alerts` (steps not compared: their numbers repeat) is a finding too. The
 // outcome's precedence: bad input, not the same model, too few steps, finding, ok.
 // `onsets` (may be null): each rank's first drifting step, so the first divergence is
 // said to be "on all 4 ranks" when every rank parts at that step.

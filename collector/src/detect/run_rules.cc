@@ -277,6 +277,19 @@ void StallDetector::OnTick(int64_t now_ns) {
   ctx_->out->Emit(std::move(a));
 }
 
+void EmitRestart(const RunCtx& ctx, const Rewind& r) {
+  auto a = ctx.Make("restart", Severity::kWarning, r.to_step, r.rank);
+  a.metric = "step_went_back_from";
+  a.baseline_value = static_cast<double>(r.from_step);
+  a.candidate_value = static_cast<double>(r.to_step);
+  a.message = "run " + ctx.run + " rank " + std::to_string(r.rank) + " restarted: a new session began at step " +
+              std::to_string(r.to_step) + " after the previous one reached step " + std::to_string(r.from_step) +
+              ", so steps " + std::to_string(r.to_step) + ".." + std::to_string(r.from_step) +
+              " repeat numbers already used and are not compared; when resuming a job, pass "
+              "start_step=<the step it resumes at> to lockstep.Monitor (or give the new job its own run id)";
+  ctx.out->Emit(std::move(a));
+}
+
 std::vector<std::unique_ptr<RunDetector>> MakeRunDetectors(const RunCtx* ctx) {
   std::vector<std::unique_ptr<RunDetector>> v;
   v.push_back(std::make_unique<NonfiniteDetector>(ctx));

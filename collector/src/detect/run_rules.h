@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "align/run_decoder.h"
 #include "detect/detector.h"
 
 namespace lockstep::collector {
@@ -94,6 +95,11 @@ class StallDetector : public RunDetector {
   uint64_t last_step_ = 0;
   bool steps_seen_ = false, ended_ = false, msg_fired_ = false, step_fired_ = false;
 };
+
+// `restart`: a rank's step numbers went back under a new agent session (the job was
+// restarted under the same run id without start_step; RunDecoder tells). A warning
+// naming the steps whose numbers repeat (they are not compared) and what to pass.
+void EmitRestart(const RunCtx& ctx, const Rewind& r);
 
 // All per-run rules, in the order they run.
 std::vector<std::unique_ptr<RunDetector>> MakeRunDetectors(const RunCtx* ctx);

@@ -67,6 +67,11 @@ bool StringsWithinCaps(const wire::Envelope& env) {
       return true;
     }
     case wire::Body::Goodbye: return Within(env.body_as_Goodbye()->reason(), kMaxLabelLength);
+    case wire::Body::Sampling: {
+      const auto* sc = env.body_as_Sampling()->config();
+      return sc == nullptr ||
+             (Within(sc->include(), kMaxTensorNameLength) && Within(sc->exclude(), kMaxTensorNameLength));
+    }
     case wire::Body::RunFingerprint: {
       const auto* es = env.body_as_RunFingerprint()->entries();
       if (es == nullptr) return true;

@@ -30,6 +30,24 @@ void Ints(JsonOut& j, std::string_view key, const flatbuffers::Vector<T>* v) {
   j.EndArray();
 }
 
+// "sampling": {...} (Hello.sampling, Sampling.config), or null.
+void Sampling(JsonOut& j, const wire::SamplingConfig* s) {
+  if (s == nullptr) {
+    j.Key("sampling").Null();
+    return;
+  }
+  j.Key("sampling").BeginObject()
+      .FieldU("every", s->every())
+      .FieldU("sketch_k", s->sketch_k())
+      .FieldU("hist_bins", s->hist_bins())
+      .Field("include", Sv(s->include()))
+      .Field("exclude", Sv(s->exclude()));
+  j.Key("kinds").BeginArray();
+  if (s->kinds())
+    for (auto k : *s->kinds()) j.Str(KindName(static_cast<uint8_t>(k)));
+  j.EndArray().EndObject();
+}
+
 void Hello(JsonOut& j, const wire::Hello& h) {
   j.Field("experiment", Sv(h.experiment()))
       .Field("role", RoleStr(h.role()))
@@ -42,20 +60,7 @@ void Hello(JsonOut& j, const wire::Hello& h) {
       .Field("agent_version", Sv(h.agent_version()))
       .FieldI("start_unix_ns", h.start_unix_ns())
       .FieldU("start_step", h.start_step());
-  if (const auto* s = h.sampling()) {
-    j.Key("sampling").BeginObject()
-        .FieldU("every", s->every())
-        .FieldU("sketch_k", s->sketch_k())
-        .FieldU("hist_bins", s->hist_bins())
-        .Field("include", Sv(s->include()))
-        .Field("exclude", Sv(s->exclude()));
-    j.Key("kinds").BeginArray();
-    if (s->kinds())
-      for (auto k : *s->kinds()) j.Str(KindName(static_cast<uint8_t>(k)));
-    j.EndArray().EndObject();
-  } else {
-    j.Key("sampling").Null();
-  }
+  Sampling(j, h.sampling());
 }
 
 }  // namespace
@@ -218,6 +223,15 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
       j.Field("reason", Sv(g->reason())).FieldU("last_step", g->last_step());
       break;
     }
+    case wire::Body::StepEnd: {
+      const auto* e = env.body_as_StepEnd();
+      j.FieldU("step", e->step()).FieldU("records", e->records());
+      Ints(j, "micro_records", e->micro_records());
+      break;
+    }
+    case wire::Body::Sampling:
+      Sampling(j, env.body_as_Sampling()->config());
+      break;
     case wire::Body::RunFingerprint: {
       j.Key("entries").BeginObject();
       if (const auto* es = env.body_as_RunFingerprint()->entries()) {

@@ -52,7 +52,7 @@ struct AgentOptions {
   int sketch_k = kDefaultSketchK;  // 0..kMaxSketchK
   int hist_bins = kHistBins;       // 0 or kHistBins
   uint32_t every = 1;              // informational: sampling period, sent in Hello
-  std::string include_regex, exclude_regex;  // informational, sent in Hello
+  std::string include_regex, exclude_regex;  // informational, sent in Hello (see SetSampling)
   std::chrono::milliseconds heartbeat_interval{1000};
   size_t max_records_per_message = 1024;  // 1..8192 records per StepStats message
   // A partly filled batch ships at the latest this long after its first record (EndStep
@@ -103,7 +103,15 @@ class Agent {
   // before. Sent once, before the next statistics message, and again after every
   // reconnection. Allocates and takes a mutex (a once-per-run call). false on error.
   virtual bool SetFingerprint(std::vector<std::pair<std::string, std::string>> entries) noexcept = 0;
-  // Marks the end of a step: the sender ships what it holds for that step now.
+  // The sampling (wire Sampling), replacing any given before. Sent once, before the
+  // next statistics message, and again after every reconnection. Allocates and takes a
+  // mutex (a once-per-watch call). false on error (counted).
+  virtual bool SetSampling(const Sampling& sampling) noexcept = 0;
+  // Marks the end of a step: the sender ships what it holds for that step, then a
+  // StepEnd with the number of records it put on the wire for it (per micro step). The
+  // collector closes the step when the StepEnd arrives, so call it once per step, after
+  // the step's last Record*() (a step never ended is closed only by the next ones
+  // piling up, a Goodbye or the collector's idle timeout).
   virtual bool EndStep(uint64_t step) noexcept = 0;
 
   // Sets the (rank, world_size) of everything enqueued after the call (the process

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "lockstep/common/wire.h"
 
@@ -78,6 +80,14 @@ struct AgentCounters {
   uint64_t handshakes = 0;        // connections a collector accepted (ZeroMQ handshakes)
   uint64_t handshake_failures = 0;  // refused handshakes: not a collector's ingest port, CURVE keys
   bool delivery_problem = false;  // Agent::DeliveryProblem() is set
+};
+
+// The sampling the job chose (wire Sampling): known only once it says what it watches,
+// which is after Create() (the Hello carries AgentOptions' values).
+struct Sampling {
+  uint32_t every = 1;                 // statistics at steps with step % every == 0
+  std::string include_regex, exclude_regex;  // module-name regexes; empty = all
+  std::vector<TensorKind> kinds;      // the kinds recorded
 };
 
 }  // namespace lockstep

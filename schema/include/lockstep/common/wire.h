@@ -12,7 +12,13 @@ namespace lockstep {
 inline constexpr uint16_t kSchemaMajor = 1;
 // 1: StepScalars.given, Envelope.session, TensorInfo.module_type;
 // 2: TensorKind.Input, RunFingerprint (a Body member)
-inline constexpr uint16_t kSchemaMinor = 2;
+// 3: StepEnd and Sampling (Body members); a rank whose Hello says 3 or more ends each
+//    step with a StepEnd
+inline constexpr uint16_t kSchemaMinor = 3;
+// The first minor whose agents send StepEnd.
+inline constexpr uint16_t kStepEndMinor = 3;
+// Micro steps counted one by one in StepEnd.micro_records.
+inline constexpr uint32_t kMaxCountedMicroSteps = 4096;
 
 // Whether a StepScalars field was given, from the message's `given` mask (the schema's
 // ScalarGiven bits; bit 7 = the mask is authoritative) and the field's value. Messages
