@@ -22,7 +22,6 @@ def write(root, rel, text):
     p.write_text(text)
 
 
-@pytest.mark.xfail(strict=True, reason="the moves of issue 18 item 5 are under way")
 def test_this_tree_follows_the_layering():
     r = run(REPO)
     assert r.returncode == 0, r.stderr

@@ -3,7 +3,7 @@
 // at B's pace (Analyzer::AddBaselineLog), so memory stays bounded for any log length.
 // Prints a verdict of a few lines first (docs/rules.md "compare as a CI gate"), then the
 // settings, the first divergence and a per-tensor table (or --json). The exit status
-// gates CI (cli/exit_codes.h): a critical finding, a corrupt or truncated log, too few
+// gates CI (lockstep/common/exit_codes.h): a critical finding, a corrupt or truncated log, too few
 // steps compared, or two runs that do not look like the same model each have their own.
 // The detection settings the collector recorded next to the logs
 // (detect/detection_settings.h) are used unless flags override them.
@@ -18,7 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
@@ -26,7 +26,7 @@
 #include "detect/detection_settings.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 #include "runlog/log_reader.h"
 
 namespace lockstep::cli {

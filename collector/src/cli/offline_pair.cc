@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "cli/exit_codes.h"
-#include "cli/flags.h"
+#include "lockstep/common/exit_codes.h"
+#include "lockstep/common/flags.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
 #include "detect/detection_settings.h"

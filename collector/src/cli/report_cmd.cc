@@ -16,7 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 
 namespace lockstep::collector {
 

@@ -29,8 +29,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ingest/message_sink.h"
-#include "ingest/registry.h"
+#include "lockstep/collector/message_sink.h"
+#include "lockstep/collector/registry.h"
 #include "lockstep/alerting/alert.h"
 
 namespace lockstep::collector {
