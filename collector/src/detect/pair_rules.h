@@ -62,7 +62,6 @@ class FirstDivergenceDetector : public PairDetector {
   explicit FirstDivergenceDetector(const PairCtx* ctx) : ctx_(ctx) {}
   const char* rule() const override { return "first_divergence"; }
   void OnPairStep(const PairStepView& v) override;
-  bool fired() const { return fired_; }
 
  private:
   // Sets a->cause and returns the sentence that explains it.
