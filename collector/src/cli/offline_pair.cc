@@ -22,6 +22,12 @@ std::vector<std::pair<std::string, std::string>> OfflineSettings::NonDefault() c
   return out;
 }
 
+void AddDefaultSettingsFlag(FlagSet* fs, bool* default_settings) {
+  fs->Bool("default-settings", default_settings,
+           "ignore the detection settings recorded next to the logs: every rule at its default unless a flag "
+           "sets it");
+}
+
 int ResolveOfflineSettings(const FlagSet& fs, const std::string& path_base, const std::string& path_cand,
                            bool default_settings, const std::string& name_map,
                            collector::AnalyzerOptions* opt, OfflineSettings* out, std::string* error) {
