@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/exit_codes.h"
+#include "lockstep/common/flags.h"
 #include "lockstep/agent/agent.h"
 
 namespace {

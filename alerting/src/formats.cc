@@ -16,8 +16,6 @@ using nlohmann::json;
 // Detector strings may hold any bytes; never let invalid UTF-8 throw from dump().
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json Num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-
 std::string Fmt(double v) {
   if (std::isnan(v)) return "n/a";
   char buf[32];
@@ -66,19 +64,6 @@ std::string Details(const Alert& a, const std::string& b) {
   return s;
 }
 
-json FactsJson(const Alert& a) {
-  json facts = json::array();
-  for (const auto& f : a.facts)
-    facts.push_back({{"rule", f.rule},
-                     {"severity", SeverityName(f.severity)},
-                     {"step", f.step},
-                     {"run", f.run},
-                     {"tensor", f.tensor},
-                     {"kind", f.kind},
-                     {"message", f.message}});
-  return facts;
-}
-
 std::string Base64(const unsigned char* data, size_t n) {
   std::string out(4 * ((n + 2) / 3) + 1, '\0');
   int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(n));
@@ -107,17 +92,6 @@ std::string CamelRule(const std::string& rule) {
 
 }  // namespace
 
-std::string Rfc3339(int64_t unix_ns) {
-  time_t secs = static_cast<time_t>(unix_ns / 1000000000);
-  int ms = static_cast<int>((unix_ns / 1000000) % 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-  return buf;
-}
-
 std::string UrlEncode(const std::string& s) {
   static const char* kHex = "0123456789ABCDEF";
   std::string out;
@@ -141,41 +115,6 @@ std::string FeishuSign(int64_t timestamp_s, const std::string& secret) {
 // DingTalk: key = secret, message = "<timestamp_ms>\n<secret>".
 std::string DingTalkSign(int64_t timestamp_ms, const std::string& secret) {
   return HmacSha256Base64(secret, std::to_string(timestamp_ms) + "\n" + secret);
-}
-
-std::string AlertToJson(const Alert& a, int64_t now_unix_ms) {
-  int64_t first = a.first_seen_unix_ns ? a.first_seen_unix_ns : now_unix_ms * 1000000;
-  json j = {
-      {"source", "lockstep"},
-      {"id", a.id},
-      {"rule", a.rule},
-      {"severity", SeverityName(a.severity)},
-      {"experiment", a.experiment},
-      {"runs", a.runs},
-      {"step", a.step},
-      {"rank", a.rank},
-      {"micro_step", a.micro_step},
-      {"tensor", a.tensor},
-      {"kind", a.kind},
-      {"baseline_value", Num(a.baseline_value)},
-      {"candidate_value", Num(a.candidate_value)},
-      {"metric", a.metric},
-      {"error", Num(a.error)},
-      {"threshold", Num(a.threshold)},
-      {"first_seen", Rfc3339(first)},
-      {"first_seen_unix_ns", first},
-      {"repeat_count", a.repeat_count},
-      {"message", a.message},
-      {"dedup_key", a.DedupKey()},
-  };
-  if (!a.incident.empty()) j["incident"] = a.incident;
-  if (!a.cause.empty()) j["cause"] = a.cause;
-  if (!a.notification.empty()) {
-    j["notification"] = a.notification;
-    j["incident_alerts"] = a.incident_alerts;
-    j["facts"] = FactsJson(a);
-  }
-  return Dump(j);
 }
 
 StatusOr<Alert> AlertFromJson(const std::string& text) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lockstep/alerting/alert.h"
+#include "lockstep/alerting/alert_json.h"
 #include "lockstep/alerting/options.h"
 #include "lockstep/common/status.h"
 
@@ -20,8 +21,7 @@ struct Payload {
 // `now_unix_ms` stamps signatures (Feishu, DingTalk) and a missing first_seen.
 Payload FormatAlert(const SinkOptions& sink, const Alert& alert, int64_t now_unix_ms);
 
-// Generic JSON (every field, NaN as null): the webhook body and the jsonl line.
-std::string AlertToJson(const Alert& alert, int64_t now_unix_ms);
+// Generic JSON (every field, NaN as null): AlertToJson in lockstep/alerting/alert_json.h.
 // The inverse, for the spool. Unknown fields are ignored; a bad record is Corruption.
 StatusOr<Alert> AlertFromJson(const std::string& json);
 // One human line for the log sink.

@@ -1,4 +1,4 @@
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 
 #include <cstdio>
 #include <fstream>
@@ -174,7 +174,7 @@ TEST(FlagSet, HelpListsFlagsWithDefaults) {
   EXPECT_NE(h.find("--listen VALUE"), std::string::npos);
   EXPECT_NE(h.find("(default: 1000)"), std::string::npos);
   EXPECT_NE(h.find("--config FILE"), std::string::npos);
-  EXPECT_NE(h.find("exit status:\n  0  ok"), std::string::npos) << h;  // cli/exit_codes.h
+  EXPECT_NE(h.find("exit status:\n  0  ok"), std::string::npos) << h;  // lockstep/common/exit_codes.h
 }
 
 }  // namespace

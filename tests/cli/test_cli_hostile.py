@@ -1,6 +1,6 @@
 """Hostile and random values at every flag of every `lockstep` subcommand and at every
 TOML key, through the real binary: the process exits with one of the codes of
-cli/exit_codes.h, a usage error (2) is one line on stderr, and no signal ever kills it.
+lockstep/common/exit_codes.h, a usage error (2) is one line on stderr, and no signal ever kills it.
 
 A seeded generator stands in for a property-testing library (none is installed). Flags
 come from each subcommand's --help, so a new flag is fuzzed without editing this file.
@@ -20,7 +20,7 @@ import pytest
 
 LOCKSTEP = os.environ.get("LOCKSTEP_BIN", "lockstep")
 SEED = 20261125
-EXIT_CODES = {0, 1, 2, 3, 4, 5, 6}  # cli/exit_codes.h
+EXIT_CODES = {0, 1, 2, 3, 4, 5, 6}  # lockstep/common/exit_codes.h
 
 HOSTILE = ["", " ", "-1", "-0", "-1e9", "0", "1", "2.5", "1e400", "-1e400", "nan", "inf", "-inf",
            "9" * 30, "-9223372036854775809", "9223372036854775807", "0x10", "abc", "true", "false",

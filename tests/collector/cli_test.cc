@@ -274,7 +274,7 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
 TEST(InspectCli, MissingFileAndNotALogAreOneLine) {
   testing::TempDir dir;
   Result r = RunLockstep(dir, {"inspect", dir / "nope.lslog"});
-  EXPECT_EQ(r.code, 3);  // cli/exit_codes.h: input data error
+  EXPECT_EQ(r.code, 3);  // lockstep/common/exit_codes.h: input data error
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
   { std::ofstream(dir / "text.lslog") << "hello world, not a log"; }
   r = RunLockstep(dir, {"inspect", dir / "text.lslog"});
@@ -286,7 +286,7 @@ TEST(InspectCli, MissingFileAndNotALogAreOneLine) {
 }
 
 // A directory where a run log belongs says so and names the logs it holds (it once
-// read as "empty log"); exit 3, the input-data code of cli/exit_codes.h.
+// read as "empty log"); exit 3, the input-data code of lockstep/common/exit_codes.h.
 TEST(CollectCli, UnreadableBaselineLogIsExit3) {
   testing::TempDir dir;
   fs::create_directories(dir / "logs");

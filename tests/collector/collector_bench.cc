@@ -13,7 +13,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "ingest/envelope_check.h"
+#include "lockstep/common/envelope_check.h"
 #include "lockstep/collector/collector.h"
 #include "runlog/crc32c.h"
 #include "test_dir.h"

@@ -1,12 +1,12 @@
-#include "ingest/envelope_check.h"
+#include "lockstep/common/envelope_check.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
-#include "ingest/registry.h"
-#include "runlog/inspect_format.h"
+#include "lockstep/collector/registry.h"
+#include "cli/inspect_format.h"
 #include "test_messages.h"
 
 namespace lockstep::collector {

@@ -1,6 +1,6 @@
-// ReplayLogs (ingest/log_replay.h): the logs of a data dir come back to a sink in the
+// ReplayLogs (runlog/log_replay.h): the logs of a data dir come back to a sink in the
 // order the collector received them, across runs, with the timer ticks replayed.
-#include "ingest/log_replay.h"
+#include "runlog/log_replay.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-#include "ingest/registry.h"
+#include "lockstep/collector/registry.h"
 
 #include <gtest/gtest.h>
 
-#include "ingest/envelope_check.h"
+#include "lockstep/common/envelope_check.h"
 #include "lockstep/collector/collector.h"
 #include "runlog/log_format.h"
 #include "runlog/log_writer.h"

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "detect/detection_settings.h"
 #include "runlog/log_writer.h"
 #include "stream_builder.h"

@@ -9,11 +9,11 @@
 #include "align/names.h"
 #include "align/run_decoder.h"
 #include "fuzz_common.h"
-#include "ingest/envelope_check.h"
-#include "ingest/registry.h"
+#include "lockstep/common/envelope_check.h"
+#include "lockstep/collector/registry.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
-#include "runlog/inspect_format.h"
+#include "cli/inspect_format.h"
 
 namespace lockstep::fuzz {
 namespace {

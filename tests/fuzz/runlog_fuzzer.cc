@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "ingest/envelope_check.h"
-#include "ingest/registry.h"
+#include "lockstep/common/envelope_check.h"
+#include "lockstep/collector/registry.h"
 #include "runlog/crc32c.h"
-#include "runlog/inspect_format.h"
+#include "cli/inspect_format.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 #include "runlog/log_writer.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "report/report_page.h"
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 
 namespace lockstep::collector {
 namespace {

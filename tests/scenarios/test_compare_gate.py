@@ -23,7 +23,7 @@ from scenario_lib import Collector, fmt_alerts, make_pair, train_pair
 
 ONSET = 7
 STEPS = 12
-# cli/exit_codes.h
+# lockstep/common/exit_codes.h
 EXIT_FINDING, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_TOO_FEW_STEPS, EXIT_NOT_SAME_MODEL = 1, 2, 3, 5, 6
 
 

@@ -176,5 +176,5 @@ def test_top_once_prints_plain_snapshot(live):
 def test_top_once_says_unreachable():
     r = subprocess.run([LOCKSTEP, "top", "--once", "--connect", "tcp://127.0.0.1:1", "--timeout-s", "0.3"],
                        capture_output=True, text=True, timeout=20)
-    assert r.returncode == 4  # cli/exit_codes.h: runtime failure
+    assert r.returncode == 4  # lockstep/common/exit_codes.h: runtime failure
     assert "collector not reachable at tcp://127.0.0.1:1" in r.stderr

@@ -49,7 +49,7 @@
 #include "align/names.h"
 #include "align/run_decoder.h"
 #include "align/step_data.h"
-#include "ingest/message_sink.h"
+#include "lockstep/collector/message_sink.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {

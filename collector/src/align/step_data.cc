@@ -1,19 +1,10 @@
 #include "align/step_data.h"
 
+#include "lockstep/common/wire_names.h"
+
 namespace lockstep::collector {
 
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAct: return "act";
-    case Kind::kActGrad: return "act_grad";
-    case Kind::kParamGrad: return "param_grad";
-    case Kind::kParam: return "param";
-    case Kind::kOptim: return "optim";
-    case Kind::kLoss: return "loss";
-    case Kind::kInput: return "input";
-  }
-  return "unknown";
-}
+const char* KindName(Kind k) { return wire::KindName(static_cast<uint8_t>(k)); }
 
 const char* DTypeName(DT d) {
   switch (d) {

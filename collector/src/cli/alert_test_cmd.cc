@@ -1,5 +1,5 @@
 // `lockstep alert-test`: sends one test alert through every configured sink and
-// says, per sink, whether it was delivered and if not why. Exit (cli/exit_codes.h) 0
+// says, per sink, whether it was delivered and if not why. Exit (lockstep/common/exit_codes.h) 0
 // when all were, 2 on a usage mistake or a sink that cannot be set up (as collect),
 // 4 when a sink was set up but the alert did not arrive. Takes the same alerting flags (and
 // --config file) as `lockstep collect`, so a user checks a setup in one command.
@@ -9,7 +9,7 @@
 
 #include "cli/alerting_flags.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/common/clock.h"
 

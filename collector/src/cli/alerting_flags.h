@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "lockstep/alerting/options.h"
 #include "lockstep/common/status.h"
 

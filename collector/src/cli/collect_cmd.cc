@@ -21,13 +21,14 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/align_flags.h"
 #include "cli/alerting_flags.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "detect/analyzer.h"
 #include "ingest/curve_keys.h"
 #include "lockstep/collector/collector.h"
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 #include "runlog/log_format.h"
 #include "service/collect_service.h"
 
@@ -116,17 +117,15 @@ int CollectCommand(int argc, const char* const* argv) {
                "'off' serves none", "ADDR");
   // Alignment and detection (docs/rules.md) and where alerts go (docs/alerting.md).
   std::string baseline_log, name_map;
-  int64_t max_buffered = 64;
+  int64_t max_buffered = 0;  // AddAlignFlags sets the default
   collector::AnalyzerOptions an_opt;
   flags.String("baseline", &baseline_log, "a recorded run log to use as the baseline of live candidates", "FILE");
-  flags.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
-  flags.Int("max-buffered-steps", &max_buffered, "steps a run may wait in memory for its partner");
+  AddAlignFlags(&flags, &name_map, &max_buffered);
   collector::AddRuleFlags(&flags, &an_opt.rules);
   AlertingFlags alert_flags;
   RegisterAlertingFlags(&flags, &alert_flags);
   flags.Range("fsync-interval-ms", 0, 86400e3);
   flags.Range("status-interval-s", 0, 366 * 86400.0);
-  flags.Range("max-buffered-steps", 1, 1e6);
 
   Status s = flags.Parse(argc, argv);
   if (!s.ok()) return Usage(s.message());
@@ -160,7 +159,6 @@ int CollectCommand(int argc, const char* const* argv) {
     std::ifstream nm(name_map);  // recorded next to each run's log (settings.toml)
     opts.name_map_text.assign(std::istreambuf_iterator<char>(nm), std::istreambuf_iterator<char>());
   }
-  if (max_buffered < 1) return Usage("--max-buffered-steps must be 1 or more");
   an_opt.max_buffered_steps = static_cast<size_t>(max_buffered);
   auto alert_opts = BuildAlertingOptions(alert_flags, data_dir + "/alert-spool");
   if (!alert_opts.ok()) return Usage(alert_opts.status().message());

@@ -1,9 +1,9 @@
 // The `lockstep` subcommands. Each takes the words after its name and returns the
-// process exit code, one of cli/exit_codes.h.
+// process exit code, one of lockstep/common/exit_codes.h.
 #ifndef LOCKSTEP_CLI_COMMANDS_H_
 #define LOCKSTEP_CLI_COMMANDS_H_
 
-#include "cli/exit_codes.h"
+#include "lockstep/common/exit_codes.h"
 
 namespace lockstep::cli {
 

@@ -3,7 +3,7 @@
 // at B's pace (Analyzer::AddBaselineLog), so memory stays bounded for any log length.
 // Prints a verdict of a few lines first (docs/rules.md "compare as a CI gate"), then the
 // settings, the first divergence and a per-tensor table (or --json). The exit status
-// gates CI (cli/exit_codes.h): a critical finding, a corrupt or truncated log, too few
+// gates CI (lockstep/common/exit_codes.h): a critical finding, a corrupt or truncated log, too few
 // steps compared, or two runs that do not look like the same model each have their own.
 // The detection settings the collector recorded next to the logs
 // (detect/detection_settings.h) are used unless flags override them.
@@ -17,8 +17,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/align_flags.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
@@ -26,7 +27,7 @@
 #include "detect/detection_settings.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 #include "runlog/log_reader.h"
 
 namespace lockstep::cli {
@@ -303,7 +304,7 @@ int CompareCommand(int argc, const char* const* argv) {
   spdlog::set_default_logger(logger);
   bool json = false, default_settings = false;
   std::string name_map, alerts_file, rename_b, rename_c;
-  int64_t max_buffered = 64;
+  int64_t max_buffered = 0;  // AddAlignFlags sets the default
   AnalyzerOptions opt;
   FlagSet fs("compare", "compare BASELINE.lslog CANDIDATE.lslog [FLAGS]",
              "Aligns two recorded run logs step by step and tensor by tensor, runs every detector, and prints a "
@@ -314,12 +315,9 @@ int CompareCommand(int argc, const char* const* argv) {
              "or truncated), 6 (the runs share under half their tensor names: not the same model), 5 (under 90 % "
              "of the expected steps compared), 1 (a critical divergence, NaN or overflow), else 0.");
   fs.Bool("json", &json, "print one JSON object instead of the table");
-  fs.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
+  AddAlignFlags(&fs, &name_map, &max_buffered);
   fs.String("alerts-file", &alerts_file, "also write every alert as one JSON line to FILE", "FILE");
-  fs.Int("max-buffered-steps", &max_buffered, "steps a run may wait in memory for its partner");
-  fs.Bool("default-settings", &default_settings,
-          "ignore the detection settings recorded next to the logs: every rule at its default unless a flag "
-          "sets it");
+  AddDefaultSettingsFlag(&fs, &default_settings);
   fs.String("rename-baseline", &rename_b,
             "take the baseline's run as ID (to compare two recordings of one run id)", "ID");
   fs.String("rename-candidate", &rename_c,
@@ -373,7 +371,7 @@ int CompareCommand(int argc, const char* const* argv) {
     return fail(code, error);
   }
 
-  opt.max_buffered_steps = static_cast<size_t>(std::max<int64_t>(max_buffered, 1));
+  opt.max_buffered_steps = static_cast<size_t>(max_buffered);
   opt.idle_close_ns = 0;  // offline: steps close on the data, never on a timer
   std::unique_ptr<collector::JsonlAlertFile> jsonl;
   if (!alerts_file.empty()) {

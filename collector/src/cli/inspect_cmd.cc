@@ -7,10 +7,10 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "ingest/envelope_check.h"
-#include "ingest/registry.h"
-#include "runlog/inspect_format.h"
+#include "lockstep/common/flags.h"
+#include "lockstep/common/envelope_check.h"
+#include "lockstep/collector/registry.h"
+#include "cli/inspect_format.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "ingest/curve_keys.h"
 
 namespace lockstep::cli {

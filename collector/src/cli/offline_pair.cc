@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "cli/exit_codes.h"
-#include "cli/flags.h"
+#include "lockstep/common/exit_codes.h"
+#include "lockstep/common/flags.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
 #include "detect/detection_settings.h"
@@ -20,6 +20,12 @@ std::vector<std::pair<std::string, std::string>> OfflineSettings::NonDefault() c
     if (i >= defaults.size() || defaults[i] != values[i]) out.push_back(values[i]);
   }
   return out;
+}
+
+void AddDefaultSettingsFlag(FlagSet* fs, bool* default_settings) {
+  fs->Bool("default-settings", default_settings,
+           "ignore the detection settings recorded next to the logs: every rule at its default unless a flag "
+           "sets it");
 }
 
 int ResolveOfflineSettings(const FlagSet& fs, const std::string& path_base, const std::string& path_cand,

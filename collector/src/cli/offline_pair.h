@@ -35,6 +35,10 @@ struct OfflineSettings {
   std::vector<std::pair<std::string, std::string>> NonDefault() const;
 };
 
+// --default-settings, the same flag for compare and report: ignore the settings recorded
+// next to the logs (ResolveOfflineSettings' `default_settings`).
+void AddDefaultSettingsFlag(FlagSet* fs, bool* default_settings);
+
 // Sets opt->rules and opt->canon for comparing `path_base` with `path_cand`: the
 // settings `lockstep collect` recorded next to the candidate's log (else the
 // baseline's) unless `default_settings`, then every rule flag set in `fs` on top

@@ -15,8 +15,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/align_flags.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
@@ -118,7 +119,7 @@ int ReportCommand(int argc, const char* const* argv) {
   spdlog::set_level(spdlog::level::warn);
   std::string output, data_dir, experiment, name_map;
   bool default_settings = false;
-  int64_t max_cols = 400, max_tensors = 2000, max_buffered = 64;
+  int64_t max_cols = 400, max_tensors = 2000, max_buffered = 0;
   collector::AnalyzerOptions opt;
   FlagSet fs("report", "report BASELINE.lslog CANDIDATE.lslog -o REPORT.html [FLAGS]\n"
                        "       lockstep report --data-dir DIR --experiment NAME -o REPORT.html",
@@ -133,12 +134,10 @@ int ReportCommand(int argc, const char* const* argv) {
   fs.String("output", &output, "the HTML file to write (also -o FILE)", "FILE");
   fs.String("data-dir", &data_dir, "a collector's data dir: report the experiment's baseline and candidate logs", "DIR");
   fs.String("experiment", &experiment, "with --data-dir: the experiment to report", "NAME");
-  fs.String("name-map", &name_map, "file of 'REGEX => REPLACEMENT' rules mapping tensor names", "FILE");
-  fs.Bool("default-settings", &default_settings,
-          "ignore the detection settings recorded next to the logs: every rule at its default unless a flag sets it");
+  AddAlignFlags(&fs, &name_map, &max_buffered);
+  AddDefaultSettingsFlag(&fs, &default_settings);
   fs.Int("max-columns", &max_cols, "step columns of the heatmap (more steps are merged, worst cell kept)");
   fs.Int("max-tensors", &max_tensors, "tensors in the heatmap (the table lists every tensor)");
-  fs.Int("max-buffered-steps", &max_buffered, "steps a run may wait in memory for its partner");
   collector::AddRuleFlags(&fs, &opt.rules);
   std::vector<std::string> args(argv, argv + argc);
   for (auto& a : args) {
@@ -198,7 +197,7 @@ int ReportCommand(int argc, const char* const* argv) {
   hdr.settings = settings.NonDefault();
   hdr.notes = settings.notes;
   if (!settings.name_map.empty()) hdr.notes.push_back("name map: " + settings.name_map);
-  opt.max_buffered_steps = static_cast<size_t>(std::max<int64_t>(max_buffered, 1));
+  opt.max_buffered_steps = static_cast<size_t>(max_buffered);
   opt.idle_close_ns = 0;
 
   collector::ReportLimits limits;

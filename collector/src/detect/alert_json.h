@@ -1,5 +1,6 @@
-// Alerts as JSON: one object per alert (the fields of alerting::Alert), for
-// `lockstep compare --json` and `--alerts-file` JSON lines.
+// Alerts as JSON for `lockstep compare --json`, `--alerts-file` JSON lines and the HTML
+// report: the one encoder of lockstep/alerting/alert_json.h (the same fields as the
+// collector's jsonl sink and webhooks), written into a JsonOut or a string.
 //
 // JsonlAlertFile is a small synchronous writer used by `lockstep compare`, where every
 // alert must land in the file exactly once and in order (the Dispatcher's jsonl sink

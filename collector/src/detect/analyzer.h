@@ -34,7 +34,7 @@
 #include "detect/detector.h"
 #include "detect/rules_config.h"
 #include "detect/setup_rule.h"
-#include "ingest/message_sink.h"
+#include "lockstep/collector/message_sink.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {

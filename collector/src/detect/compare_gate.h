@@ -1,6 +1,6 @@
 // `lockstep compare` as a CI gate: what each log holds (LogScan), and the verdict over
 // a compared pair (JudgeCompare): a few lines that come first in the output, and one
-// outcome that becomes the exit status (cli/exit_codes.h; docs/rules.md "compare as a
+// outcome that becomes the exit status (lockstep/common/exit_codes.h; docs/rules.md "compare as a
 // CI gate").
 //
 // Threads: plain values and pure functions.

@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "detect/rules_config.h"
-#include "ingest/message_sink.h"
+#include "lockstep/collector/message_sink.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {

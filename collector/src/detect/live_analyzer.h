@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "detect/analyzer.h"
-#include "ingest/message_sink.h"
+#include "lockstep/collector/message_sink.h"
 #include "lockstep/common/thread_annotations.h"
 
 namespace lockstep::collector {

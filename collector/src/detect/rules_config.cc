@@ -1,6 +1,6 @@
 #include "detect/rules_config.h"
 
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 
 namespace lockstep::collector {
 namespace {

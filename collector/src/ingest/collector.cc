@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "ingest/curve_guard.h"
 #include "ingest/run_claims.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"

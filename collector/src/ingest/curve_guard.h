@@ -23,34 +23,10 @@
 
 #include <zmq.hpp>
 
+#include "lockstep/collector/curve_options.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {
-
-struct CurveServerOptions {
-  std::string secret_key;                    // the collector's, Z85; empty = CURVE off
-  std::vector<std::string> authorized_keys;  // agents' public keys (Z85); empty = any agent
-};
-
-// Why a handshake was refused. Counters are indexed by it.
-enum class AuthRefusal : uint8_t {
-  kNoCurve = 0,   // the peer speaks plain ZeroMQ (no CURVE key configured)
-  kBadServerKey,  // the peer's idea of the collector's public key is wrong
-  kUnauthorized,  // the peer's own public key is not in the authorized list
-  // Any other failure. A plain peer lands here instead of kNoCurve when it notices
-  // the mechanism mismatch first and hangs up (the collector then sees only EPIPE).
-  kOther,
-  kCount,
-};
-
-// Stable lower-case name ("no_curve", "bad_server_key", ...) for logs and /metrics.
-const char* AuthRefusalName(AuthRefusal r);
-
-struct AuthCounters {
-  uint64_t admitted = 0;  // handshakes that succeeded
-  uint64_t refused = 0;   // sum of refused_by
-  uint64_t refused_by[static_cast<size_t>(AuthRefusal::kCount)] = {};
-};
 
 class CurveGuard {
  public:

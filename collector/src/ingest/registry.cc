@@ -1,7 +1,8 @@
-#include "ingest/registry.h"
+#include "lockstep/collector/registry.h"
 
 #include <algorithm>
 
+#include "lockstep/common/wire_names.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::collector {
@@ -9,15 +10,6 @@ namespace {
 
 std::string Str(const flatbuffers::String* s) {
   return s == nullptr ? std::string() : std::string(s->c_str(), s->size());
-}
-
-const char* RoleName(wire::Role r) {
-  switch (r) {
-    case wire::Role::Baseline: return "baseline";
-    case wire::Role::Candidate: return "candidate";
-    case wire::Role::Solo: return "solo";
-    default: return "unknown";
-  }
 }
 
 void SeeStep(RankInfo& r, uint64_t step, bool authoritative) {
@@ -115,7 +107,7 @@ void Registry::OnMessage(const wire::Envelope& env, int64_t recv_unix_ns, size_t
     }
     r.hello_seen = true;
     r.experiment = Str(h->experiment());
-    r.role = RoleName(h->role());
+    r.role = wire::RoleName(static_cast<uint8_t>(h->role()));
     r.platform = Str(h->platform());
     r.device_name = Str(h->device_name());
     r.framework = Str(h->framework());

@@ -1,17 +1,9 @@
 #include "ingest/run_claims.h"
 
+#include "lockstep/common/wire_names.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::collector {
-
-const char* WireRoleName(uint8_t role) {
-  switch (static_cast<wire::Role>(role)) {
-    case wire::Role::Baseline: return "baseline";
-    case wire::Role::Candidate: return "candidate";
-    case wire::Role::Solo: return "solo";
-    default: return "unknown";
-  }
-}
 
 bool RunClaims::Live(const Claim& c, int64_t now_ns) const {
   for (const auto& [id, s] : c.sessions) {
@@ -42,8 +34,8 @@ bool RunClaims::Refuse(const wire::Envelope& env, int64_t now_ns, std::string* m
         if (!s.ended && now_ns - s.last_ns < kLiveNs) owner = &s;
       }
       const std::string host = h->host() ? h->host()->str() : std::string("?");
-      *message = "refused run '" + run + "' from a second process (" + WireRoleName(role) + ", host " + host +
-                 " pid " + std::to_string(h->pid()) + "): that run id is live as " + WireRoleName(c.role) +
+      *message = "refused run '" + run + "' from a second process (" + wire::RoleName(role) + ", host " + host +
+                 " pid " + std::to_string(h->pid()) + "): that run id is live as " + wire::RoleName(c.role) +
                  " (host " + (owner ? owner->host : std::string("?")) + " pid " +
                  std::to_string(owner ? owner->pid : 0) +
                  "); its messages are not logged or compared. Give each job its own run id (run= or LOCKSTEP_RUN)";

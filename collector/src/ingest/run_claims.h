@@ -55,9 +55,6 @@ class RunClaims {
   uint64_t refused_messages_ = 0;
 };
 
-// "baseline", "candidate", "solo", "unknown".
-const char* WireRoleName(uint8_t role);
-
 }  // namespace lockstep::collector
 
 #endif  // LOCKSTEP_COLLECTOR_INGEST_RUN_CLAIMS_H_

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "ingest/message_sink.h"
+#include "lockstep/collector/message_sink.h"
 #include "lockstep/alerting/alert.h"
 
 namespace lockstep::collector::metrics {

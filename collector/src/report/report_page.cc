@@ -6,7 +6,7 @@
 
 #include "detect/alert_json.h"
 #include "report/report_template.h"  // generated: kReportTemplate
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 
 namespace lockstep::collector {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "detect/alert_json.h"
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 
 namespace lockstep::collector {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "ingest/envelope_check.h"
+#include "lockstep/common/envelope_check.h"
 #include "runlog/crc32c.h"
 #include "runlog/log_format.h"
 

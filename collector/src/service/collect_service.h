@@ -59,7 +59,7 @@
 #include <memory>
 #include <string>
 
-#include "ingest/log_replay.h"
+#include "runlog/log_replay.h"
 #include "lockstep/alerting/alert.h"
 #include "lockstep/common/status.h"
 #include "service/collect_options.h"

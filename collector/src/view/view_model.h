@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "detect/rank_onsets.h"
-#include "ingest/message_sink.h"
-#include "ingest/registry.h"
+#include "lockstep/collector/message_sink.h"
+#include "lockstep/collector/registry.h"
 #include "lockstep/alerting/alert.h"
 #include "lockstep/common/thread_annotations.h"
 

@@ -41,6 +41,8 @@ struct AgentOptions {
   // record / scalars / EndStep, or Close(), so a provisional rank never reaches the wire.
   bool identity_pending = false;
   uint64_t start_step = 0;
+  // When the queue is full the newest record is refused and counted: the one overflow
+  // policy, since the agent never blocks training.
   size_t queue_capacity = 16384;  // records; preallocated (1..65536, ~1.3 KiB each)
   int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
   // Memory for statistics messages ZeroMQ has not written yet (no collector, a slow
@@ -48,7 +50,6 @@ struct AgentOptions {
   // capacity they are dropped and counted. 0 = bounded by send_hwm only. At least
   // twice the largest message (max_records_per_message records).
   size_t send_buffer_bytes = size_t{32} << 20;
-  OverflowPolicy overflow = OverflowPolicy::kDropNewest;
   int sketch_k = kDefaultSketchK;  // 0..kMaxSketchK
   int hist_bins = kHistBins;       // 0 or kHistBins
   uint32_t every = 1;              // informational: sampling period, sent in Hello

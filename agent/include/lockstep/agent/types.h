@@ -59,12 +59,6 @@ struct StepScalars {
   uint8_t given = 0;  // k*Given bits; a non-NaN field counts as given without its bit
 };
 
-// What happens when the agent's queue is full. The agent never blocks training, so
-// the only policies are about which record is lost.
-enum class OverflowPolicy : uint8_t {
-  kDropNewest = 0,  // refuse the record being added (default; cheapest, keeps order)
-};
-
 // Counters, all monotonic since Create(). Read with relaxed ordering: a snapshot is
 // approximate while records are in flight.
 struct AgentCounters {

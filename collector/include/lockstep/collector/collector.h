@@ -10,11 +10,11 @@
 //
 // One ingest thread owns the ZeroMQ PULL socket (bound in Create() on the caller's
 // thread, handed over at Start()). For each message it checks size, file identifier,
-// schema major, flatbuffers Verifier and run id (ingest/envelope_check.h); a bad one is
+// schema major, flatbuffers Verifier and run id (lockstep/common/envelope_check.h); a bad one is
 // counted by reason, logged rate-limited (one line per reason per second) and never
 // stops ingest. With CURVE (options.curve) only agents that pass the handshake get this
-// far (ingest/curve_guard.h). A good one is appended to `<data_dir>/<run>.lslog` (runlog/), counted
-// in the registry (ingest/registry.h), then given to every MessageSink in the order
+// far (src/ingest/curve_guard.h). A good one is appended to `<data_dir>/<run>.lslog` (runlog/), counted
+// in the registry (lockstep/collector/registry.h), then given to every MessageSink in the order
 // they were added — on the ingest thread, so a sink must not block. A second process
 // claiming a live run id with another role is refused first (ingest/run_claims.h).
 //
@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "ingest/curve_guard.h"
-#include "ingest/envelope_check.h"
-#include "ingest/message_sink.h"
-#include "ingest/registry.h"
+#include "lockstep/collector/curve_options.h"
+#include "lockstep/collector/message_sink.h"
+#include "lockstep/collector/registry.h"
+#include "lockstep/common/envelope_check.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 #include "lockstep/common/wire.h"

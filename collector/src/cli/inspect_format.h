@@ -5,8 +5,8 @@
 // tensor directory as it goes, so a StepStats record names its tensors ("name",
 // "kind", "dtype", "shape") when their TensorDirectory entry came earlier in the log.
 // Single-threaded.
-#ifndef LOCKSTEP_COLLECTOR_RUNLOG_INSPECT_FORMAT_H_
-#define LOCKSTEP_COLLECTOR_RUNLOG_INSPECT_FORMAT_H_
+#ifndef LOCKSTEP_COLLECTOR_CLI_INSPECT_FORMAT_H_
+#define LOCKSTEP_COLLECTOR_CLI_INSPECT_FORMAT_H_
 
 #include <cstdint>
 #include <map>
@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "ingest/registry.h"
+#include "lockstep/collector/registry.h"
 
 namespace lockstep::wire {
 struct Envelope;
@@ -40,11 +40,6 @@ class InspectFormatter {
 // Appends the --summary object of one (run, rank) (no newline).
 void RankSummaryJson(const RankInfo& r, std::string* out);
 
-// Lower-case names used in the JSON: "act", "param_grad", ...; "bf16", "f32", ...;
-// "baseline", "candidate", ...
-const char* KindName(uint8_t kind);
-const char* DTypeName(uint8_t dtype);
-
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_RUNLOG_INSPECT_FORMAT_H_
+#endif  // LOCKSTEP_COLLECTOR_CLI_INSPECT_FORMAT_H_

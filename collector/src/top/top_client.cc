@@ -1,4 +1,4 @@
-#include "view/top_client.h"
+#include "top/top_client.h"
 
 #include <chrono>
 

@@ -1,8 +1,8 @@
 // MessageSink: whoever consumes verified messages — the aligner live, or a replay of
 // run logs (restart, --baseline, `lockstep compare`). The same interface for both, so
 // live and offline analysis run the same code.
-#ifndef LOCKSTEP_COLLECTOR_INGEST_MESSAGE_SINK_H_
-#define LOCKSTEP_COLLECTOR_INGEST_MESSAGE_SINK_H_
+#ifndef LOCKSTEP_COLLECTOR_MESSAGE_SINK_H_
+#define LOCKSTEP_COLLECTOR_MESSAGE_SINK_H_
 
 #include <cstdint>
 
@@ -24,4 +24,4 @@ class MessageSink {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_INGEST_MESSAGE_SINK_H_
+#endif  // LOCKSTEP_COLLECTOR_MESSAGE_SINK_H_

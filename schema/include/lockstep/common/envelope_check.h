@@ -4,8 +4,8 @@
 //
 // Pure function, callable from any thread. `data` must be 8-byte aligned (the
 // verifier checks alignment; ingest copies misaligned frames first).
-#ifndef LOCKSTEP_COLLECTOR_INGEST_ENVELOPE_CHECK_H_
-#define LOCKSTEP_COLLECTOR_INGEST_ENVELOPE_CHECK_H_
+#ifndef LOCKSTEP_COMMON_ENVELOPE_CHECK_H_
+#define LOCKSTEP_COMMON_ENVELOPE_CHECK_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -54,4 +54,4 @@ std::string DescribeReject(const EnvelopeCheck& c, size_t size, size_t max_bytes
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_INGEST_ENVELOPE_CHECK_H_
+#endif  // LOCKSTEP_COMMON_ENVELOPE_CHECK_H_

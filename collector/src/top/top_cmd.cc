@@ -1,12 +1,12 @@
 // `lockstep top`: the live terminal view attached to a collector's view feed
-// (docs/top.md). The work is in collector/src/view/top_ui.cc; this file is flags.
+// (docs/top.md). The work is in collector/src/top/top_ui.cc; this file is flags.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
-#include "view/top_ui.h"
+#include "lockstep/common/flags.h"
+#include "top/top_ui.h"
 
 namespace lockstep::cli {
 
@@ -55,7 +55,7 @@ int TopCommand(int argc, const char* const* argv) {
   opt.unreachable_after_ms = static_cast<int64_t>(unreachable_s * 1000);
   opt.monochrome = no_color || std::getenv("NO_COLOR") != nullptr;
   // The view returns 0 ok, 1 no snapshot / no terminal, 2 a bad endpoint: mapped onto
-  // the convention of cli/exit_codes.h.
+  // the convention of lockstep/common/exit_codes.h.
   const int rc = once ? collector::view::RunTopOnce(opt) : collector::view::RunTop(opt);
   return rc == 0 ? kExitOk : rc == 2 ? kExitUsage : kExitRuntime;
 }

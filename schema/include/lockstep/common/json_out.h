@@ -1,8 +1,8 @@
 // JsonOut: a minimal streaming JSON writer for `lockstep inspect` and status output.
 // Appends to a std::string; commas are placed automatically. Non-finite doubles are
 // written as null (JSON has no NaN/Inf). Single-threaded.
-#ifndef LOCKSTEP_COLLECTOR_RUNLOG_JSON_OUT_H_
-#define LOCKSTEP_COLLECTOR_RUNLOG_JSON_OUT_H_
+#ifndef LOCKSTEP_COMMON_JSON_OUT_H_
+#define LOCKSTEP_COMMON_JSON_OUT_H_
 
 #include <cmath>
 #include <cstdint>
@@ -33,6 +33,8 @@ class JsonOut {
   JsonOut& Int(int64_t v) { Sep(); out_->append(std::to_string(v)); return *this; }
   JsonOut& Bool(bool v) { Sep(); out_->append(v ? "true" : "false"); return *this; }
   JsonOut& Null() { Sep(); out_->append("null"); return *this; }
+  // A value already encoded as JSON by another writer (e.g. alerting::AlertToJson).
+  JsonOut& Raw(std::string_view json) { Sep(); out_->append(json); return *this; }
   JsonOut& Double(double v) {
     Sep();
     if (!std::isfinite(v)) {
@@ -108,4 +110,4 @@ class JsonOut {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_RUNLOG_JSON_OUT_H_
+#endif  // LOCKSTEP_COMMON_JSON_OUT_H_

@@ -5,8 +5,8 @@
 // socket for up to 100 ms, then reads keys without waiting, then redraws when
 // something changed. KEY_RESIZE (ncurses' own SIGWINCH handling) triggers a redraw at
 // the new size.
-#ifndef LOCKSTEP_COLLECTOR_VIEW_TOP_UI_H_
-#define LOCKSTEP_COLLECTOR_VIEW_TOP_UI_H_
+#ifndef LOCKSTEP_COLLECTOR_TOP_TOP_UI_H_
+#define LOCKSTEP_COLLECTOR_TOP_TOP_UI_H_
 
 #include <cstdint>
 #include <string>
@@ -29,4 +29,4 @@ int RunTopOnce(const TopOptions& opt);
 
 }  // namespace lockstep::collector::view
 
-#endif  // LOCKSTEP_COLLECTOR_VIEW_TOP_UI_H_
+#endif  // LOCKSTEP_COLLECTOR_TOP_TOP_UI_H_

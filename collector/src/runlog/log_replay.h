@@ -11,14 +11,14 @@
 // already cut torn tails).
 //
 // Threads: the caller's; sink and tick run on it.
-#ifndef LOCKSTEP_COLLECTOR_INGEST_LOG_REPLAY_H_
-#define LOCKSTEP_COLLECTOR_INGEST_LOG_REPLAY_H_
+#ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_REPLAY_H_
+#define LOCKSTEP_COLLECTOR_RUNLOG_LOG_REPLAY_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
 
-#include "ingest/message_sink.h"
+#include "lockstep/collector/message_sink.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {
@@ -36,4 +36,4 @@ StatusOr<ReplayStats> ReplayLogs(const std::string& data_dir, MessageSink* sink,
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_INGEST_LOG_REPLAY_H_
+#endif  // LOCKSTEP_COLLECTOR_RUNLOG_LOG_REPLAY_H_

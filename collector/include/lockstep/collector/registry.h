@@ -18,8 +18,8 @@
 // Thread-safe: OnMessage/OnBad come from the ingest thread (or a replay), Snapshot
 // from any thread (status line, view, tests). One mutex; nothing else is locked
 // while it is held.
-#ifndef LOCKSTEP_COLLECTOR_INGEST_REGISTRY_H_
-#define LOCKSTEP_COLLECTOR_INGEST_REGISTRY_H_
+#ifndef LOCKSTEP_COLLECTOR_REGISTRY_H_
+#define LOCKSTEP_COLLECTOR_REGISTRY_H_
 
 #include <cstdint>
 #include <map>
@@ -114,4 +114,4 @@ class Registry {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_INGEST_REGISTRY_H_
+#endif  // LOCKSTEP_COLLECTOR_REGISTRY_H_

@@ -16,8 +16,8 @@
 //      their tensor names)
 //
 // A process killed by a signal (exit >= 128) is a bug, never part of the convention.
-#ifndef LOCKSTEP_CLI_EXIT_CODES_H_
-#define LOCKSTEP_CLI_EXIT_CODES_H_
+#ifndef LOCKSTEP_COMMON_EXIT_CODES_H_
+#define LOCKSTEP_COMMON_EXIT_CODES_H_
 
 namespace lockstep::cli {
 
@@ -42,4 +42,4 @@ inline constexpr const char* kExitCodesHelp =
 
 }  // namespace lockstep::cli
 
-#endif  // LOCKSTEP_CLI_EXIT_CODES_H_
+#endif  // LOCKSTEP_COMMON_EXIT_CODES_H_

@@ -1,6 +1,6 @@
-#include "cli/flags.h"
+#include "lockstep/common/flags.h"
 
-#include "cli/exit_codes.h"
+#include "lockstep/common/exit_codes.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "ingest/log_replay.h"
+#include "runlog/log_replay.h"
 
 #include <filesystem>
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ingest/envelope_check.h"
+#include "lockstep/common/envelope_check.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 

@@ -1,4 +1,4 @@
-#include "view/top_ui.h"
+#include "top/top_ui.h"
 
 #include <langinfo.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "view/snapshot.h"
-#include "view/top_client.h"
+#include "top/top_client.h"
 
 // Last: curses.h defines macros (OK, ERR, ...) that clash with ordinary names.
 #define NCURSES_WIDECHAR 1

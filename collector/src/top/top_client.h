@@ -4,8 +4,8 @@
 // state, never a backlog. ZeroMQ reconnects by itself when the collector comes back.
 //
 // Threads: single-threaded; the owner thread only (it owns the socket).
-#ifndef LOCKSTEP_COLLECTOR_VIEW_TOP_CLIENT_H_
-#define LOCKSTEP_COLLECTOR_VIEW_TOP_CLIENT_H_
+#ifndef LOCKSTEP_COLLECTOR_TOP_TOP_CLIENT_H_
+#define LOCKSTEP_COLLECTOR_TOP_TOP_CLIENT_H_
 
 #include <memory>
 #include <string>
@@ -36,4 +36,4 @@ class FeedClient {
 
 }  // namespace lockstep::collector::view
 
-#endif  // LOCKSTEP_COLLECTOR_VIEW_TOP_CLIENT_H_
+#endif  // LOCKSTEP_COLLECTOR_TOP_TOP_CLIENT_H_

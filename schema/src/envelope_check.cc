@@ -1,4 +1,4 @@
-#include "ingest/envelope_check.h"
+#include "lockstep/common/envelope_check.h"
 
 #include <cstring>
 

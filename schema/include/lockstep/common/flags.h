@@ -8,8 +8,8 @@
 // Unknown flags, keys and tables, values of the wrong type and numbers out of range give
 // one clear sentence (a config mistake names the file and line, and the closest flag).
 // Single-threaded: used once at start-up.
-#ifndef LOCKSTEP_CLI_FLAGS_H_
-#define LOCKSTEP_CLI_FLAGS_H_
+#ifndef LOCKSTEP_COMMON_FLAGS_H_
+#define LOCKSTEP_COMMON_FLAGS_H_
 
 #include <cstdint>
 #include <functional>
@@ -82,4 +82,4 @@ class FlagSet {
 
 }  // namespace lockstep::cli
 
-#endif  // LOCKSTEP_CLI_FLAGS_H_
+#endif  // LOCKSTEP_COMMON_FLAGS_H_

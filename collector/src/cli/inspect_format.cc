@@ -1,25 +1,17 @@
-#include "runlog/inspect_format.h"
+#include "cli/inspect_format.h"
 
 #include <utility>
 
 #include "lockstep/common/wire.h"
+#include "lockstep/common/wire_names.h"
 #include "lockstep/schema/lockstep_generated.h"
-#include "runlog/json_out.h"
+#include "lockstep/common/json_out.h"
 
 namespace lockstep::collector {
 namespace {
 
 std::string_view Sv(const flatbuffers::String* s) {
   return s == nullptr ? std::string_view() : std::string_view(s->c_str(), s->size());
-}
-
-const char* RoleStr(wire::Role r) {
-  switch (r) {
-    case wire::Role::Baseline: return "baseline";
-    case wire::Role::Candidate: return "candidate";
-    case wire::Role::Solo: return "solo";
-    default: return "unknown";
-  }
 }
 
 template <typename T>
@@ -44,13 +36,13 @@ void Sampling(JsonOut& j, const wire::SamplingConfig* s) {
       .Field("exclude", Sv(s->exclude()));
   j.Key("kinds").BeginArray();
   if (s->kinds())
-    for (auto k : *s->kinds()) j.Str(KindName(static_cast<uint8_t>(k)));
+    for (auto k : *s->kinds()) j.Str(wire::KindName(static_cast<uint8_t>(k)));
   j.EndArray().EndObject();
 }
 
 void Hello(JsonOut& j, const wire::Hello& h) {
   j.Field("experiment", Sv(h.experiment()))
-      .Field("role", RoleStr(h.role()))
+      .Field("role", wire::RoleName(static_cast<uint8_t>(h.role())))
       .Field("platform", Sv(h.platform()))
       .Field("device_name", Sv(h.device_name()))
       .Field("framework", Sv(h.framework()))
@@ -64,25 +56,6 @@ void Hello(JsonOut& j, const wire::Hello& h) {
 }
 
 }  // namespace
-
-const char* KindName(uint8_t kind) {
-  switch (static_cast<wire::TensorKind>(kind)) {
-    case wire::TensorKind::Act: return "act";
-    case wire::TensorKind::ActGrad: return "act_grad";
-    case wire::TensorKind::ParamGrad: return "param_grad";
-    case wire::TensorKind::Param: return "param";
-    case wire::TensorKind::Optim: return "optim";
-    case wire::TensorKind::Loss: return "loss";
-    case wire::TensorKind::Input: return "input";
-  }
-  return "unknown";
-}
-
-const char* DTypeName(uint8_t dtype) {
-  static const char* const kNames[] = {"unknown", "f32", "f16", "bf16", "f64", "i8", "u8",
-                                       "i16", "i32", "i64", "bool", "f8e4m3", "f8e5m2"};
-  return dtype < sizeof kNames / sizeof kNames[0] ? kNames[dtype] : "unknown";
-}
 
 void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, uint64_t offset,
                               uint32_t bytes, std::string* out) {
@@ -117,8 +90,8 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
           j.BeginObject()
               .FieldU("id", t->id())
               .Field("name", d.name)
-              .Field("kind", KindName(d.kind))
-              .Field("dtype", DTypeName(d.dtype));
+              .Field("kind", wire::KindName(d.kind))
+              .Field("dtype", wire::DTypeName(d.dtype));
           Ints(j, "shape", t->shape());
           j.FieldU("order", t->order());
           if (t->module_type() != nullptr) j.Field("module_type", std::string(Sv(t->module_type())));
@@ -142,8 +115,8 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
           auto it = directory_.find({run, env.rank(), st->tensor_id()});
           if (it != directory_.end()) {
             j.Field("name", it->second.name)
-                .Field("kind", KindName(it->second.kind))
-                .Field("dtype", DTypeName(it->second.dtype));
+                .Field("kind", wire::KindName(it->second.kind))
+                .Field("dtype", wire::DTypeName(it->second.dtype));
             j.Key("shape").BeginArray();
             for (int64_t d : it->second.shape) j.Int(d);
             j.EndArray();
@@ -154,7 +127,7 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
           if (st->flags() & static_cast<uint8_t>(wire::StatFlags::kRepeat)) j.FieldB("repeat", true);
           j.FieldU("micro_step", st->micro_step())
               .FieldU("order", st->order())
-              .Field("limit_dtype", DTypeName(static_cast<uint8_t>(st->limit_dtype())))
+              .Field("limit_dtype", wire::DTypeName(static_cast<uint8_t>(st->limit_dtype())))
               .FieldU("numel", st->numel())
               .FieldD("min", st->min())
               .FieldD("max", st->max())
