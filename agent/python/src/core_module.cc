@@ -35,18 +35,22 @@ Millis ToMillis(double seconds) {
 }
 
 // The agent's enums carry the wire's values (types.h): checked here, where both meet.
-static_assert(static_cast<int>(TensorKind::kAct) == static_cast<int>(wire::TensorKind::Act) &&
-              static_cast<int>(TensorKind::kActGrad) == static_cast<int>(wire::TensorKind::ActGrad) &&
-              static_cast<int>(TensorKind::kParamGrad) == static_cast<int>(wire::TensorKind::ParamGrad) &&
-              static_cast<int>(TensorKind::kParam) == static_cast<int>(wire::TensorKind::Param) &&
-              static_cast<int>(TensorKind::kOptim) == static_cast<int>(wire::TensorKind::Optim) &&
-              static_cast<int>(TensorKind::kLoss) == static_cast<int>(wire::TensorKind::Loss) &&
-              static_cast<int>(TensorKind::kInput) == static_cast<int>(wire::TensorKind::Input) &&
+// Same value: an agent enum member and its wire counterpart.
+template <typename A, typename W>
+constexpr bool Same(A a, W w) {
+  return static_cast<int>(a) == static_cast<int>(w);
+}
+static_assert(Same(TensorKind::kAct, wire::TensorKind::Act) &&
+              Same(TensorKind::kActGrad, wire::TensorKind::ActGrad) &&
+              Same(TensorKind::kParamGrad, wire::TensorKind::ParamGrad) &&
+              Same(TensorKind::kParam, wire::TensorKind::Param) &&
+              Same(TensorKind::kOptim, wire::TensorKind::Optim) &&
+              Same(TensorKind::kLoss, wire::TensorKind::Loss) &&
+              Same(TensorKind::kInput, wire::TensorKind::Input) &&
               wire::TensorKind::MAX == wire::TensorKind::Input);
-static_assert(static_cast<int>(Role::kBaseline) == static_cast<int>(wire::Role::Baseline) &&
-              static_cast<int>(Role::kCandidate) == static_cast<int>(wire::Role::Candidate) &&
-              static_cast<int>(Role::kSolo) == static_cast<int>(wire::Role::Solo) &&
-              wire::Role::MAX == wire::Role::Solo);
+static_assert(Same(Role::kBaseline, wire::Role::Baseline) &&
+              Same(Role::kCandidate, wire::Role::Candidate) &&
+              Same(Role::kSolo, wire::Role::Solo) && wire::Role::MAX == wire::Role::Solo);
 static_assert(kStatRepeat == static_cast<uint8_t>(wire::StatFlags::kRepeat));
 
 // torch's dtype names for the wire's DTypes (every one but Unknown).
@@ -57,9 +61,9 @@ constexpr std::pair<const char*, DType> kTorchDTypes[] = {
     {"bool", DType::kBool},    {"float8_e4m3fn", DType::kF8E4M3},
     {"float8_e5m2", DType::kF8E5M2}};
 static_assert(std::size(kTorchDTypes) == static_cast<size_t>(wire::DType::MAX));
-static_assert(static_cast<int>(DType::kF8E5M2) == static_cast<int>(wire::DType::F8E5M2) &&
-              static_cast<int>(DType::kBool) == static_cast<int>(wire::DType::Bool) &&
-              static_cast<int>(DType::kBF16) == static_cast<int>(wire::DType::BF16));
+static_assert(Same(DType::kF32, wire::DType::F32) && Same(DType::kBF16, wire::DType::BF16) &&
+              Same(DType::kBool, wire::DType::Bool) &&
+              Same(DType::kF8E5M2, wire::DType::F8E5M2));
 
 // "ActGrad" -> "act_grad".
 std::string SnakeCase(const char* name) {
@@ -171,7 +175,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("KINDS") = kinds;
   py::dict roles;
   for (auto r : wire::EnumValuesRole()) {
-    if (r != wire::Role::Unknown) roles[py::str(SnakeCase(wire::EnumNameRole(r)))] = static_cast<int>(r);
+    if (r == wire::Role::Unknown) continue;
+    roles[py::str(SnakeCase(wire::EnumNameRole(r)))] = static_cast<int>(r);
   }
   m.attr("ROLES") = roles;
   // The agent's defaults (AgentOptions), which lockstep._config uses for its options.
