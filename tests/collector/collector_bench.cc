@@ -22,7 +22,7 @@
 namespace lockstep {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using testing::At;
 using testing::Bytes;
 
@@ -46,7 +46,7 @@ Ingest RunIngest(const std::vector<Bytes>& msgs, uint64_t n) {
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::sndhwm, 100000);
   push.connect((*c)->endpoints()[0]);
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const Bytes& m = msgs[i % msgs.size()];
@@ -54,7 +54,7 @@ Ingest RunIngest(const std::vector<Bytes>& msgs, uint64_t n) {
     bytes += m.size();
   }
   while ((*c)->counters().accepted + (*c)->counters().rejected < n) std::this_thread::yield();
-  auto t1 = Clock::now();
+  auto t1 = SteadyClock::now();
   (void)(*c)->Shutdown(std::chrono::seconds(10));
   Ingest r;
   r.seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -81,13 +81,13 @@ double RunRawSeconds(const std::vector<Bytes>& msgs, uint64_t n) {
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::sndhwm, 100000);
   push.connect(ep);
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   for (uint64_t i = 0; i < n; ++i) {
     const Bytes& m = msgs[i % msgs.size()];
     push.send(zmq::buffer(m.data(), m.size()), zmq::send_flags::none);
   }
   receiver.join();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
 template <typename T, typename F>
@@ -103,12 +103,12 @@ double CrcGbPerS(uint32_t (*fn)(uint32_t, const void*, size_t)) {
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   uint32_t sink = 0;
   size_t total = 0;
-  auto t0 = Clock::now();
-  while (Clock::now() - t0 < std::chrono::milliseconds(300)) {
+  auto t0 = SteadyClock::now();
+  while (SteadyClock::now() - t0 < std::chrono::milliseconds(300)) {
     for (int i = 0; i < 64; ++i) sink ^= fn(sink, buf.data(), buf.size());
     total += 64 * buf.size();
   }
-  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  double s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   if (sink == 0x12345678) std::puts("");  // keep the work observable
   return total / s / 1e9;
 }
@@ -140,14 +140,14 @@ int main() {
   Ingest t = tiny[1];
 
   // Verification alone (CheckEnvelope on the ~20 KB message), ns per message.
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   uint64_t ok = 0;
   constexpr int kVerify = 20000;
   for (int i = 0; i < kVerify; ++i) {
     const auto& m = big[i % big.size()];
     ok += collector::CheckEnvelope(m.data(), m.size(), kMaxMessageBytes).reject == collector::Reject::kNone;
   }
-  double verify_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kVerify;
+  double verify_ns = std::chrono::duration<double, std::nano>(SteadyClock::now() - t0).count() / kVerify;
 
   double sw = CrcGbPerS(&collector::crc32c::ExtendSoftware);
   double hw = collector::crc32c::HardwareAvailable() ? CrcGbPerS(&collector::crc32c::ExtendHardware) : 0;

@@ -25,7 +25,7 @@ namespace {
 
 using namespace lockstep;
 using namespace lockstep::collector;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 constexpr uint32_t kRanks = 8, kTensors = 1024, kSteps = 5;
 constexpr int kReps = 51;
@@ -79,10 +79,10 @@ int main() {
       }
     }
   }
-  auto deadline = Clock::now() + std::chrono::seconds(60);
-  while ((*c)->counters().received < sent && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto deadline = SteadyClock::now() + std::chrono::seconds(60);
+  while ((*c)->counters().received < sent && SteadyClock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   uint64_t compared = 0;
-  while (Clock::now() < deadline) {
+  while (SteadyClock::now() < deadline) {
     live.Inspect([&](const Analyzer& a) { compared = a.counters().steps_compared; });
     if (compared >= kRanks * (kSteps - 1)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -97,16 +97,16 @@ int main() {
   std::vector<double> render_us, lock_us;
   size_t bytes = 0;
   for (int i = 0; i < kReps; ++i) {
-    auto t0 = Clock::now();
+    auto t0 = SteadyClock::now();
     std::string body = m.Render();
-    render_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    render_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count());
     bytes = body.size();
     // The part of a scrape that holds the analyzer's mutex (and so can delay the
     // ingest thread's next analyzer call): Inspect() around one Reports() copy, as
     // Render() does it.
-    auto t1 = Clock::now();
+    auto t1 = SteadyClock::now();
     live.Inspect([](const Analyzer& a) { (void)a.Reports(); });
-    lock_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+    lock_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t1).count());
   }
   (void)(*c)->Shutdown(std::chrono::seconds(5));
   live.Shutdown();

@@ -164,7 +164,7 @@ class FakeAgent:
             stats = _core.host_stats_strided(ptr, dtype, list(sizes), list(strides), self.k,
                                              self.bins)
         except ValueError:
-            return -3.0
+            return _core.HostOutcome.BAD_LAYOUT
         self._add(step, micro, tid, order, stats)
         self._last = stats
         return stats["l2"]
@@ -172,7 +172,7 @@ class FakeAgent:
     def record_repeat(self, step, micro, tid, order):
         self._check()
         if self._last is None:
-            return -2.0
+            return _core.HostOutcome.NOTHING_TO_REPEAT
         self._add(step, micro, tid, order, dict(self._last, repeat=True))  # kStatRepeat
         self.repeats += 1
         return self._last["l2"]
@@ -226,7 +226,7 @@ class FakeAgent:
     def submit_host_tensor(self, step, micro, tid, order, ptr, numel, dtype):
         self._check()
         if self.worker_full:
-            return -1
+            return _core.HostOutcome.FULL
         self.jobs.append([step, micro, tid, order,
                           lambda: _core.host_stats(ptr, numel, dtype, self.k, self.bins), None])
         return len(self.jobs) - 1
@@ -234,12 +234,12 @@ class FakeAgent:
     def submit_host_tensor_strided(self, step, micro, tid, order, ptr, dtype, sizes, strides):
         self._check()
         if self.worker_full:
-            return -1
+            return _core.HostOutcome.FULL
         sizes, strides = list(sizes), list(strides)
         try:  # what the real agent refuses at submit (a layout the kernel cannot read)
             _core.host_stats_strided(ptr, dtype, sizes, strides, 0, 0)
         except ValueError:
-            return -3
+            return _core.HostOutcome.BAD_LAYOUT
         self.strided += 1
         self.jobs.append([step, micro, tid, order,
                           lambda: _core.host_stats_strided(ptr, dtype, sizes, strides, self.k,
@@ -267,7 +267,7 @@ class FakeAgent:
         self.settled += 1
         step, micro, tid, order, _, stats = self.jobs[ticket]
         if not keep:
-            return -2.0
+            return _core.HostOutcome.DROPPED
         self._add(step, micro, tid, order, stats)
         if as_last:
             self._last = stats

@@ -89,7 +89,7 @@ def test_hot_calls_return_values_instead_of_raising():
         x = torch.randn(3)
         l2 = agent.record_host_tensor(0, 0, tid, 0, x.data_ptr(), 3, F32)
         assert l2 == pytest.approx(x.double().norm().item(), rel=1e-6)
-        assert agent.record_host_tensor(0, 0, tid, 0, x.data_ptr(), 3, 77) == -1.0
+        assert agent.record_host_tensor(0, 0, tid, 0, x.data_ptr(), 3, 77) == _core.HostOutcome.REFUSED
         rows = np.stack([row_for(_core.host_stats(x.data_ptr(), 3, F32, K, BINS))] * 2)
         ids = np.array([tid, tid], dtype=np.uint32)
         assert agent.record_packed(0, ids * 0, ids, np.array([1, 2], np.uint32), rows) == 2
@@ -104,6 +104,9 @@ def test_hot_calls_return_values_instead_of_raising():
         assert agent.close(1.0) in (True, False)
 
 
+NOTHING = _core.HostOutcome.NOTHING_TO_REPEAT
+
+
 def test_record_repeat_reuses_only_this_threads_last_statistics_of_this_agent():
     a = _core.Agent.create(endpoint="tcp://127.0.0.1:9", run="repeat-a")
     b = _core.Agent.create(endpoint="tcp://127.0.0.1:9", run="repeat-b")
@@ -111,18 +114,18 @@ def test_record_repeat_reuses_only_this_threads_last_statistics_of_this_agent():
         x = torch.randn(5)
         ta = [a.register_tensor(n, _core.KINDS["act"], F32, [5], i) for i, n in enumerate("pq")]
         tb = b.register_tensor("p", _core.KINDS["act"], F32, [5], 0)
-        assert a.record_repeat(0, 0, ta[1], 1) == -2.0  # nothing computed yet
+        assert a.record_repeat(0, 0, ta[1], 1) == NOTHING  # nothing computed yet
         l2 = a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, F32)
         assert a.record_repeat(0, 0, ta[1], 1) == l2
-        assert b.record_repeat(0, 0, tb, 0) == -2.0  # a's statistics are not b's
-        assert a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, 77) == -1.0
-        assert a.record_repeat(0, 0, ta[1], 1) == -2.0  # a refused tensor leaves none
+        assert b.record_repeat(0, 0, tb, 0) == NOTHING  # a's statistics are not b's
+        assert a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, 77) == _core.HostOutcome.REFUSED
+        assert a.record_repeat(0, 0, ta[1], 1) == NOTHING  # a refused tensor leaves none
         got = []
         a.record_host_tensor(0, 0, ta[0], 0, x.data_ptr(), 5, F32)
         th = threading.Thread(target=lambda: got.append(a.record_repeat(0, 0, ta[1], 1)))
         th.start()
         th.join()
-        assert got == [-2.0]  # another thread's last statistics are not this one's
+        assert got == [NOTHING]  # another thread's last statistics are not this one's
         assert a.counters()["records_enqueued"] == 3
     finally:
         a.close(1.0)

@@ -616,3 +616,33 @@ def test_a_compiled_model_is_watched_through_graph_breaks():
         assert sorted(fake.names("param_grad", step)) == [
             "_orig_mod.0.bias", "_orig_mod.0.weight", "_orig_mod.2.bias", "_orig_mod.2.weight"]
         assert set(fake.names("act_grad", step)) >= {"_orig_mod.0", "_orig_mod.2"}
+
+
+def test_the_model_does_not_keep_its_monitor_alive_and_its_hooks_become_no_ops():
+    """As torch's RemovableHandle: the hooks hold their Monitor weakly. A Monitor that is
+    dropped without close() is collected while its model lives on, its hooks no longer
+    record (nor fail), and they are taken out of the model."""
+    import gc  # pylint: disable=import-outside-toplevel
+    import weakref  # pylint: disable=import-outside-toplevel
+    mon, fake = fake_monitor()
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon.watch(model, optimizer=opt, kinds=TENSOR_KINDS)
+    train_step(model, torch.randn(3, 4), mon, opt)
+    recorded = len(fake.records)
+    assert recorded > 0
+    assert model[0]._forward_hooks and model[0].weight._backward_hooks
+    param_hook = next(iter(model[0].weight._backward_hooks.values()))
+    forward_hook = next(iter(model[0]._forward_hooks.values()))
+    mon_ref, session_ref = weakref.ref(mon), mon._session.ref
+    del mon
+    gc.collect()
+    assert mon_ref() is None and session_ref() is None
+    # Its hooks are out of the model; a hook kept elsewhere does nothing.
+    assert not model[0]._forward_hooks and not model[0].weight._backward_hooks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert param_hook(torch.ones(8, 4)) is None
+        assert forward_hook(model[0], (torch.randn(1, 4),), torch.randn(1, 8)) is None
+        train_step(model, torch.randn(3, 4), None, opt)
+    assert len(fake.records) == recorded

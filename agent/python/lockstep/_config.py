@@ -18,32 +18,33 @@ import time
 
 import torch
 
-from . import _keys
+from . import _core, _keys
 
-ROLES = ("baseline", "candidate", "solo")
+ROLES = tuple(_core.ROLES)  # the schema's roles but Unknown: baseline, candidate, solo
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _U32 = 2**32 - 1
 _MAX_STEP = 2**62  # steps travel as uint64; room for the steps after the first
 
+_DEFAULT = _core.AGENT_DEFAULTS  # the C++ agent's defaults (AgentOptions): one source
 # name -> (type, default, (low, high) for numbers). Types: str, int, float, "path" (a str
 # or os.PathLike), "switch" (host_stats_thread: a str or a bool).
 OPTIONS = {
     "run": (str, None, None),
     "role": (str, "solo", None),
     "experiment": (str, "", None),
-    "endpoint": (str, "tcp://127.0.0.1:6200", None),
+    "endpoint": (str, _DEFAULT["endpoint"], None),
     "platform": (str, None, None),
     "device_name": (str, None, None),
     "rank": (int, None, (-1, _U32 - 1)),      # -1: not distributed (rank 0 of 1)
     "world_size": (int, None, (1, _U32)),
-    "sketch_k": (int, 32, (0, 256)),
-    "hist_bins": (int, 16, None),              # 0 or 16
-    "start_step": (int, 0, (0, _MAX_STEP)),
-    "queue_capacity": (int, 16384, (1, 2**30)),
-    "send_hwm": (int, 1000, (0, 2**31 - 1)),
-    "send_buffer_mb": (int, 32, (0, 2**20)),
+    "sketch_k": (int, _DEFAULT["sketch_k"], (0, _core.MAX_SKETCH_K)),
+    "hist_bins": (int, _DEFAULT["hist_bins"], None),  # 0 or HIST_BINS
+    "start_step": (int, _DEFAULT["start_step"], (0, _MAX_STEP)),
+    "queue_capacity": (int, _DEFAULT["queue_capacity"], (1, 2**30)),
+    "send_hwm": (int, _DEFAULT["send_hwm"], (0, 2**31 - 1)),
+    "send_buffer_mb": (int, _DEFAULT["send_buffer_mb"], (0, 2**20)),
     "close_timeout": (float, 5.0, (0.0, 86400.0)),
-    "heartbeat_interval": (float, 1.0, (0.001, 3600.0)),
+    "heartbeat_interval": (float, _DEFAULT["heartbeat_interval"], (0.001, 3600.0)),
     "curve_server_key": ("path", "", None),
     "curve_key": ("path", "", None),
     "host_stats_thread": ("switch", "auto", None),
@@ -202,9 +203,9 @@ def resolve(args):
         raise ValueError("lockstep: run id %s may only hold letters, digits, '.', '_', '-' "
                          "(1-128, not starting with '.'); pass another run= or LOCKSTEP_RUN"
                          % (safe_repr(cfg["run"]),))
-    if cfg["hist_bins"] not in (0, 16):
-        raise ValueError("lockstep: hist_bins=%d is not supported; use 16 or 0 (off)"
-                         % cfg["hist_bins"])
+    if cfg["hist_bins"] not in (0, _core.HIST_BINS):
+        raise ValueError("lockstep: hist_bins=%d is not supported; use %d or 0 (off)"
+                         % (cfg["hist_bins"], _core.HIST_BINS))
     raw = cfg["host_stats_thread"]
     cfg["host_stats_thread"] = resolve_host_stats_thread(raw)
     # "auto" also measures, while the job runs, whether the thread is faster (_tune.py)

@@ -99,11 +99,6 @@ class DevicePipeline:
 
     def _stats(self, tensors):
         if self._device_stats is None:
-            from lockstep import _torch_stats  # pylint: disable=import-outside-toplevel
-            if list(_torch_stats.FIELDS[:_core.PACKED_FIXED_COLUMNS]) != list(
-                    _core.PACKED_FIXED_FIELDS):
-                raise RuntimeError("lockstep._torch_stats.FIELDS does not match the packed "
-                                   "row layout of lockstep._core")
             # the fused Triton kernel where available and self-checked, else the torch path
             from lockstep import _triton_stats  # pylint: disable=import-outside-toplevel
             self._device_stats = _triton_stats.device_stats

@@ -31,6 +31,7 @@ from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
 from lockstep._recorder import KIND, Recorder
+from lockstep._session import Session
 from lockstep._tune import ThreadTuner
 from lockstep._watch import DEFAULT_KINDS, Watch
 
@@ -44,6 +45,23 @@ def _close_all_at_exit():
 
 
 atexit.register(_close_all_at_exit)
+
+
+def _weak_call(method_ref):
+    """A function calling the method behind `method_ref` (a WeakMethod) while it lives."""
+    def call(*args, **kwargs):
+        method = method_ref()
+        return None if method is None else method(*args, **kwargs)
+    return call
+
+
+def _remove_watches(watches):
+    """The hooks of a Monitor that was collected without close()."""
+    for w in watches:
+        try:
+            w.remove()
+        except Exception:  # pylint: disable=broad-except
+            pass
 
 
 def _host_scalar(value):
@@ -298,7 +316,9 @@ class Monitor:
                 self._guard.warn("%s; computing CPU statistics on the training thread"
                                  % str(e).replace("lockstep: ", "", 1))
         self._lock = threading.Lock()
-        self._pipeline = DevicePipeline(cfg["sketch_k"], cfg["hist_bins"], self._ship)
+        # Called back weakly: the hooks reach the pipeline, and must not keep self alive.
+        self._pipeline = DevicePipeline(cfg["sketch_k"], cfg["hist_bins"],
+                                        _weak_call(weakref.WeakMethod(self._ship)))
         self._rec = Recorder(self._agent, cfg["sketch_k"], cfg["hist_bins"], self._pipeline,
                              self._guard, force_device_path=_force_device_path)
         if self._tuner is not None:
@@ -307,30 +327,21 @@ class Monitor:
         self._every = 1
         self._patterns = []  # (include, exclude) of each watch(), for the wire's Sampling
         self._rec.new_step(self._step)
-        self._active = True
-        self._bwd = False   # a backward hook fired since the last forward
-        self._calls = {}    # module name -> calls in this micro step
-        # Inside a backward pass (from its first hook to the end-of-backward callback): a
-        # forward hook firing then is activation checkpointing's recomputation.
-        self._in_bwd = False
-        self._recalls = {}  # module name -> calls recomputed in this backward
-        self._accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
+        # What the hooks share with this Monitor; they hold it weakly (lockstep._session).
+        self._session = Session(self._rec, self._guard, self._ident,
+                                weakref.WeakMethod(self._check_identity),
+                                weakref.WeakMethod(self._note_first_forward))
+        self._watches = self._session.watches
+        # A Monitor collected while its model lives takes its hooks out.
+        weakref.finalize(self, _remove_watches, self._watches)
         self._t_last = time.perf_counter()
         self._user_config = user_config
         self._fingerprint = {}
-        self._amp_seen = False  # the first watched forward read the autocast state
-        # A Watch whose initial weights wait for the first forward: the rank was not
-        # known at watch(), and nothing may go out before it is (_identity.py).
-        self._init_pending = None
         self._next_delivery_check = self._t_last + 1.0  # None once warned
         self.enabled = True
         _live.add(self)
 
     # ---- public API ---------------------------------------------------------------
-
-    @property
-    def current_step(self):
-        return getattr(self, "_step", None)
 
     def watch(self, model=None, optimizer=None, include=None, exclude=None, every=1,
               kinds=DEFAULT_KINDS, params=False, optim_state=False, *extra, **unknown):
@@ -346,20 +357,21 @@ class Monitor:
         try:
             every, kinds = _check_watch_args(optimizer, include, exclude, every, kinds, params,
                                              optim_state, extra, unknown)
-            w = Watch(self, model, optimizer, include, exclude, kinds, params, optim_state)
+            sess = self._session
+            w = Watch(sess, model, optimizer, include, exclude, kinds, params, optim_state)
             self._watches.append(w)
             self._every = every
             self._patterns.append((include, exclude))
             self._send_sampling()
-            self._active = self._step % every == 0
+            sess.active = self._step % every == 0
             if self._ident.pending:  # the process group may be up by now
                 self._check_identity(release=False)
             self._send_fingerprint(model, optimizer)
-            if self._active and len(self._watches) == 1:
+            if sess.active and len(self._watches) == 1:
                 if self._ident.pending:
-                    self._init_pending = w
+                    sess.init_pending = w
                 else:
-                    w.record_initial(self)
+                    w.record_initial()
         except ValueError as e:
             self._guard.warn(str(e).replace("lockstep: ", "", 1))
         except Exception as e:  # pylint: disable=broad-except
@@ -400,7 +412,7 @@ class Monitor:
                 try:  # a failure here must not lose the step's scalars and EndStep
                     rec.settle(wait=True)  # the host thread's results come before EndStep
                     for w in self._watches:
-                        w.record_step_end(self)
+                        w.record_step_end()
                     if isinstance(loss, torch.Tensor) and any(
                             "loss" in w.kinds for w in self._watches):
                         rec.record("loss", KIND["loss"], loss.detach().reshape(-1))
@@ -478,6 +490,7 @@ class Monitor:
         if not self.enabled or self._closed:
             return True
         self._closed = True
+        self._session.closed = True
         _live.discard(self)
         timeout = self._close_timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, timeout)
@@ -541,19 +554,23 @@ class Monitor:
         self.close()
         return False
 
-    # ---- internals (hooks call these) ------------------------------------------
+    # ---- internals ----------------------------------------------------------------
+
+    # step() reads these two; they live in the Session the hooks share.
+    @property
+    def _active(self):
+        return self._session.active
+
+    @property
+    def _accum_grad_norm(self):
+        return self._session.accum_grad_norm
 
     def _advance(self, step):
         self._step = step
-        self._accum_grad_norm = None
         self._rec.new_step(step)
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
-        self._calls.clear()
-        self._recalls.clear()
-        self._bwd = False
-        self._in_bwd = False  # no backward spans step() (one cut short never called back)
-        self._active = step % self._every == 0
+        self._session.new_step(self._every, step)
 
     def _check_identity(self, release):
         """The rank again, once torch.distributed is initialised (_identity.py)."""
@@ -572,63 +589,6 @@ class Monitor:
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("reading the rank from torch.distributed", e)
 
-    def _new_micro(self):
-        self._rec.new_micro()
-        self._calls.clear()
-        self._recalls.clear()
-        self._bwd = False
-
-    def _backward_seen(self):
-        """A gradient hook fired: a backward pass is running. Once per pass, asks
-        autograd to say when it ends (until then forward hooks are recomputation)."""
-        self._bwd = True
-        if not self._in_bwd:
-            try:
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-                self._in_bwd = True
-            except Exception:  # pylint: disable=broad-except  (not inside a backward)
-                pass
-
-    def _backward_done(self):
-        self._in_bwd = False
-        self._recalls.clear()
-
-    def _on_act_grad(self, name, grad):
-        try:
-            if not self._in_bwd:
-                self._backward_seen()
-            if self._active and not self._closed:
-                self._rec.record(name, KIND["act_grad"], grad)
-        except Exception as e:  # pylint: disable=broad-except
-            self._guard.fail("the gradient hook of " + name, e)
-
-    def _on_param_grad(self, name, grad):
-        try:
-            if not self._in_bwd:
-                self._backward_seen()
-            if self._active and not self._closed:
-                self._rec.record(name, KIND["param_grad"], grad)
-        except Exception as e:  # pylint: disable=broad-except
-            self._guard.fail("the gradient hook of " + name, e)
-
-    def _on_optimizer_step(self, optimizer, _args, _kwargs):
-        """Before the update of a gradient-accumulation step (micro steps > 1): the
-        global norm of the accumulated gradients, kept on their device (no sync)."""
-        try:
-            if self._rec.micro == 0 or self._closed:
-                return
-            # Per-tensor norms in the gradient's own precision (no float64 copy of every
-            # gradient), combined in float64.
-            norms = [torch.linalg.vector_norm(p.grad.detach()).double()
-                     for group in optimizer.param_groups for p in group["params"]
-                     if p.grad is not None and not p.grad.is_sparse]
-            if norms:
-                devices = {n.device for n in norms}
-                if len(devices) == 1:
-                    self._accum_grad_norm = torch.linalg.vector_norm(torch.stack(norms))
-        except Exception as e:  # pylint: disable=broad-except
-            self._guard.fail("the optimizer step hook", e)
-
     def _send_fingerprint(self, model, optimizer):
         """Builds the run fingerprint of this watch() and hands it to the agent (sent
         once; a later watch() adds to it). Never raises."""
@@ -641,7 +601,6 @@ class Monitor:
 
     def _note_first_forward(self):
         """At the first watched forward: the autocast state joins the fingerprint."""
-        self._amp_seen = True
         try:
             amp = _fingerprint.autocast_state(self.platform)
             if amp and any(self._fingerprint.get(k) != v for k, v in amp.items()):
@@ -649,13 +608,6 @@ class Monitor:
                 self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the run fingerprint", e)
-
-    def _on_backward_marker(self, _grad):
-        try:
-            if not self._in_bwd:
-                self._backward_seen()
-        except Exception as e:  # pylint: disable=broad-except
-            self._guard.fail("the backward marker hook", e)
 
     def _check_delivery(self, now):
         """Warns once when nothing reached a collector (the agent's sender thread decides

@@ -40,6 +40,10 @@ from lockstep._names import module_type_of
 
 KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
+# The host statistics calls answer the l2 norm (a float) when they recorded, else a
+# _core.HostOutcome naming why not (host_recorder.h).
+_BAD_LAYOUT = _core.HostOutcome.BAD_LAYOUT
+_REFUSED = _core.HostOutcome.REFUSED
 _BACKWARD_KINDS = (_ACT_GRAD, _PARAM_GRAD)
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
@@ -214,7 +218,7 @@ class Recorder:
                     self.repeats += 1
                     return
                 l2 = self._agent.record_repeat(self.step, self.micro, tid, order)
-                if l2 != -2.0:
+                if l2.__class__ is float:  # else NOTHING_TO_REPEAT: computed below
                     self.records += 1
                     self.repeats += 1
                     return
@@ -237,11 +241,11 @@ class Recorder:
                 # flat order, instead of copying it first.
                 l2 = agent.record_host_tensor_strided(self.step, self.micro, tid, order,
                                                       t.data_ptr(), code, t.shape, t.stride())
-                if l2 == -3.0:  # a layout the kernel cannot read: a contiguous copy
+                if l2 == _BAD_LAYOUT:  # a layout the kernel cannot read: a contiguous copy
                     src = t.contiguous()
                     l2 = agent.record_host_tensor(self.step, self.micro, tid, order,
                                                   src.data_ptr(), src.numel(), code)
-            if l2 < 0.0:  # the kernel refused the tensor
+            if l2.__class__ is not float:  # REFUSED: the kernel refused the tensor
                 self.failed += 1
             elif repeatable:
                 try:
@@ -309,7 +313,7 @@ class Recorder:
                 ticket = agent.submit_host_tensor_strided(self.step, self.micro, tid, order,
                                                           t.data_ptr(), code, t.shape,
                                                           t.stride())
-            if ticket < 0:
+            if ticket.__class__ is not int:  # FULL or BAD_LAYOUT: compute inline
                 return False
             pend = _Pending(ticket, t, version, tid, ident, nbytes)
             self._pending.append(pend)
@@ -356,7 +360,7 @@ class Recorder:
                 # the hook saw. Dropped, and the name stays inline from now on.
                 self.changed_in_flight += 1 + len(pend.repeats)
                 self._mode[pend.tid] = False
-            elif l2 < 0.0:  # the kernel refused the tensor
+            elif l2.__class__ is not float:  # REFUSED: the kernel refused the tensor
                 self.failed += 1 + len(pend.repeats)
             else:
                 for step, micro, tid, order in pend.repeats:

@@ -31,36 +31,32 @@ import threading
 import numpy as np
 import torch
 
-FIELDS = ("numel", "min", "max", "mean", "std", "l2", "absmax", "nan", "inf", "zero",
-          "sat", "subnormal", "limit_dtype")
+from lockstep import _core
+
+# The packed row layout, the sketch and histogram sizes and the dtype codes are defined
+# once, in C++ (lockstep/agent/packed_rows.h, types.h, schema/lockstep.fbs).
+FIELDS = tuple(_core.PACKED_FIXED_FIELDS)
 COL = {name: i for i, name in enumerate(FIELDS)}
 SKETCH_COL = len(FIELDS)
-DEFAULT_SKETCH_K = 32
-MAX_SKETCH_K = 256
-HIST_BINS = 16
+DEFAULT_SKETCH_K = _core.DEFAULT_SKETCH_K
+MAX_SKETCH_K = _core.MAX_SKETCH_K
+HIST_BINS = _core.HIST_BINS
 
-# DType codes (schema/lockstep.fbs).
-DTYPE_CODE = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.float64: 4,
-              torch.int8: 5, torch.uint8: 6, torch.int16: 7, torch.int32: 8, torch.int64: 9,
-              torch.bool: 10}
+_CODE = _core.DTYPES
 _F8E4M3 = getattr(torch, "float8_e4m3fn", None)
 _F8E5M2 = getattr(torch, "float8_e5m2", None)
-if _F8E4M3 is not None:
-    DTYPE_CODE[_F8E4M3] = 11
-if _F8E5M2 is not None:
-    DTYPE_CODE[_F8E5M2] = 12
 
-_F16_LIMITS = (2, 65504.0, 2.0 ** -14)
+_F16_LIMITS = (_CODE["float16"], 65504.0, 2.0 ** -14)
 _LIMITS = {  # code of limit_dtype, max finite (sat if |x| >=), min normal
     torch.float16: _F16_LIMITS,
-    torch.bfloat16: (3, float.fromhex("0x1.FEp127"), 2.0 ** -126),
+    torch.bfloat16: (_CODE["bfloat16"], float.fromhex("0x1.FEp127"), 2.0 ** -126),
     torch.float32: _F16_LIMITS,
     torch.float64: _F16_LIMITS,
 }
 if _F8E4M3 is not None:
-    _LIMITS[_F8E4M3] = (11, 448.0, 2.0 ** -6)
+    _LIMITS[_F8E4M3] = (_CODE["float8_e4m3fn"], 448.0, 2.0 ** -6)
 if _F8E5M2 is not None:
-    _LIMITS[_F8E5M2] = (12, 57344.0, 2.0 ** -14)
+    _LIMITS[_F8E5M2] = (_CODE["float8_e5m2"], 57344.0, 2.0 ** -14)
 _NO_LIMITS = (0, float("inf"), 0.0)  # integers, bool: no saturation/subnormal counts
 
 

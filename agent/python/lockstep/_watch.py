@@ -25,12 +25,13 @@ import importlib
 
 import torch
 
+from lockstep import _session
 from lockstep._names import NameFilter, module_name, output_tensors
 from lockstep._recorder import KIND
 
 _DISABLE = []  # [torch.compiler.disable or None], looked up once
 # torch >= 2.0: the running backward's id, -1 outside backward. torch 1.13 has none; there
-# Monitor._in_bwd (first gradient hook .. end-of-backward callback) says the same.
+# Session.in_bwd (first gradient hook .. end-of-backward callback) says the same.
 _GRAPH_TASK_ID = getattr(torch._C, "_current_graph_task_id", None)
 
 
@@ -88,9 +89,11 @@ _INPUT_NAME = "input"
 
 
 class Watch:
-    """The hooks of one watch() call; remove() takes them all out."""
+    """The hooks of one watch() call; remove() takes them all out. The hooks reach the
+    Monitor's Session through a weak reference only (lockstep._session)."""
 
-    def __init__(self, mon, model, optimizer, include, exclude, kinds, params, optim_state):
+    def __init__(self, session, model, optimizer, include, exclude, kinds, params,
+                 optim_state):
         kinds = {kinds} if isinstance(kinds, str) else set(kinds)
         if params:
             kinds.add("param")
@@ -104,6 +107,7 @@ class Watch:
             raise ValueError("lockstep: watch() needs a torch.nn.Module, got %s"
                              % type(model).__name__)
         self.kinds = kinds
+        self.rec = session.rec
         self.model = model
         self.optimizer = optimizer
         self.handles = []
@@ -112,10 +116,11 @@ class Watch:
                        if p.requires_grad and filt(n)]
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         self._paths = frozenset(module_name(path) for path, _ in model.named_modules())
-        mon._rec.module_types.update((module_name(path), type(m).__name__)
+        session.rec.module_types.update((module_name(path), type(m).__name__)
                                      for path, m in model.named_modules())
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
-        self._hook_inputs(mon, model, "input" in kinds)
+        ref = session.ref
+        self._hook_inputs(ref, len(session.watches), model, "input" in kinds)
         for path, module in model.named_modules():
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
@@ -123,47 +128,50 @@ class Watch:
                 root_ok = filt(module_name(path))
                 # Its output always gets a gradient hook or a marker: the first hook of
                 # a backward, which tells recomputation in backward from a new forward.
-                self._hook_module(mon, module, module_name(path), want_act and root_ok,
+                self._hook_module(ref, module, module_name(path), want_act and root_ok,
                                   want_grad and root_ok, True)
                 continue
             if (want_act or want_grad) and filt(path):
-                self._hook_module(mon, module, path, want_act, want_grad, False)
+                self._hook_module(ref, module, path, want_act, want_grad, False)
         if "param_grad" in kinds:
             for name, p in self.params:
-                self.handles.append(p.register_hook(functools.partial(mon._on_param_grad, name)))
+                self.handles.append(p.register_hook(
+                    functools.partial(_session.param_grad_hook, ref, name)))
         # torch >= 2.0: the optimizer tells us when it is about to step, which is the one
         # moment the accumulated gradients of a gradient-accumulation step are all there.
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
-            self.handles.append(optimizer.register_step_pre_hook(mon._on_optimizer_step))
+            self.handles.append(optimizer.register_step_pre_hook(
+                functools.partial(_session.optimizer_step_hook, ref)))
 
-    def _hook_module(self, mon, module, name, want_act, want_grad, marker):
+    def _hook_module(self, ref, module, name, want_act, want_grad, marker):
         root = self.model
         paths = self._paths
-        rec = mon._rec
+        rec = self.rec
         act = KIND["act"]
-        on_grad = mon._on_act_grad
-        mark = mon._on_backward_marker
+        on_grad = functools.partial(_session.act_grad_hook, ref)
+        mark = functools.partial(_session.backward_marker_hook, ref)
 
         def forward_hook(_module, _inputs, output):
-            if not mon._active or not root.training or not torch.is_grad_enabled():
+            sess = ref()
+            if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
-            if mon._ident.pending:  # the process group may have appeared since
-                mon._check_identity(release=False)
+            if sess.ident.pending:  # the process group may have appeared since
+                sess.check_identity()
             try:
-                if mon._in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
                     # Recomputation inside backward (activation checkpointing): the same
                     # micro step. A call its forward recorded is not recorded again (its
                     # gradient hooks are live); one the forward did not see (reentrant
                     # checkpoint runs the forward under no_grad) is recorded now, once.
-                    recalls = mon._recalls
+                    recalls = sess.recalls
                     n = recalls.get(name, 0)
                     recalls[name] = n + 1
-                    if n < mon._calls.get(name, 0):
+                    if n < sess.calls.get(name, 0):
                         return None
                 else:
-                    if mon._bwd:
-                        mon._new_micro()
-                    calls = mon._calls
+                    if sess.bwd:
+                        sess.new_micro()
+                    calls = sess.calls
                     n = calls.get(name, 0)
                     calls[name] = n + 1
                 base = name if n == 0 else "%s#%d" % (name, n)
@@ -185,37 +193,38 @@ class Watch:
                             t.register_hook(mark)
                             marked = True
             except Exception as e:  # pylint: disable=broad-except
-                mon._guard.fail("the forward hook of " + name, e)
+                sess.guard.fail("the forward hook of " + name, e)
             return None
 
         self.handles.append(module.register_forward_hook(_eager(forward_hook)))
 
-    def _hook_inputs(self, mon, model, want_input):
+    def _hook_inputs(self, ref, n, model, want_input):
         """A forward pre-hook on the root: the data fed to the model (its tensor args
         and kwargs, integer token ids as float32) as kind "input", every watched step;
         at the first forward also the autocast state for the fingerprint."""
         root = model
-        rec = mon._rec
+        rec = self.rec
         kind = KIND["input"]
-        # A second watched model's inputs: input2[0], ... (its own names).
-        n = len(mon._watches)
+        # A second watched model's inputs: input2[0], ... (its own names); `n` watches
+        # came before this one.
         base = _INPUT_NAME if n == 0 else "%s%d" % (_INPUT_NAME, n + 1)
 
         def pre_hook(_module, args, kwargs=None):
-            if not mon._active or not root.training or not torch.is_grad_enabled():
+            sess = ref()
+            if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
-            if mon._in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+            if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
                 return None  # recomputation inside backward: its inputs were recorded
-            if mon._ident.pending:  # the process group may have appeared since
-                mon._check_identity(release=False)
+            if sess.ident.pending:  # the process group may have appeared since
+                sess.check_identity()
             try:
-                if mon._bwd:
-                    mon._new_micro()
-                if mon._init_pending is not None:  # watch() came before the rank was known
-                    pending, mon._init_pending = mon._init_pending, None
-                    pending.record_initial(mon)
-                if not mon._amp_seen:
-                    mon._note_first_forward()
+                if sess.bwd:
+                    sess.new_micro()
+                if sess.init_pending is not None:  # watch() came before the rank was known
+                    pending, sess.init_pending = sess.init_pending, None
+                    pending.record_initial()
+                if not sess.amp_seen:
+                    sess.note_first_forward()
                 if not want_input:
                     return None
                 items = []
@@ -229,7 +238,7 @@ class Watch:
                         t = t.to(torch.float32)
                     rec.record(item_name, kind, t.detach())
             except Exception as e:  # pylint: disable=broad-except
-                mon._guard.fail("the input hook of the watched model", e)
+                sess.guard.fail("the input hook of the watched model", e)
             return None
 
         hook = _eager(pre_hook)
@@ -239,20 +248,20 @@ class Watch:
             self.handles.append(model.register_forward_pre_hook(
                 _eager(lambda m, args: pre_hook(m, args))))
 
-    def record_initial(self, mon):
+    def record_initial(self):
         """Every parameter once, before the first update (kind "param" at the current
         step): initial weights are compared before anything else."""
         if "init" not in self.kinds or "param" in self.kinds:
             return
-        rec = mon._rec
+        rec = self.rec
         kind = KIND["param"]
         for name, p in self.model.named_parameters():
             if p.is_floating_point():
                 rec.record(name, kind, p.detach())
 
-    def record_step_end(self, mon):
+    def record_step_end(self):
         """Parameters and optimizer state at Monitor.step() (after the update)."""
-        rec = mon._rec
+        rec = self.rec
         if "param" in self.kinds:
             kind = KIND["param"]
             for name, p in self.params:

@@ -11,9 +11,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <utility>
 
+#include "lockstep/agent/host_recorder.h"
 #include "lockstep/agent/host_stats.h"
+#include "lockstep/agent/packed_rows.h"
+#include "lockstep/schema/lockstep_generated.h"
 #include "py_agent.h"
 
 namespace py = pybind11;
@@ -27,6 +32,51 @@ Millis ToMillis(double seconds) {
   if (!(seconds > 0)) return Millis(0);
   if (seconds > 1e6) seconds = 1e6;
   return Millis(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// The agent's enums carry the wire's values (types.h): checked here, where both meet.
+// Same value: an agent enum member and its wire counterpart.
+template <typename A, typename W>
+constexpr bool Same(A a, W w) {
+  return static_cast<int>(a) == static_cast<int>(w);
+}
+static_assert(Same(TensorKind::kAct, wire::TensorKind::Act) &&
+              Same(TensorKind::kActGrad, wire::TensorKind::ActGrad) &&
+              Same(TensorKind::kParamGrad, wire::TensorKind::ParamGrad) &&
+              Same(TensorKind::kParam, wire::TensorKind::Param) &&
+              Same(TensorKind::kOptim, wire::TensorKind::Optim) &&
+              Same(TensorKind::kLoss, wire::TensorKind::Loss) &&
+              Same(TensorKind::kInput, wire::TensorKind::Input) &&
+              wire::TensorKind::MAX == wire::TensorKind::Input);
+static_assert(Same(Role::kBaseline, wire::Role::Baseline) &&
+              Same(Role::kCandidate, wire::Role::Candidate) &&
+              Same(Role::kSolo, wire::Role::Solo) && wire::Role::MAX == wire::Role::Solo);
+static_assert(kStatRepeat == static_cast<uint8_t>(wire::StatFlags::kRepeat));
+
+// torch's dtype names for the wire's DTypes (every one but Unknown).
+constexpr std::pair<const char*, DType> kTorchDTypes[] = {
+    {"float32", DType::kF32},  {"float16", DType::kF16}, {"bfloat16", DType::kBF16},
+    {"float64", DType::kF64},  {"int8", DType::kI8},     {"uint8", DType::kU8},
+    {"int16", DType::kI16},    {"int32", DType::kI32},   {"int64", DType::kI64},
+    {"bool", DType::kBool},    {"float8_e4m3fn", DType::kF8E4M3},
+    {"float8_e5m2", DType::kF8E5M2}};
+static_assert(std::size(kTorchDTypes) == static_cast<size_t>(wire::DType::MAX));
+static_assert(Same(DType::kF32, wire::DType::F32) && Same(DType::kBF16, wire::DType::BF16) &&
+              Same(DType::kBool, wire::DType::Bool) &&
+              Same(DType::kF8E5M2, wire::DType::F8E5M2));
+
+// "ActGrad" -> "act_grad".
+std::string SnakeCase(const char* name) {
+  std::string out;
+  for (const char* c = name; *c; ++c) {
+    if (*c >= 'A' && *c <= 'Z') {
+      if (!out.empty()) out += '_';
+      out += static_cast<char>(*c - 'A' + 'a');
+    } else {
+      out += *c;
+    }
+  }
+  return out;
 }
 
 Role ParseRole(const std::string& role) {
@@ -61,7 +111,7 @@ py::dict StatsToDict(const TensorStats& s) {
 }
 
 py::dict CountersToDict(const PyAgent& a) {
-  AgentCounters c = a.Counters();
+  AgentCounters c = a.agent().Counters();
   py::dict d;
   d["records_enqueued"] = c.records_enqueued;
   d["records_sent"] = c.records_sent;
@@ -74,7 +124,7 @@ py::dict CountersToDict(const PyAgent& a) {
   d["handshakes"] = c.handshakes;
   d["handshake_failures"] = c.handshake_failures;
   d["delivery_problem"] = c.delivery_problem;
-  d["host_stats_errors"] = a.host_stats_errors();
+  d["host_stats_errors"] = a.host().errors();
   d["packed_errors"] = a.packed_errors();
   return d;
 }
@@ -83,11 +133,17 @@ using U32Array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast
 using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
 using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
 
-// torch's sizes and strides as a HostLayout; false if they cannot be read in place.
-bool ToLayout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-              HostLayout* out) {
-  return sizes.size() == strides.size() &&
-         MakeHostLayout(sizes.data(), strides.data(), static_cast<int>(sizes.size()), out).ok();
+// A HostResult for Python: the l2 norm (a float) when recorded, else its HostOutcome
+// (HostOutcome.REFUSED, ...). Called with the GIL held.
+py::object ToPython(const HostResult& r) {
+  if (r.recorded()) return py::float_(r.l2);
+  return py::cast(r.outcome);
+}
+
+// A HostSubmit for Python: the ticket (an int) when queued, else its HostOutcome.
+py::object ToPython(const HostSubmit& r) {
+  if (r.queued()) return py::int_(r.ticket);
+  return py::cast(r.outcome);
 }
 
 }  // namespace
@@ -98,36 +154,46 @@ PYBIND11_MODULE(_core, m) {
   using namespace lockstep::python;
   m.doc() = "lockstep C++ agent core (use the `lockstep` package, not this module)";
 
+  // The shared vocabulary, defined once (schema/lockstep.fbs, types.h, packed_rows.h)
+  // and read from here by the Python package (tests/python/test_vocabulary.py).
   m.attr("DEFAULT_SKETCH_K") = kDefaultSketchK;
   m.attr("MAX_SKETCH_K") = kMaxSketchK;
   m.attr("HIST_BINS") = kHistBins;
   m.attr("STAT_REPEAT") = kStatRepeat;  // record_packed flags: this row repeats an earlier one
+  py::dict stat_flags;
+  stat_flags["repeat"] = kStatRepeat;
+  m.attr("STAT_FLAGS") = stat_flags;
   m.attr("PACKED_FIXED_COLUMNS") = static_cast<int>(kPackedFixed);
-  m.attr("PACKED_FIXED_FIELDS") =
-      py::make_tuple("numel", "min", "max", "mean", "std", "l2", "absmax", "nan", "inf",
-                     "zero", "sat", "subnormal", "limit_dtype");
+  py::tuple fields(static_cast<size_t>(kPackedFixed));
+  for (int i = 0; i < kPackedFixed; ++i) fields[i] = py::str(kPackedColumnNames[i]);
+  m.attr("PACKED_FIXED_FIELDS") = fields;
+  // Kinds and roles: the schema's names in snake case ("ActGrad" -> "act_grad").
   py::dict kinds;
-  kinds["act"] = static_cast<int>(TensorKind::kAct);
-  kinds["act_grad"] = static_cast<int>(TensorKind::kActGrad);
-  kinds["param_grad"] = static_cast<int>(TensorKind::kParamGrad);
-  kinds["param"] = static_cast<int>(TensorKind::kParam);
-  kinds["optim"] = static_cast<int>(TensorKind::kOptim);
-  kinds["loss"] = static_cast<int>(TensorKind::kLoss);
-  kinds["input"] = static_cast<int>(TensorKind::kInput);
+  for (auto k : wire::EnumValuesTensorKind()) {
+    kinds[py::str(SnakeCase(wire::EnumNameTensorKind(k)))] = static_cast<int>(k);
+  }
   m.attr("KINDS") = kinds;
+  py::dict roles;
+  for (auto r : wire::EnumValuesRole()) {
+    if (r == wire::Role::Unknown) continue;
+    roles[py::str(SnakeCase(wire::EnumNameRole(r)))] = static_cast<int>(r);
+  }
+  m.attr("ROLES") = roles;
+  // The agent's defaults (AgentOptions), which lockstep._config uses for its options.
+  const AgentOptions defaults;
+  py::dict agent_defaults;
+  agent_defaults["endpoint"] = defaults.endpoint;
+  agent_defaults["sketch_k"] = defaults.sketch_k;
+  agent_defaults["hist_bins"] = defaults.hist_bins;
+  agent_defaults["start_step"] = defaults.start_step;
+  agent_defaults["queue_capacity"] = defaults.queue_capacity;
+  agent_defaults["send_hwm"] = defaults.send_hwm;
+  agent_defaults["send_buffer_mb"] = defaults.send_buffer_bytes >> 20;
+  agent_defaults["heartbeat_interval"] = defaults.heartbeat_interval.count() / 1000.0;
+  m.attr("AGENT_DEFAULTS") = agent_defaults;
+  // DTypes by torch's names (the wire's own names are F32, ...: see DTypeNames()).
   py::dict dtypes;
-  dtypes["float32"] = static_cast<int>(DType::kF32);
-  dtypes["float16"] = static_cast<int>(DType::kF16);
-  dtypes["bfloat16"] = static_cast<int>(DType::kBF16);
-  dtypes["float64"] = static_cast<int>(DType::kF64);
-  dtypes["int8"] = static_cast<int>(DType::kI8);
-  dtypes["uint8"] = static_cast<int>(DType::kU8);
-  dtypes["int16"] = static_cast<int>(DType::kI16);
-  dtypes["int32"] = static_cast<int>(DType::kI32);
-  dtypes["int64"] = static_cast<int>(DType::kI64);
-  dtypes["bool"] = static_cast<int>(DType::kBool);
-  dtypes["float8_e4m3fn"] = static_cast<int>(DType::kF8E4M3);
-  dtypes["float8_e5m2"] = static_cast<int>(DType::kF8E5M2);
+  for (const auto& [name, dtype] : kTorchDTypes) dtypes[py::str(name)] = static_cast<int>(dtype);
   m.attr("DTYPES") = dtypes;
 
   // For tests and tools: the host kernel on `numel` contiguous elements at address
@@ -191,6 +257,15 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("row"), py::arg("sketch_k"), py::arg("hist_bins"));
 
+  py::enum_<HostOutcome>(m, "HostOutcome",
+                         "Why a host statistics call recorded nothing (host_recorder.h)")
+      .value("REFUSED", HostOutcome::kRefused)
+      .value("BAD_LAYOUT", HostOutcome::kBadLayout)
+      .value("NOTHING_TO_REPEAT", HostOutcome::kNothingToRepeat)
+      .value("DROPPED", HostOutcome::kDropped)
+      .value("NOT_READY", HostOutcome::kNotReady)
+      .value("FULL", HostOutcome::kFull);
+
   py::class_<PyAgent>(m, "Agent")
       .def_static(
           "create",
@@ -238,98 +313,122 @@ PYBIND11_MODULE(_core, m) {
           py::arg("endpoint"), py::arg("run"), py::arg("experiment") = "",
           py::arg("role") = "solo", py::arg("platform") = "cpu", py::arg("device_name") = "",
           py::arg("framework") = "", py::arg("rank") = 0, py::arg("world_size") = 1,
-          py::arg("start_step") = 0, py::arg("queue_capacity") = 16384,
-          py::arg("send_hwm") = 1000, py::arg("send_buffer_mb") = 32,
+          py::arg("start_step") = defaults.start_step,
+          py::arg("queue_capacity") = defaults.queue_capacity,
+          py::arg("send_hwm") = defaults.send_hwm,
+          py::arg("send_buffer_mb") = defaults.send_buffer_bytes >> 20,
           py::arg("sketch_k") = kDefaultSketchK,
           py::arg("hist_bins") = kHistBins, py::arg("every") = 1,
           py::arg("include_regex") = "", py::arg("exclude_regex") = "",
-          py::arg("heartbeat_interval_s") = 1.0, py::arg("max_records_per_message") = 1024,
+          py::arg("heartbeat_interval_s") = defaults.heartbeat_interval.count() / 1000.0,
+          py::arg("max_records_per_message") = defaults.max_records_per_message,
           py::arg("curve_server_key") = "", py::arg("curve_public_key") = "",
           py::arg("curve_secret_key") = "", py::arg("identity_pending") = false)
       .def("register_tensor",
            [](PyAgent& a, const std::string& name, int kind, int dtype,
               const std::vector<int64_t>& shape, uint32_t order, const std::string& module_type) {
-             return a.RegisterTensor(name, static_cast<TensorKind>(kind),
-                                     static_cast<DType>(dtype), shape, order, module_type);
+             return a.agent().RegisterTensor(name, static_cast<TensorKind>(kind),
+                                             static_cast<DType>(dtype), shape, order,
+                                             module_type);
            },
            py::arg("name"), py::arg("kind"), py::arg("dtype"), py::arg("shape"),
            py::arg("order"), py::arg("module_type") = "")
+      // The host statistics path (HostRecorder). Each returns the tensor's l2 norm (a
+      // float) when it recorded something, else a HostOutcome saying why not:
+      // REFUSED (the kernel refused the dtype), BAD_LAYOUT (a strided layout it cannot
+      // read: record a contiguous copy), NOTHING_TO_REPEAT, DROPPED, NOT_READY.
       .def("record_host_tensor",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, uint64_t numel, int dtype) {
-             py::gil_scoped_release release;
-             return a.RecordHostTensor(step, micro, id, order,
-                                       reinterpret_cast<const void*>(data_ptr), numel,
-                                       static_cast<DType>(dtype));
+             HostResult r;
+             {
+               py::gil_scoped_release release;
+               r = a.host().Record(RecordKey{step, micro, id, order},
+                                   reinterpret_cast<const void*>(data_ptr), numel,
+                                   static_cast<DType>(dtype));
+             }
+             return ToPython(r);
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
-      // The same for a strided view (data_ptr is its first element; sizes and strides
-      // in elements, as torch gives them): read in place, no contiguous copy. Returns
-      // -3 for a layout the kernel cannot read (a negative stride, more than 8 dims
-      // after merging): the caller then records a contiguous copy.
+      // A strided view (data_ptr is its first element; sizes and strides in elements,
+      // as torch gives them): read in place, no contiguous copy.
       .def("record_host_tensor_strided",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, int dtype, const std::vector<int64_t>& sizes,
               const std::vector<int64_t>& strides) {
-             HostLayout layout;
-             if (!ToLayout(sizes, strides, &layout)) return -3.0;
-             py::gil_scoped_release release;
-             return a.RecordHostTensor(step, micro, id, order,
-                                       reinterpret_cast<const void*>(data_ptr),
-                                       static_cast<DType>(dtype), layout);
+             HostResult r{HostOutcome::kBadLayout, 0.0};
+             if (sizes.size() == strides.size()) {
+               py::gil_scoped_release release;
+               r = a.host().RecordStrided(RecordKey{step, micro, id, order},
+                                          reinterpret_cast<const void*>(data_ptr),
+                                          static_cast<DType>(dtype), sizes.data(),
+                                          strides.data(), static_cast<int>(sizes.size()));
+             }
+             return ToPython(r);
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"))
       // The statistics of this thread's last record_host_tensor again, for another
-      // tensor id (the caller knows the memory is the same and unchanged); -2 if none.
+      // tensor id (the caller knows the memory is the same and unchanged).
       .def("record_repeat",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order) {
-             py::gil_scoped_release release;
-             return a.RecordRepeat(step, micro, id, order);
+             HostResult r;
+             {
+               py::gil_scoped_release release;
+               r = a.host().Repeat(RecordKey{step, micro, id, order});
+             }
+             return ToPython(r);
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"))
-      // Host statistics on lockstep's own thread (see py_agent.h). These keep the GIL:
+      // Host statistics on lockstep's own thread (host_recorder.h). These keep the GIL:
       // it is what makes the caller the worker's only producer, and they return at once.
       .def("start_host_worker",
            [](PyAgent& a, uint32_t capacity) {
-             std::string error;
-             if (!a.StartHostWorker(capacity, &error)) throw py::value_error(error);
+             Status s = a.host().StartWorker(capacity);
+             if (!s.ok()) throw py::value_error(s.message());
            },
            py::arg("capacity") = 256)
-      .def_property_readonly("has_host_worker", &PyAgent::has_host_worker)
+      .def_property_readonly("has_host_worker",
+                             [](const PyAgent& a) { return a.host().has_worker(); })
+      // Submits return the ticket (an int), or HostOutcome FULL (compute inline) or
+      // BAD_LAYOUT.
       .def("submit_host_tensor",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, uint64_t numel, int dtype) {
-             return a.SubmitHostTensor(step, micro, id, order,
-                                       reinterpret_cast<const void*>(data_ptr), numel,
-                                       static_cast<DType>(dtype));
+             return ToPython(a.host().Submit(RecordKey{step, micro, id, order},
+                                             reinterpret_cast<const void*>(data_ptr), numel,
+                                             static_cast<DType>(dtype)));
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("numel"), py::arg("dtype"))
-      // A strided view for the worker: -3 for a layout it cannot read, else as above.
       .def("submit_host_tensor_strided",
            [](PyAgent& a, uint64_t step, uint32_t micro, uint32_t id, uint32_t order,
               uintptr_t data_ptr, int dtype, const std::vector<int64_t>& sizes,
-              const std::vector<int64_t>& strides) -> int64_t {
-             HostLayout layout;
-             if (!ToLayout(sizes, strides, &layout)) return -3;
-             return a.SubmitHostTensor(step, micro, id, order,
-                                       reinterpret_cast<const void*>(data_ptr),
-                                       static_cast<DType>(dtype), layout);
+              const std::vector<int64_t>& strides) {
+             if (sizes.size() != strides.size()) {
+               return ToPython(HostSubmit{HostOutcome::kBadLayout, 0});
+             }
+             return ToPython(a.host().SubmitStrided(
+                 RecordKey{step, micro, id, order}, reinterpret_cast<const void*>(data_ptr),
+                 static_cast<DType>(dtype), sizes.data(), strides.data(),
+                 static_cast<int>(sizes.size())));
            },
            py::arg("step"), py::arg("micro"), py::arg("id"), py::arg("order"),
            py::arg("data_ptr"), py::arg("dtype"), py::arg("sizes"), py::arg("strides"))
-      .def("host_done", &PyAgent::HostDone)
-      .def("host_kick", &PyAgent::HostKick)
-      .def("host_wait", &PyAgent::HostWait, py::arg("ticket"),
-           py::call_guard<py::gil_scoped_release>())
-      .def("host_settle", &PyAgent::HostSettle, py::arg("ticket"), py::arg("keep"),
-           py::arg("as_last") = false)
-      // One call per step: row i of `rows` ([n, 13 + sketch_k + hist_bins] float64,
-      // the layout of lockstep._torch_stats) is tensor ids[i] at micro step micros[i]
+      .def("host_done", [](const PyAgent& a) { return a.host().Done(); })
+      .def("host_kick", [](PyAgent& a) { a.host().Kick(); })
+      .def("host_wait", [](PyAgent& a, uint64_t ticket) { a.host().Wait(ticket); },
+           py::arg("ticket"), py::call_guard<py::gil_scoped_release>())
+      .def("host_settle",
+           [](PyAgent& a, uint64_t ticket, bool keep, bool as_last) {
+             return ToPython(a.host().Settle(ticket, keep, as_last));
+           },
+           py::arg("ticket"), py::arg("keep"), py::arg("as_last") = false)
+      // One call per step: row i of `rows` ([n, PACKED_FIXED_COLUMNS + sketch_k +
+      // hist_bins] float64, packed_rows.h) is tensor ids[i] at micro step micros[i]
       // with order orders[i]; flags (optional, uint8 [n]) marks rows that repeat a
-      // tensor recorded before them (kStatRepeat). Returns how many were accepted.
+      // tensor recorded before them (STAT_REPEAT). Returns how many were accepted.
       .def("record_packed",
            [](PyAgent& a, uint64_t step, U32Array micros, U32Array ids, U32Array orders,
               F64Array rows, py::object flags) -> size_t {
@@ -371,7 +470,7 @@ PYBIND11_MODULE(_core, m) {
              s.samples = samples;
              s.given = given;
              py::gil_scoped_release release;
-             return a.RecordScalars(step, s);
+             return a.agent().RecordScalars(step, s);
            },
            py::arg("step"), py::arg("loss") = NAN, py::arg("lr") = NAN,
            py::arg("grad_norm") = NAN, py::arg("loss_scale") = NAN,
@@ -379,7 +478,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("given") = 0)
       .def("set_fingerprint",
            [](PyAgent& a, std::vector<std::pair<std::string, std::string>> entries) {
-             return a.SetFingerprint(std::move(entries));
+             return a.agent().SetFingerprint(std::move(entries));
            },
            py::arg("entries"))
       // The sampling watch() chose (wire Sampling): kinds are KINDS values.
@@ -391,31 +490,35 @@ PYBIND11_MODULE(_core, m) {
              s.include_regex = std::move(include);
              s.exclude_regex = std::move(exclude);
              for (int k : kinds) s.kinds.push_back(static_cast<TensorKind>(k));
-             return a.SetSampling(s);
+             return a.agent().SetSampling(s);
            },
            py::arg("every"), py::arg("include"), py::arg("exclude"), py::arg("kinds"))
-      .def("end_step", &PyAgent::EndStep, py::arg("step"),
-           py::call_guard<py::gil_scoped_release>())
+      .def("end_step", [](PyAgent& a, uint64_t step) { return a.agent().EndStep(step); },
+           py::arg("step"), py::call_guard<py::gil_scoped_release>())
       // The rank and world size from now on (the process group appeared after create());
       // ends identity_pending. False when invalid or refused.
-      .def("set_identity", &PyAgent::SetIdentity, py::arg("rank"), py::arg("world_size"),
+      .def("set_identity",
+           [](PyAgent& a, uint32_t rank, uint32_t world_size) {
+             return a.agent().SetIdentity(rank, world_size);
+           },
+           py::arg("rank"), py::arg("world_size"),
            py::call_guard<py::gil_scoped_release>())
       .def("flush",
            [](PyAgent& a, double timeout_s) {
              py::gil_scoped_release release;
-             return a.Flush(ToMillis(timeout_s));
+             return a.agent().Flush(ToMillis(timeout_s));
            },
            py::arg("timeout_s") = 5.0)
       .def("close",
            [](PyAgent& a, double timeout_s) {
              py::gil_scoped_release release;
-             return a.Close(ToMillis(timeout_s));
+             return a.agent().Close(ToMillis(timeout_s));
            },
            py::arg("timeout_s") = 5.0)
       .def("counters", &CountersToDict)
       // "" while delivery looks fine; else one sentence naming the endpoint (once set, kept).
-      .def("delivery_problem", &PyAgent::DeliveryProblem)
-      .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.stats_config().sketch_k; })
+      .def("delivery_problem", [](const PyAgent& a) { return a.agent().DeliveryProblem(); })
+      .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.host().config().sketch_k; })
       .def_property_readonly("hist_bins",
-                             [](const PyAgent& a) { return a.stats_config().hist_bins; });
+                             [](const PyAgent& a) { return a.host().config().hist_bins; });
 }

@@ -1,0 +1,151 @@
+"""Session: what a Monitor shares with the hooks of its watch() calls (lockstep._watch).
+
+The hooks read and change only this object: the recorder, the guard, whether this step
+is recorded, and where the step is (a backward seen, inside a backward, the calls of
+each module in this micro step). The Monitor owns its Session and nothing else does:
+hooks reach it through ``Session.ref`` (a weak reference, as torch's RemovableHandle
+holds its hooks dict), so a model that outlives its Monitor does not keep it alive, and
+its hooks become no-ops once the Monitor is gone (``ref()`` is then None).
+
+Hooks run on the training thread or autograd's threads, always under the GIL.
+"""
+import weakref
+
+import torch
+
+from lockstep._recorder import KIND
+
+_ACT_GRAD, _PARAM_GRAD = KIND["act_grad"], KIND["param_grad"]
+
+
+class Session:
+    """The state the hooks share with their Monitor (see the module doc)."""
+
+    __slots__ = ("rec", "guard", "ident", "active", "closed", "bwd", "in_bwd", "calls",
+                 "recalls", "watches", "init_pending", "amp_seen", "accum_grad_norm",
+                 "_identity_check", "_first_forward", "ref", "__weakref__")
+
+    def __init__(self, rec, guard, ident, identity_check, first_forward):
+        self.rec = rec
+        self.guard = guard
+        self.ident = ident
+        self.active = True
+        self.closed = False
+        self.bwd = False     # a backward hook fired since the last forward
+        self.calls = {}      # module name -> calls in this micro step
+        # Inside a backward pass (from its first hook to the end-of-backward callback): a
+        # forward hook firing then is activation checkpointing's recomputation.
+        self.in_bwd = False
+        self.recalls = {}    # module name -> calls recomputed in this backward
+        self.watches = []    # the Watch of each watch() call
+        # A Watch whose initial weights wait for the first forward: the rank was not
+        # known at watch(), and nothing may go out before it is (_identity.py).
+        self.init_pending = None
+        self.amp_seen = False  # the first watched forward read the autocast state
+        self.accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
+        # The Monitor's own work, called back weakly (no reference to the Monitor).
+        self._identity_check = identity_check
+        self._first_forward = first_forward
+        self.ref = weakref.ref(self)
+
+    def check_identity(self):
+        """The rank again (the process group may have appeared since watch())."""
+        fn = self._identity_check()
+        if fn is not None:
+            fn(release=False)
+
+    def note_first_forward(self):
+        self.amp_seen = True
+        fn = self._first_forward()
+        if fn is not None:
+            fn()
+
+    def new_step(self, every, step):
+        self.accum_grad_norm = None
+        self.calls.clear()
+        self.recalls.clear()
+        self.bwd = False
+        self.in_bwd = False  # no backward spans step() (one cut short never called back)
+        self.active = step % every == 0
+
+    def new_micro(self):
+        self.rec.new_micro()
+        self.calls.clear()
+        self.recalls.clear()
+        self.bwd = False
+
+    def backward_seen(self):
+        """A gradient hook fired: a backward pass is running. Once per pass, asks
+        autograd to say when it ends (until then forward hooks are recomputation)."""
+        self.bwd = True
+        if not self.in_bwd:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                self.in_bwd = True
+            except Exception:  # pylint: disable=broad-except  (not inside a backward)
+                pass
+
+    def _backward_done(self):
+        self.in_bwd = False
+        self.recalls.clear()
+
+    def on_grad(self, name, kind, grad):
+        try:
+            if not self.in_bwd:
+                self.backward_seen()
+            if self.active and not self.closed:
+                self.rec.record(name, kind, grad)
+        except Exception as e:  # pylint: disable=broad-except
+            self.guard.fail("the gradient hook of " + name, e)
+
+    def on_backward_marker(self):
+        try:
+            if not self.in_bwd:
+                self.backward_seen()
+        except Exception as e:  # pylint: disable=broad-except
+            self.guard.fail("the backward marker hook", e)
+
+    def on_optimizer_step(self, optimizer):
+        """Before the update of a gradient-accumulation step (micro steps > 1): the
+        global norm of the accumulated gradients, kept on their device (no sync)."""
+        try:
+            if self.rec.micro == 0 or self.closed:
+                return
+            # Per-tensor norms in the gradient's own precision (no float64 copy of every
+            # gradient), combined in float64.
+            norms = [torch.linalg.vector_norm(p.grad.detach()).double()
+                     for group in optimizer.param_groups for p in group["params"]
+                     if p.grad is not None and not p.grad.is_sparse]
+            if norms:
+                devices = {n.device for n in norms}
+                if len(devices) == 1:
+                    self.accum_grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+        except Exception as e:  # pylint: disable=broad-except
+            self.guard.fail("the optimizer step hook", e)
+
+
+# Hooks that hold the Session weakly: torch keeps these (partials of module functions
+# and a weak reference), never a bound method of the Monitor or the Session.
+
+def act_grad_hook(ref, name, grad):
+    s = ref()
+    if s is not None:
+        s.on_grad(name, _ACT_GRAD, grad)
+
+
+def param_grad_hook(ref, name, grad):
+    s = ref()
+    if s is not None:
+        s.on_grad(name, _PARAM_GRAD, grad)
+
+
+def backward_marker_hook(ref, _grad):
+    s = ref()
+    if s is not None:
+        s.on_backward_marker()
+
+
+def optimizer_step_hook(ref, optimizer, _args, _kwargs):
+    s = ref()
+    if s is not None:
+        s.on_optimizer_step(optimizer)
