@@ -82,7 +82,7 @@ TEST(NameTable, MessagesNameTheModuleType) {
   EXPECT_EQ(t.Display(child), "0 (Conv2d)");
   EXPECT_EQ(t.Display(bare), "module 1");
   EXPECT_EQ(t.Display(mlp), "blocks.0.mlp");
-  EXPECT_EQ(t.Label(fc2, 0), "blocks.0.mlp.fc2 (Linear) (= blocks.0.mlp)");
+  EXPECT_EQ(t.Label(fc2, 0), "blocks.0.mlp.fc2 (Linear, = blocks.0.mlp)");
   EXPECT_EQ(t.Label(conv, 1), "features.0 (Conv2d)");
   EXPECT_EQ(t.Name(conv), "features.0");  // the alert's tensor field stays plain
   EXPECT_EQ(t.ModuleType(bare), "");

@@ -57,10 +57,10 @@ def check(data_dir):
     containers = sorted({a["tensor"] for a in alerts if re.fullmatch(r"blocks\.\d+\.mlp|<root>", a["tensor"])})
     if containers:
         fails.append(f"alerts about containers that only pass on their child's output: {containers}")
-    if not any(re.search(r"blocks\.\d+\.mlp\.fc2 \(= blocks\.\d+\.mlp\)", a["message"]) for a in alerts):
+    if not any(re.search(r"blocks\.\d+\.mlp\.fc2 \((?:\w+, )?= blocks\.\d+\.mlp\)", a["message"]) for a in alerts):
         fails.append("no alert names a producer with its container as an alias (blocks.N.mlp.fc2 (= blocks.N.mlp))")
     # A block's output is not its mlp's (a residual add), though their gradients are one.
-    wrong = [a["message"] for a in alerts if a["kind"] == "act" and re.search(r"blocks\.\d+ \(= ", a["message"])]
+    wrong = [a["message"] for a in alerts if a["kind"] == "act" and re.search(r"blocks\.\d+ \((?:\w+, )?= ", a["message"])]
     if wrong:
         fails.append(f"a block's output named as an alias of its mlp's: {wrong[0]}")
     return fails, f"{len(alerts)} alerts, {len(messages)} webhook messages, {len(facts)} facts"

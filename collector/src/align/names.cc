@@ -159,7 +159,9 @@ std::string NameTable::Display(uint32_t id) const {
 std::string NameTable::Label(uint32_t id, uint8_t kind) const {
   auto it = aliases_.find((static_cast<uint64_t>(id) << 8) | kind);
   if (it == aliases_.end() || it->second.empty()) return Display(id);
-  std::string s = Display(id) + " (=";
+  // One parenthesis for the module type and the aliases: "fc2 (Linear, = mlp)".
+  const std::string& type = ModuleType(id);
+  std::string s = type.empty() ? Display(id) + " (=" : names_[id] + " (" + type + ", =";
   for (size_t i = 0; i < it->second.size(); ++i) {
     const std::string& a = names_[it->second[i]];
     s += (i ? ", " : " ") + (a.empty() ? std::string("the model") : a);
