@@ -28,8 +28,9 @@ Status Validate(const AgentOptions& o) {
   if (o.hist_bins != 0 && o.hist_bins != kHistBins) {
     return Status::InvalidArgument("hist_bins must be 0 (off) or " + std::to_string(kHistBins));
   }
-  if (o.max_records_per_message < 1 || o.max_records_per_message > 8192) {
-    return Status::InvalidArgument("max_records_per_message must be between 1 and 8192");
+  if (o.max_records_per_message < 1 || o.max_records_per_message > kMaxRecordsPerMessage) {
+    return Status::InvalidArgument("max_records_per_message must be between 1 and " +
+                                   std::to_string(kMaxRecordsPerMessage));
   }
   if (o.send_buffer_bytes != 0) {
     const size_t per_record = sizeof(wire::TensorStat) + static_cast<size_t>(o.sketch_k) * sizeof(float) +

@@ -74,6 +74,9 @@ def test_lockstep_disable_gives_a_no_op_monitor(clean_env):
     (dict(sketch_k=1000), "sketch_k=1000"),
     (dict(send_buffer_mb=-1), "send_buffer_mb=-1 is not valid: give an integer from 0 to 1048576"),
     (dict(send_buffer_mb=1, sketch_k=256), "at least 3 MiB"),
+    # The C++ agent's own bound (agent.h kMaxQueueCapacity), checked in Python with the
+    # same numbers instead of failing later in the engine.
+    (dict(queue_capacity=65537), "queue_capacity=65537 is not valid: give an integer from 1 to 65536"),
 ])
 def test_configuration_mistakes_warn_once_and_disable(clean_env, kwargs, match):
     kwargs.setdefault("run", "ok")

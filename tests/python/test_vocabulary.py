@@ -81,3 +81,11 @@ def test_the_agents_defaults_come_from_cpp():
     assert d["heartbeat_interval"] == 1.0 and d["endpoint"] == "tcp://127.0.0.1:6200"
     for name, value in d.items():
         assert _config.OPTIONS[name][1] == value, name
+
+
+def test_the_agents_ranges_come_from_cpp():
+    limits = _core.AGENT_LIMITS
+    assert limits["queue_capacity"] == (1, 65536)
+    assert limits["max_records_per_message"] == (1, 8192)
+    for name in ("queue_capacity", "sketch_k"):
+        assert _config.OPTIONS[name][2] == limits[name], name

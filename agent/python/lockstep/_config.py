@@ -26,6 +26,7 @@ _U32 = 2**32 - 1
 _MAX_STEP = 2**62  # steps travel as uint64; room for the steps after the first
 
 _DEFAULT = _core.AGENT_DEFAULTS  # the C++ agent's defaults (AgentOptions): one source
+# and its ranges (agent.h): a value C++ would refuse is refused here, with the same bounds
 # name -> (type, default, (low, high) for numbers). Types: str, int, float, "path" (a str
 # or os.PathLike), "switch" (host_stats_thread: a str or a bool).
 OPTIONS = {
@@ -37,10 +38,10 @@ OPTIONS = {
     "device_name": (str, None, None),
     "rank": (int, None, (-1, _U32 - 1)),      # -1: not distributed (rank 0 of 1)
     "world_size": (int, None, (1, _U32)),
-    "sketch_k": (int, _DEFAULT["sketch_k"], (0, _core.MAX_SKETCH_K)),
+    "sketch_k": (int, _DEFAULT["sketch_k"], _core.AGENT_LIMITS["sketch_k"]),
     "hist_bins": (int, _DEFAULT["hist_bins"], None),  # 0 or HIST_BINS
     "start_step": (int, _DEFAULT["start_step"], (0, _MAX_STEP)),
-    "queue_capacity": (int, _DEFAULT["queue_capacity"], (1, 2**30)),
+    "queue_capacity": (int, _DEFAULT["queue_capacity"], _core.AGENT_LIMITS["queue_capacity"]),
     "send_hwm": (int, _DEFAULT["send_hwm"], (0, 2**31 - 1)),
     "send_buffer_mb": (int, _DEFAULT["send_buffer_mb"], (0, 2**20)),
     "close_timeout": (float, 5.0, (0.0, 86400.0)),

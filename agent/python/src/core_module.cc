@@ -191,6 +191,12 @@ PYBIND11_MODULE(_core, m) {
   agent_defaults["send_buffer_mb"] = defaults.send_buffer_bytes >> 20;
   agent_defaults["heartbeat_interval"] = defaults.heartbeat_interval.count() / 1000.0;
   m.attr("AGENT_DEFAULTS") = agent_defaults;
+  // The ranges the C++ agent accepts (agent.h), so Python checks the same ones.
+  py::dict agent_limits;
+  agent_limits["queue_capacity"] = py::make_tuple(1, kMaxQueueCapacity);
+  agent_limits["max_records_per_message"] = py::make_tuple(1, kMaxRecordsPerMessage);
+  agent_limits["sketch_k"] = py::make_tuple(0, kMaxSketchK);
+  m.attr("AGENT_LIMITS") = agent_limits;
   // DTypes by torch's names (the wire's own names are F32, ...: see DTypeNames()).
   py::dict dtypes;
   for (const auto& [name, dtype] : kTorchDTypes) dtypes[py::str(name)] = static_cast<int>(dtype);

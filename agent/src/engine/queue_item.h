@@ -77,6 +77,7 @@ struct QueueTraits : public moodycamel::ConcurrentQueueDefaultTraits {
   static const size_t IMPLICIT_INITIAL_INDEX_SIZE = 32;
 };
 inline constexpr size_t kMaxQueueCapacity = QueueTraits::BLOCK_SIZE * QueueTraits::EXPLICIT_INITIAL_INDEX_SIZE;
+static_assert(kMaxQueueCapacity == lockstep::kMaxQueueCapacity, "AgentOptions' limit (agent.h) is the queue's geometry");
 
 using Queue = moodycamel::ConcurrentQueue<QueueItem, QueueTraits>;
 

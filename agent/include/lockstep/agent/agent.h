@@ -26,6 +26,12 @@
 
 namespace lockstep {
 
+// The largest values AgentOptions accepts: the one definition, which the Python
+// package reads too (lockstep._core.AGENT_LIMITS). The queue's is fixed by its
+// preallocated geometry (engine/queue_item.h asserts that they agree).
+inline constexpr size_t kMaxQueueCapacity = 65536;
+inline constexpr size_t kMaxRecordsPerMessage = 8192;
+
 struct AgentOptions {
   std::string endpoint = "tcp://127.0.0.1:6200";  // collector's PULL endpoint
   std::string run;                                 // run id (IsValidRunId)
@@ -43,7 +49,7 @@ struct AgentOptions {
   uint64_t start_step = 0;
   // When the queue is full the newest record is refused and counted: the one overflow
   // policy, since the agent never blocks training.
-  size_t queue_capacity = 16384;  // records; preallocated (1..65536, ~1.3 KiB each)
+  size_t queue_capacity = 16384;  // records; preallocated (1..kMaxQueueCapacity, ~1.3 KiB each)
   int send_hwm = 1000;            // messages buffered in ZeroMQ while no collector
   // Memory for statistics messages ZeroMQ has not written yet (no collector, a slow
   // one): past it the sender waits, records wait in the queue, and past the queue's
@@ -55,7 +61,7 @@ struct AgentOptions {
   uint32_t every = 1;              // informational: sampling period, sent in Hello
   std::string include_regex, exclude_regex;  // informational, sent in Hello (see SetSampling)
   std::chrono::milliseconds heartbeat_interval{1000};
-  size_t max_records_per_message = 1024;  // 1..8192 records per StepStats message
+  size_t max_records_per_message = 1024;  // 1..kMaxRecordsPerMessage records per StepStats message
   // A partly filled batch ships at the latest this long after its first record (EndStep
   // and a full batch ship at once).
   std::chrono::milliseconds batch_linger{5};
