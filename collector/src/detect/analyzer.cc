@@ -66,9 +66,9 @@ AlignerOptions AlignerOptionsOf(const AnalyzerOptions& o) {
 
 }  // namespace
 
-Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, ClockFn clock)
+Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, const Clock* clock)
     : opt_(std::move(options)),
-      clock_(clock ? std::move(clock) : ClockFn(UnixNowNs)),
+      clock_(RealClockOr(clock)),
       emitter_(std::move(alerts), clock_),
       aligner_(AlignerOptionsOf(opt_), &names_, &sink_) {}
 
