@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/commands.h"
+#include "cli/rule_flags.h"
 #include "lockstep/common/flags.h"
 #include "detect/detection_settings.h"
 #include "runlog/log_writer.h"
@@ -217,10 +218,10 @@ TEST(CompareCommand, SettingsFileRoundTripsEveryRuleFlag) {
   auto defaults = RuleFlagValues(RulesConfig{});
   ASSERT_EQ(want.size(), defaults.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NE(want[i].second, defaults[i].second) << want[i].first;
-  // The list names exactly the flags AddRuleFlags declares.
+  // The list names exactly the flags cli::AddRuleFlags declares.
   RulesConfig scratch;
   cli::FlagSet fs("compare", "", "");
-  AddRuleFlags(&fs, &scratch);
+  cli::AddRuleFlags(&fs, &scratch);
   std::set<std::string> declared, listed;
   for (const auto& line : Lines(fs.Help())) {
     if (line.rfind("  --", 0) != 0) continue;
