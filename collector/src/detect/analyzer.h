@@ -67,6 +67,10 @@ struct AnalyzerCounters {
   uint64_t runs_read_back = 0;       // live runs switched to reading their own log
   uint64_t late_joins_read_back = 0;   // late candidates compared from the baseline's log
   uint64_t late_joins_uncompared = 0;  // late candidates with no baseline log to read (warned)
+  uint64_t closed_at_step_end = 0;  // steps closed by the agent's StepEnd
+  uint64_t records_missing = 0;     // rows a StepEnd counted that never arrived
+  uint64_t restarts = 0;            // rank sessions whose step numbers went back
+  uint64_t rewound_records = 0;     // rows of step numbers a restart repeated (dropped)
 };
 
 // One row of the compare table: a matched tensor at its worst step.
