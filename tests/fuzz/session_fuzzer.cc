@@ -95,7 +95,7 @@ void Session(const uint8_t* data, size_t size) {
         ++alerts;
         out = collector::AlertToJson(a);
       },
-      [&] { return now; });
+      &clock);
 
   for (size_t i = 0; i < frames.size(); ++i) {
     const auto& f = frames[i];
