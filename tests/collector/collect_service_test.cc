@@ -19,6 +19,7 @@
 #include "lockstep/agent/agent.h"
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/collector/collector.h"
+#include "lockstep/common/clock.h"
 #include "metrics/metrics_feed.h"
 #include "report/report_recorder.h"
 #include "test_dir.h"
@@ -233,6 +234,20 @@ TEST(CollectService, CreateNamesThePartThatCannotBeBuilt) {
   EXPECT_EQ(failed, CollectPart::kNone);
   EXPECT_EQ((*without)->metrics_address(), "");
   EXPECT_NE((*without)->view_endpoint(), "");
+}
+
+// The analyzer's clock during a restart's replay: the replayed message's receive time,
+// then the service's clock again; monotonic time is always the service's.
+TEST(CollectService, ReplayClockReadsTheReplayedTimeThenItsBase) {
+  FakeClock base(/*unix_ns=*/1'000, /*monotonic_ns=*/7);
+  ReplayClock c(&base);
+  EXPECT_EQ(c.NowUnixNs(), 1'000);
+  c.SetReplayUnixNs(42);
+  base.Advance(std::chrono::nanoseconds(5));
+  EXPECT_EQ(c.NowUnixNs(), 42);
+  EXPECT_EQ(c.NowMonotonicNs(), 12);
+  c.SetReplayUnixNs(0);
+  EXPECT_EQ(c.NowUnixNs(), 1'005);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ struct Head {
   uint64_t seq = 0;
   uint16_t major = kSchemaMajor;
   uint16_t minor = kSchemaMinor;
+  uint64_t session = 0;  // Envelope.session (0: an older agent)
   const char* identifier = "LKS1";
 };
 
@@ -34,6 +35,7 @@ inline Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, const Head& h, wire::Bo
   e.add_run_id(run);
   e.add_rank(h.rank);
   e.add_seq(h.seq);
+  e.add_session(h.session);
   e.add_sent_unix_ns(1700000000000000000LL + static_cast<int64_t>(h.seq));
   e.add_body_type(type);
   e.add_body(body);

@@ -15,9 +15,12 @@
 
 #include "detect/detector.h"
 #include "lockstep/alerting/dispatcher.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::collector {
 namespace {
+
+const FakeClock kClock(/*unix_ns=*/5);
 
 using namespace std::chrono_literals;
 
@@ -37,7 +40,7 @@ alerting::Alert Drift(uint32_t rank, const std::string& kind = "act_grad") {
 
 TEST(AlertIdentity, IdAndDedupKeyNameRankKindAndRun) {
   std::vector<alerting::Alert> out;
-  AlertEmitter em([&](alerting::Alert a) { out.push_back(std::move(a)); }, [] { return int64_t{5}; });
+  AlertEmitter em([&](alerting::Alert a) { out.push_back(std::move(a)); }, &kClock);
   em.Emit(Drift(0));
   em.Emit(Drift(1));
   em.Emit(Drift(1, "act"));
@@ -63,7 +66,7 @@ TEST(AlertIdentity, TwoRanksOnOneTensorAreBothDeliveredWithDistinctIds) {
   o.dedup_cooldown = 300s;  // the default: repeats of one key would be suppressed
   auto d = alerting::Dispatcher::Create(o);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  AlertEmitter em([&](alerting::Alert a) { (*d)->Submit(std::move(a)); }, [] { return int64_t{5}; });
+  AlertEmitter em([&](alerting::Alert a) { (*d)->Submit(std::move(a)); }, &kClock);
   em.Emit(Drift(0));
   em.Emit(Drift(1));
   em.Emit(Drift(1));  // a true repeat (same rank, same step) is still deduplicated

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "detect/analyzer.h"
+#include "lockstep/common/clock.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 #include "runlog/log_writer.h"
@@ -24,6 +25,8 @@
 
 namespace lockstep::collector {
 namespace {
+
+const FakeClock kClock;  // unix 1.7e18 ns
 
 using lockstep::testing::AsEnvelope;
 using lockstep::testing::FakeStat;
@@ -81,7 +84,7 @@ struct Collector {
     if (read_back) opt.data_dir = dir;
     opt.idle_close_ns = 0;
     an = std::make_unique<Analyzer>(std::move(opt), [this](alerting::Alert a) { alerts.push_back(std::move(a)); },
-                                    [] { return int64_t{1'700'000'000'000'000'000}; });
+                                    &kClock);
   }
   void Feed(const std::string& run, const std::vector<uint8_t>& m) {
     auto& w = logs[run];
@@ -129,7 +132,7 @@ std::vector<alerting::Alert> CompareLogs(const std::string& dir) {
   AnalyzerOptions opt;
   opt.idle_close_ns = 0;
   Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); },
-              [] { return int64_t{1'700'000'000'000'000'000}; });
+              &kClock);
   auto b = an.AddBaselineLog(runlog::LogPathFor(dir, "base"), "compare", /*run_rules=*/true);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   an.OverrideRun("cand", "compare", RunRole::kCandidate);
@@ -328,7 +331,7 @@ TEST(AlignLateJoin, LateCandidateOfARecordedBaselineReadsTheFileItself) {
   AnalyzerOptions opt;
   opt.idle_close_ns = 0;
   Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); },
-              [] { return int64_t{1'700'000'000'000'000'000}; });
+              &kClock);
   ASSERT_TRUE(an.AddBaselineLog(runlog::LogPathFor(dir, "base")).ok());
   StreamBuilder c1("c1", "exp", wire::Role::Candidate), c2("c2", "exp", wire::Role::Candidate);
   auto feed = [&](const std::vector<uint8_t>& m) { an.OnMessage(AsEnvelope(m), 1); };

@@ -2,6 +2,8 @@
 // fake agent, tests/detect/stream_builder.h).
 #include "detect/analyzer.h"
 
+#include <chrono>
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "lockstep/common/clock.h"
 #include "stream_builder.h"
 
 namespace lockstep::collector {
@@ -40,14 +43,15 @@ using Perturb = std::function<void(uint64_t step, int tensor, std::vector<double
 
 struct Harness {
   std::vector<alerting::Alert> alerts;
-  int64_t now = 1'700'000'000'000'000'000;
+  FakeClock clock;  // unix 1.7e18 ns
   std::unique_ptr<Analyzer> an;
 
   explicit Harness(AnalyzerOptions opt = {}) {
     an = std::make_unique<Analyzer>(
-        std::move(opt), [this](alerting::Alert a) { alerts.push_back(std::move(a)); }, [this] { return now; });
+        std::move(opt), [this](alerting::Alert a) { alerts.push_back(std::move(a)); }, &clock);
   }
-  void Feed(const std::vector<uint8_t>& m) { an->OnMessage(AsEnvelope(m), now); }
+  void Feed(const std::vector<uint8_t>& m) { an->OnMessage(AsEnvelope(m), Now()); }
+  int64_t Now() const { return clock.NowUnixNs(); }
   size_t Count(const std::string& rule) const {
     size_t n = 0;
     for (const auto& a : alerts) n += a.rule == rule;
@@ -423,19 +427,19 @@ TEST(Analyzer, StallUsesTheInjectedClockAndGoodbyeEndsQuietly) {
   h.Feed(g.Hello());
   h.Feed(a.Scalars(0, FakeScalars{}));
   h.Feed(g.Goodbye(0));
-  h.now += 119'000'000'000;
-  h.an->Tick(h.now);
+  h.clock.Advance(std::chrono::nanoseconds(119'000'000'000));
+  h.an->Tick(h.Now());
   EXPECT_EQ(h.Count("stall"), 0u);
-  h.now += 2'000'000'000;
-  h.an->Tick(h.now);
-  h.an->Tick(h.now + 1);
+  h.clock.Advance(std::chrono::nanoseconds(2'000'000'000));
+  h.an->Tick(h.Now());
+  h.an->Tick(h.Now() + 1);
   ASSERT_EQ(h.Count("stall"), 1u) << h.Dump();
   EXPECT_EQ(h.First("stall")->runs, std::vector<std::string>{"solo1"});
   // Heartbeats without steps: a second kind of stall, once.
   for (int i = 0; i < 130; ++i) {
-    h.now += 1'000'000'000;
+    h.clock.Advance(std::chrono::nanoseconds(1'000'000'000));
     h.Feed(a.Heartbeat());
-    h.an->Tick(h.now);
+    h.an->Tick(h.Now());
   }
   EXPECT_EQ(h.Count("stall"), 2u) << h.Dump();
 }
@@ -446,13 +450,13 @@ TEST(Analyzer, ResumeAfterARestartDoesNotCountTheCollectorsDowntimeAsAStall) {
     StreamBuilder a("solo1", "exp", wire::Role::Solo);
     h.Feed(a.Hello());
     h.Feed(a.Scalars(0, FakeScalars{}));
-    h.now += 300'000'000'000;  // the collector was down for 5 minutes, then replayed its logs
-    if (resume) h.an->Resume(h.now);
-    h.an->Tick(h.now + 1);
+    h.clock.Advance(std::chrono::nanoseconds(300'000'000'000));  // the collector was down for 5 minutes, then replayed its logs
+    if (resume) h.an->Resume(h.Now());
+    h.an->Tick(h.Now() + 1);
     EXPECT_EQ(h.Count("stall"), resume ? 0u : 1u) << h.Dump();
     if (!resume) continue;
-    h.now += 121'000'000'000;  // but a run silent after the restart still stalls
-    h.an->Tick(h.now);
+    h.clock.Advance(std::chrono::nanoseconds(121'000'000'000));  // but a run silent after the restart still stalls
+    h.an->Tick(h.Now());
     EXPECT_EQ(h.Count("stall"), 1u) << h.Dump();
   }
 }

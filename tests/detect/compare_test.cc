@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/commands.h"
+#include "cli/rule_flags.h"
 #include "lockstep/common/flags.h"
 #include "detect/detection_settings.h"
 #include "runlog/log_writer.h"
@@ -217,10 +218,10 @@ TEST(CompareCommand, SettingsFileRoundTripsEveryRuleFlag) {
   auto defaults = RuleFlagValues(RulesConfig{});
   ASSERT_EQ(want.size(), defaults.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NE(want[i].second, defaults[i].second) << want[i].first;
-  // The list names exactly the flags AddRuleFlags declares.
+  // The list names exactly the flags cli::AddRuleFlags declares.
   RulesConfig scratch;
   cli::FlagSet fs("compare", "", "");
-  AddRuleFlags(&fs, &scratch);
+  cli::AddRuleFlags(&fs, &scratch);
   std::set<std::string> declared, listed;
   for (const auto& line : Lines(fs.Help())) {
     if (line.rfind("  --", 0) != 0) continue;
@@ -246,6 +247,38 @@ TEST(CompareCommand, SettingsFileRoundTripsEveryRuleFlag) {
   EXPECT_EQ(newer->rules.rtol.fp32, 0.01);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("future-rule"), std::string::npos);
+}
+
+// A settings file is checked as the flags are (one table of names and ranges): a value
+// out of range or of the wrong kind is one sentence naming the file, the setting and
+// the value; nothing is half-applied to the caller.
+TEST(CompareCommand, SettingsFileValuesAreCheckedAsTheFlagsAre) {
+  auto d = Dir();
+  auto read = [&](const std::string& rules) {
+    { std::ofstream(d + "/bad.settings.toml") << "[rules]\n" << rules << "\n"; }
+    return ReadSettingsFile(d + "/bad.settings.toml", nullptr);
+  };
+  const std::string file = "the settings file '" + d + "/bad.settings.toml': ";
+  auto neg = read("floor-steps = -1");
+  ASSERT_FALSE(neg.ok());
+  EXPECT_EQ(neg.status().message(), file + "--floor-steps must be from 0 to 1e+06, got '-1'");
+  auto frac = read("underflow-frac = 1.5");
+  ASSERT_FALSE(frac.ok());
+  EXPECT_EQ(frac.status().message(), file + "--underflow-frac must be from 0 to 1, got '1.5'");
+  auto below = read("spike-loss-ratio = 0.5");
+  ASSERT_FALSE(below.ok());
+  EXPECT_EQ(below.status().message(), file + "--spike-loss-ratio must be from 1 to 1e+12, got '0.5'");
+  auto kind = read("overflow-fp32-limit = 2");
+  ASSERT_FALSE(kind.ok());
+  EXPECT_EQ(kind.status().message(), file + "--overflow-fp32-limit expects true or false, got '2'");
+  auto atol = read("atol = -1e-3");
+  ASSERT_FALSE(atol.ok());
+  EXPECT_EQ(atol.status().message(), file + "--atol must not be negative, got '-0.001'");
+  auto ok = read("floor-steps = 7\nunderflow-frac = 1.0\nunderflow-fp32-limit = true");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->rules.floor_steps, 7);
+  EXPECT_EQ(ok->rules.underflow_frac, 1.0);
+  EXPECT_TRUE(ok->rules.underflow_fp32_limit);
 }
 
 TEST(CompareCommand, CollectorRecordsItsSettingsOncePerRunAndOnChange) {

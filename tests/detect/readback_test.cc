@@ -11,12 +11,15 @@
 #include <gtest/gtest.h>
 
 #include "detect/analyzer.h"
+#include "lockstep/common/clock.h"
 #include "runlog/log_format.h"
 #include "runlog/log_writer.h"
 #include "stream_builder.h"
 
 namespace lockstep::collector {
 namespace {
+
+const FakeClock kClock;  // unix 1.7e18 ns
 
 using lockstep::testing::AsEnvelope;
 using lockstep::testing::FakeScalars;
@@ -63,7 +66,7 @@ struct Collector {
     opt.data_dir = dir;
     opt.idle_close_ns = 0;
     an = std::make_unique<Analyzer>(std::move(opt), [this](alerting::Alert a) { alerts.push_back(std::move(a)); },
-                                    [] { return int64_t{1'700'000'000'000'000'000}; });
+                                    &kClock);
   }
   void Feed(const std::string& run, const std::vector<uint8_t>& m) {
     auto& w = logs[run];

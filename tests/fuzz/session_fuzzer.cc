@@ -21,6 +21,7 @@
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
 #include "fuzz_common.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/envelope_check.h"
 #include "lockstep/collector/registry.h"
 #include "lockstep/common/wire.h"
@@ -81,6 +82,7 @@ void Session(const uint8_t* data, size_t size) {
   std::map<std::string, std::vector<const std::vector<uint8_t>*>> accepted;
 
   int64_t now = kStartNs;
+  FakeClock clock(now);  // the analyzer's: follows `now`
   collector::AnalyzerOptions opt;
   opt.max_buffered_steps = 2;  // small, so a run ahead of its partner is read back soon
   opt.data_dir = g_data_dir->string();
@@ -93,12 +95,13 @@ void Session(const uint8_t* data, size_t size) {
         ++alerts;
         out = collector::AlertToJson(a);
       },
-      [&] { return now; });
+      &clock);
 
   for (size_t i = 0; i < frames.size(); ++i) {
     const auto& f = frames[i];
     // Mostly a burst; every 8th frame after a pause long enough to close silent ranks.
     now += (i % 8 == 7) ? 3'000'000'000 : 1'000'000;
+    clock.SetUnixNs(now);
     collector::EnvelopeCheck c = collector::CheckEnvelope(f.data(), f.size(), kMaxMessageBytes);
     if (c.reject != Reject::kNone) {
       if (c.env != nullptr && c.env->run_id() != nullptr) {

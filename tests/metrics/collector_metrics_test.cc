@@ -12,6 +12,7 @@
 
 #include "http_get.h"
 #include "lockstep/common/clock.h"
+#include "detect/live_analyzer.h"
 #include "lockstep/collector/collector.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics_feed.h"
@@ -31,7 +32,8 @@ Bytes ScalarsWithTime(const Head& h, uint64_t step, double step_time_s) {
 }
 
 struct Fixture {
-  Fixture() {
+  // `analysis` (optional) is fed by the collector, after the metrics feed.
+  explicit Fixture(MessageSink* analysis = nullptr) {
     CollectorOptions o;
     o.listen = {"tcp://127.0.0.1:*"};
     o.data_dir = dir.path();
@@ -39,6 +41,7 @@ struct Fixture {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     col = std::move(*c);
     EXPECT_TRUE(col->AddSink(&feed).ok());
+    if (analysis != nullptr) EXPECT_TRUE(col->AddSink(analysis).ok());
     EXPECT_TRUE(col->Start().ok());
     push.set(zmq::sockopt::linger, 5000);
     push.connect(col->endpoints()[0]);
@@ -126,6 +129,60 @@ TEST(CollectorMetrics, MessagesPerSecondOverTheWindow) {
   }
   at(std::chrono::milliseconds(12500));
   EXPECT_TRUE(Has("\n" + m.Render(), "lockstep_collector_messages_per_second 0"));
+}
+
+// The step-end decoder's figures: steps closed by the agent's StepEnd, rows a StepEnd
+// counted that never arrived, and a job restarted under the same run id (its repeated
+// step numbers counted, not compared).
+TEST(CollectorMetrics, ShowsStepEndClosesMissingRecordsAndRestarts) {
+  lockstep::FakeClock clock;
+  LiveAnalyzer live(std::make_unique<Analyzer>(AnalyzerOptions{}, [](alerting::Alert) {}, &clock));
+  Fixture f(&live);
+  uint64_t seq = 0;
+  auto head = [&](uint64_t session) {
+    Head h = lockstep::testing::At("run-s", 0, seq++);
+    h.minor = kStepEndMinor;
+    h.session = session;
+    return h;
+  };
+  const std::vector<std::pair<uint32_t, std::string>> dir = {{0, "a"}, {1, "b"}, {2, "c"}};
+  auto step = [&](uint64_t session, uint64_t s, uint32_t sent, uint64_t counted) {
+    f.Send(lockstep::testing::Stats(head(session), s, sent));
+    f.Send(lockstep::testing::Scalars(head(session), s, 1.0));
+    f.Send(lockstep::testing::StepEnd(head(session), s, counted));
+  };
+  f.Send(lockstep::testing::Hello(head(11), "exp", wire::Role::Candidate));
+  f.Send(lockstep::testing::Directory(head(11), dir));
+  step(11, 0, 3, 3);
+  step(11, 1, 2, 3);  // one of step 1's three records lost on the way
+  step(11, 2, 3, 3);
+  f.Send(lockstep::testing::Goodbye(head(11), 2));
+  // The job runs again under the same run id, numbering its steps from 0 again.
+  f.Send(lockstep::testing::Hello(head(12), "exp", wire::Role::Candidate));
+  f.Send(lockstep::testing::Directory(head(12), dir));
+  step(12, 0, 3, 3);
+  step(12, 1, 3, 3);
+  step(12, 2, 3, 3);
+  step(12, 3, 3, 3);  // new: decoded as usual
+  f.WaitReceived(seq);
+  // The analyzer runs on the ingest thread after the collector counted the message.
+  auto analyzed = [&] {
+    uint64_t n = 0;
+    live.Inspect([&](const Analyzer& a) { n = a.counters().messages; });
+    return n;
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (analyzed() < seq && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(analyzed(), seq);
+
+  CollectorMetrics m({f.col.get(), &live, nullptr, nullptr}, &clock);
+  std::string t = "\n" + m.Render();
+  EXPECT_TRUE(Has(t, "# TYPE lockstep_analyzer_steps_closed_at_step_end_total counter")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_analyzer_steps_closed_at_step_end_total 4")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_analyzer_records_missing_total 1")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_analyzer_restarts_total 1")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_analyzer_rewound_records_total 9")) << t;
 }
 
 TEST(CollectorMetrics, ServedOverHttp) {

@@ -1,7 +1,8 @@
 // metrics_bench: what one /metrics scrape costs a busy collector.
 //
-// An in-process Collector with a LiveAnalyzer is fed over loopback ZeroMQ by a
-// baseline and a candidate run of kRanks ranks x kTensors tensors x kSteps steps, so
+// An in-process collector daemon (CollectService: ingest, analyzer, metrics feed, as
+// `lockstep collect` wires them; no view feed, no /metrics server, no status lines) is
+// fed over loopback ZeroMQ by a baseline and a candidate run of kRanks ranks x kTensors tensors x kSteps steps, so
 // the registry, the pair reports and the step times are all populated. Then the
 // scrape is rendered kReps times. Figures are printed last as BENCH lines.
 #include <algorithm>
@@ -17,7 +18,7 @@
 #include "detect/live_analyzer.h"
 #include "lockstep/collector/collector.h"
 #include "metrics/collector_metrics.h"
-#include "metrics/metrics_feed.h"
+#include "service/collect_service.h"
 #include "test_dir.h"
 #include "test_messages.h"
 
@@ -39,21 +40,21 @@ double Median(std::vector<double> v) {
 
 int main() {
   lockstep::testing::TempDir dir;
-  CollectorOptions o;
-  o.listen = {"tcp://127.0.0.1:*"};
-  o.data_dir = dir.path();
-  o.rebuild_from_logs = false;
-  auto c = Collector::Create(o);
-  if (!c.ok()) {
-    std::fprintf(stderr, "metrics_bench: %s\n", c.status().message().c_str());
+  CollectOptions o;
+  o.ingest.listen = {"tcp://127.0.0.1:*"};
+  o.ingest.data_dir = dir.path();
+  o.ingest.rebuild_from_logs = false;
+  o.view_listen = "";     // the scrape is rendered below, without HTTP
+  o.metrics_listen = "";
+  o.status_interval_s = 0;
+  auto svc = CollectService::Create(o);
+  Status started = svc.ok() ? (*svc)->Start() : svc.status();
+  if (!started.ok()) {
+    std::fprintf(stderr, "metrics_bench: %s\n", started.message().c_str());
     return 1;
   }
-  LiveAnalyzer live(std::make_unique<Analyzer>(AnalyzerOptions{}, [](alerting::Alert) {}));
-  metrics::MetricsFeed feed;
-  (void)(*c)->AddSink(&live);
-  (void)(*c)->AddSink(&feed);
-  live.Start();
-  (void)(*c)->Start();
+  const Collector& c = (*svc)->collector();
+  const LiveAnalyzer& live = (*svc)->analyzer();
 
   std::vector<std::pair<uint32_t, std::string>> dir_entries;
   for (uint32_t i = 0; i < kTensors; ++i) dir_entries.emplace_back(i, "layers." + std::to_string(i / 8) + ".op" + std::to_string(i % 8));
@@ -61,7 +62,7 @@ int main() {
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::sndhwm, 0);
   push.set(zmq::sockopt::linger, 10000);
-  push.connect((*c)->endpoints()[0]);
+  push.connect(c.endpoints()[0]);
   uint64_t sent = 0;
   auto send = [&](const lockstep::testing::Bytes& b) {
     push.send(zmq::buffer(b.data(), b.size()), zmq::send_flags::none);
@@ -80,7 +81,7 @@ int main() {
     }
   }
   auto deadline = SteadyClock::now() + std::chrono::seconds(60);
-  while ((*c)->counters().received < sent && SteadyClock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (c.counters().received < sent && SteadyClock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   uint64_t compared = 0;
   while (SteadyClock::now() < deadline) {
     live.Inspect([&](const Analyzer& a) { compared = a.counters().steps_compared; });
@@ -92,7 +93,7 @@ int main() {
     return 1;
   }
 
-  metrics::CollectorMetrics m({c->get(), &live, nullptr, &feed});
+  metrics::CollectorMetrics m({&c, &live, nullptr, &(*svc)->metrics_feed()});
   m.Tick();
   std::vector<double> render_us, lock_us;
   size_t bytes = 0;
@@ -108,8 +109,7 @@ int main() {
     live.Inspect([](const Analyzer& a) { (void)a.Reports(); });
     lock_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t1).count());
   }
-  (void)(*c)->Shutdown(std::chrono::seconds(5));
-  live.Shutdown();
+  (void)(*svc)->Shutdown();
 
   std::printf("scrape of %u ranks x 2 runs, %u matched tensors, %llu compared (rank, step)s\n", kRanks, kTensors,
               static_cast<unsigned long long>(compared));

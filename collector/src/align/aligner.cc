@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/wire_names.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
@@ -73,14 +74,11 @@ RunRole FromWire(wire::Role r) {
   }
 }
 
-const char* RoleName(RunRole r) {
-  switch (r) {
-    case RunRole::kBaseline: return "baseline";
-    case RunRole::kCandidate: return "candidate";
-    case RunRole::kSolo: return "solo";
-    default: return "unknown";
-  }
-}
+// RunRole's values are the wire's Role numbers: one spelling of each role (wire_names.h).
+static_assert(static_cast<uint8_t>(RunRole::kBaseline) == static_cast<uint8_t>(wire::Role::Baseline) &&
+              static_cast<uint8_t>(RunRole::kCandidate) == static_cast<uint8_t>(wire::Role::Candidate) &&
+              static_cast<uint8_t>(RunRole::kSolo) == static_cast<uint8_t>(wire::Role::Solo));
+const char* RoleName(RunRole r) { return wire::RoleName(static_cast<uint8_t>(r)); }
 
 }  // namespace
 
@@ -636,11 +634,16 @@ std::vector<const AlignedPair*> Aligner::pairs() const {
 
 AlignerCounters Aligner::counters() const {
   AlignerCounters c = counters_;
-  c.late_records = 0;
-  c.unknown_ids = 0;
+  c.late_records = c.unknown_ids = 0;
+  c.closed_at_step_end = c.records_missing = c.restarts = c.rewound_records = 0;
   for (const auto& [id, r] : runs_) {
-    c.late_records += r->decoder->counters().late_records;
-    c.unknown_ids += r->decoder->counters().unknown_ids;
+    const DecoderCounters& d = r->decoder->counters();
+    c.late_records += d.late_records;
+    c.unknown_ids += d.unknown_ids;
+    c.closed_at_step_end += d.closed_at_step_end;
+    c.records_missing += d.records_missing;
+    c.restarts += d.restarts;
+    c.rewound_records += d.rewound_records;
   }
   return c;
 }

@@ -56,6 +56,7 @@ namespace lockstep::collector {
 
 class LogReader;
 
+// The wire Role's numbers (aligner.cc checks), so that wire::RoleName names it.
 enum class RunRole : uint8_t { kUnknown = 0, kBaseline = 1, kCandidate = 2, kSolo = 3 };
 
 struct AlignerOptions {
@@ -80,8 +81,13 @@ struct AlignerCounters {
   uint64_t runs_read_back = 0;       // live runs switched to reading their own log
   uint64_t late_joins_read_back = 0;   // late candidates compared from the baseline's log
   uint64_t late_joins_uncompared = 0;  // late candidates with no baseline log to read
-  uint64_t late_records = 0;       // RunDecoder counters, all live decoders
+  // RunDecoder counters (DecoderCounters), summed over all live decoders.
+  uint64_t late_records = 0;
   uint64_t unknown_ids = 0;
+  uint64_t closed_at_step_end = 0;  // steps closed by the agent's StepEnd
+  uint64_t records_missing = 0;     // rows a StepEnd counted that never arrived
+  uint64_t restarts = 0;            // sessions whose step numbers went back
+  uint64_t rewound_records = 0;     // rows of step numbers a restart repeated (dropped)
 };
 
 // What the detection side sees of a run. Stable address for the run's life.

@@ -24,6 +24,7 @@
 #include "cli/align_flags.h"
 #include "cli/alerting_flags.h"
 #include "cli/commands.h"
+#include "cli/rule_flags.h"
 #include "lockstep/common/flags.h"
 #include "detect/analyzer.h"
 #include "ingest/curve_keys.h"
@@ -121,7 +122,7 @@ int CollectCommand(int argc, const char* const* argv) {
   collector::AnalyzerOptions an_opt;
   flags.String("baseline", &baseline_log, "a recorded run log to use as the baseline of live candidates", "FILE");
   AddAlignFlags(&flags, &name_map, &max_buffered);
-  collector::AddRuleFlags(&flags, &an_opt.rules);
+  AddRuleFlags(&flags, &an_opt.rules);
   AlertingFlags alert_flags;
   RegisterAlertingFlags(&flags, &alert_flags);
   flags.Range("fsync-interval-ms", 0, 86400e3);

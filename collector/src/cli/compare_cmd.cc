@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
+#include "cli/rule_flags.h"
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
@@ -322,7 +323,7 @@ int CompareCommand(int argc, const char* const* argv) {
             "take the baseline's run as ID (to compare two recordings of one run id)", "ID");
   fs.String("rename-candidate", &rename_c,
             "take the candidate's run as ID (to compare two recordings of one run id)", "ID");
-  collector::AddRuleFlags(&fs, &opt.rules);
+  AddRuleFlags(&fs, &opt.rules);
   Status st = fs.Parse(argc, argv);
   if (fs.help_requested()) {
     std::printf("%s", fs.Help().c_str());

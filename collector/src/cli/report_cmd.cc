@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
+#include "cli/rule_flags.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
 #include "detect/detection_settings.h"
@@ -138,7 +139,7 @@ int ReportCommand(int argc, const char* const* argv) {
   AddDefaultSettingsFlag(&fs, &default_settings);
   fs.Int("max-columns", &max_cols, "step columns of the heatmap (more steps are merged, worst cell kept)");
   fs.Int("max-tensors", &max_tensors, "tensors in the heatmap (the table lists every tensor)");
-  collector::AddRuleFlags(&fs, &opt.rules);
+  AddRuleFlags(&fs, &opt.rules);
   std::vector<std::string> args(argv, argv + argc);
   for (auto& a : args) {
     if (a == "-o") a = "--output";

@@ -66,9 +66,9 @@ AlignerOptions AlignerOptionsOf(const AnalyzerOptions& o) {
 
 }  // namespace
 
-Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, ClockFn clock)
+Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, const Clock* clock)
     : opt_(std::move(options)),
-      clock_(clock ? std::move(clock) : ClockFn(UnixNowNs)),
+      clock_(RealClockOr(clock)),
       emitter_(std::move(alerts), clock_),
       aligner_(AlignerOptionsOf(opt_), &names_, &sink_) {}
 
@@ -356,6 +356,10 @@ AnalyzerCounters Analyzer::counters() const {
   c.runs_read_back = a.runs_read_back;
   c.late_joins_read_back = a.late_joins_read_back;
   c.late_joins_uncompared = a.late_joins_uncompared;
+  c.closed_at_step_end = a.closed_at_step_end;
+  c.records_missing = a.records_missing;
+  c.restarts = a.restarts;
+  c.rewound_records = a.rewound_records;
   return c;
 }
 

@@ -35,6 +35,7 @@
 #include "detect/rules_config.h"
 #include "detect/setup_rule.h"
 #include "lockstep/collector/message_sink.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {
@@ -66,6 +67,10 @@ struct AnalyzerCounters {
   uint64_t runs_read_back = 0;       // live runs switched to reading their own log
   uint64_t late_joins_read_back = 0;   // late candidates compared from the baseline's log
   uint64_t late_joins_uncompared = 0;  // late candidates with no baseline log to read (warned)
+  uint64_t closed_at_step_end = 0;  // steps closed by the agent's StepEnd
+  uint64_t records_missing = 0;     // rows a StepEnd counted that never arrived
+  uint64_t restarts = 0;            // rank sessions whose step numbers went back
+  uint64_t rewound_records = 0;     // rows of step numbers a restart repeated (dropped)
 };
 
 // One row of the compare table: a matched tensor at its worst step.
@@ -113,7 +118,9 @@ struct PairReport {
 
 class Analyzer : public MessageSink {
  public:
-  Analyzer(AnalyzerOptions options, AlertFn alerts, ClockFn clock = nullptr);
+  // `clock` (not owned, outlives the analyzer; null: the real clock) stamps alerts'
+  // first_seen and drives LiveAnalyzer's ticks.
+  Analyzer(AnalyzerOptions options, AlertFn alerts, const Clock* clock = nullptr);
   ~Analyzer() override;
   Analyzer(const Analyzer&) = delete;
   Analyzer& operator=(const Analyzer&) = delete;
@@ -148,6 +155,7 @@ class Analyzer : public MessageSink {
   std::vector<PairReport> Reports() const;
   AnalyzerCounters counters() const;
   const AlertEmitter& emitter() const { return emitter_; }
+  const Clock* clock() const { return clock_; }  // never null
   const NameTable& names() const { return names_; }
 
   // Called at the end of every compared (pair, rank, step), after the tensor tracks
@@ -184,7 +192,7 @@ class Analyzer : public MessageSink {
   void NoteUnmatched(PairDet* p, uint64_t key, bool in_baseline, uint64_t step);
 
   AnalyzerOptions opt_;
-  ClockFn clock_;
+  const Clock* clock_;
   AlertEmitter emitter_;
   NameTable names_;
   Sink sink_{this};

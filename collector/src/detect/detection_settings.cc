@@ -1,7 +1,5 @@
 #include "detect/detection_settings.h"
 
-#include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,22 +9,12 @@
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
-#include "lockstep/common/flags.h"
+#include "detect/rule_settings.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 
 namespace lockstep::collector {
 namespace {
-
-std::string Num(double x) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, x);  // shortest form that reads back exactly
-  std::string s(buf, r.ptr);
-  // TOML floats need a '.' or an exponent (and spell infinity "inf").
-  if (s == "inf" || s == "-inf" || s == "nan") return s;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
 
 // TOML basic string: quotes, backslashes and control characters escaped.
 std::string Quote(const std::string& s) {
@@ -54,50 +42,18 @@ std::string Quote(const std::string& s) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> RuleFlagValues(const RulesConfig& c) {
-  // The names are AddRuleFlags's (rules_config.cc); detection_settings_test checks that
-  // the two lists are the same.
   std::vector<std::pair<std::string, std::string>> v;
-  auto d = [&](const char* n, double x) { v.emplace_back(n, Num(x)); };
-  auto i = [&](const char* n, int64_t x) { v.emplace_back(n, std::to_string(x)); };
-  auto b = [&](const char* n, bool x) { v.emplace_back(n, x ? "true" : "false"); };
-  d("tol-fp64", c.rtol.fp64);
-  d("tol-fp32", c.rtol.fp32);
-  d("tol-fp16", c.rtol.fp16);
-  d("tol-bf16", c.rtol.bf16);
-  d("tol-fp8", c.rtol.fp8);
-  d("atol", c.atol);
-  d("tol-kl", c.kl_max);
-  d("critical-factor", c.critical_factor);
-  i("max-tensor-alerts", c.max_tensor_alerts_per_step);
-  i("floor-steps", c.floor_steps);
-  d("floor-k", c.floor_k);
-  d("loss-tol-fp32", c.loss_rtol.fp32);
-  d("loss-tol-fp16", c.loss_rtol.fp16);
-  d("loss-tol-bf16", c.loss_rtol.bf16);
-  i("trend-window", c.trend_window);
-  d("scalar-tol", c.scalar_rtol);
-  d("grad-norm-tol", c.grad_norm_rtol);
-  d("trend-growth", c.trend_growth);
-  b("overflow-fp32-limit", c.overflow_fp32_limit);
-  b("underflow-fp32-limit", c.underflow_fp32_limit);
-  d("underflow-frac", c.underflow_frac);
-  d("spike-loss-ratio", c.spike_loss_ratio);
-  d("spike-grad-ratio", c.spike_grad_ratio);
-  d("stall-seconds", c.stall_s);
+  for (const auto& s : RuleSettings()) v.emplace_back(s.name, s.Format(c));
   return v;
 }
 
 Status ApplyRuleFlagValues(const std::vector<std::pair<std::string, std::string>>& values,
                            const std::string& origin, RulesConfig* c) {
-  if (values.empty()) return Status::OK();
-  cli::FlagSet fs("compare", "", "");
-  AddRuleFlags(&fs, c);
-  std::vector<std::string> args;
-  for (const auto& [k, v] : values) args.push_back("--" + k + "=" + v);
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  Status st = fs.Parse(static_cast<int>(argv.size()), argv.data());
-  if (!st.ok()) return Status::InvalidArgument(origin + ": " + st.message());
+  for (const auto& [k, v] : values) {
+    const RuleSetting* s = FindRuleSetting(k);
+    if (s == nullptr) return Status::InvalidArgument(origin + ": '" + k + "' is not a rule setting");
+    LOCKSTEP_RETURN_IF_ERROR(s->Set(v, origin, c));
+  }
   return Status::OK();
 }
 
@@ -166,12 +122,10 @@ StatusOr<DetectionSettings> ReadSettingsFile(const std::string& path, std::vecto
     return Status::InvalidArgument("the settings file '" + path +
                                    "' has no [rules] table; pass --default-settings to ignore it");
   }
-  std::set<std::string> known;
-  for (const auto& [k, v] : RuleFlagValues(RulesConfig{})) known.insert(k);
   std::vector<std::pair<std::string, std::string>> values;
   for (const auto& [k, node] : *rules) {
     std::string key(k.str());
-    if (!known.count(key)) {
+    if (FindRuleSetting(key) == nullptr) {
       if (notes) {
         notes->push_back("the settings file '" + path + "' sets '" + key +
                          "', which this lockstep does not know (written by a newer one?); ignored");
@@ -180,7 +134,7 @@ StatusOr<DetectionSettings> ReadSettingsFile(const std::string& path, std::vecto
     }
     std::string text;
     if (node.is_floating_point()) {
-      text = Num(*node.value<double>());
+      text = ShortestDoubleText(*node.value<double>());
     } else if (node.is_integer()) {
       text = std::to_string(*node.value<int64_t>());
     } else if (node.is_boolean()) {

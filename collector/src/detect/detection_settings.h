@@ -34,12 +34,12 @@ struct DetectionSettings {
   std::string lockstep_version;
 };
 
-// Every rule flag that AddRuleFlags declares, as (name, value) in declaration order;
-// each value parses back to the same number (shortest round-trip form).
+// Every rule setting (rule_settings.h: the flags and the [rules] keys), as (name, value)
+// in the table's order; each value parses back to the same number (shortest round-trip form).
 std::vector<std::pair<std::string, std::string>> RuleFlagValues(const RulesConfig& c);
 
-// Applies `--name=value` for each pair to `c` through the same flag parser; an unknown
-// name or a bad value gives one sentence naming it and `origin`.
+// Applies `--name=value` for each pair to `c`, checked as the flags are (RuleSetting::Set);
+// an unknown name or a bad value gives one sentence naming it and `origin`.
 Status ApplyRuleFlagValues(const std::vector<std::pair<std::string, std::string>>& values,
                            const std::string& origin, RulesConfig* c);
 

@@ -25,19 +25,21 @@
 #include "detect/rules_config.h"
 #include "detect/setup_rule.h"
 #include "lockstep/alerting/alert.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::collector {
 
 using AlertFn = std::function<void(alerting::Alert)>;
-using ClockFn = std::function<int64_t()>;  // unix ns
 
 class AlertEmitter {
  public:
-  AlertEmitter(AlertFn fn, ClockFn clock) : fn_(std::move(fn)), clock_(std::move(clock)) {}
+  // `clock` (not owned, outlives the emitter) stamps first_seen with its unix time;
+  // null: first_seen stays 0 and Now() reads 0 (output that must not depend on time).
+  AlertEmitter(AlertFn fn, const Clock* clock) : fn_(std::move(fn)), clock_(clock) {}
   // Stamps id (dedup key @ step), first_seen and the incident key (incident_key.h),
   // counts, and hands it on. Returns the alert as stamped (valid until the next Emit).
   const alerting::Alert& Emit(alerting::Alert a);
-  int64_t Now() const { return clock_(); }
+  int64_t Now() const { return clock_ != nullptr ? clock_->NowUnixNs() : 0; }
   // Alerts emitted so far, by rule and by severity.
   const std::map<std::string, uint64_t>& by_rule() const { return by_rule_; }
   uint64_t count(alerting::Severity s) const { return by_severity_[static_cast<int>(s)]; }
@@ -47,7 +49,7 @@ class AlertEmitter {
 
  private:
   AlertFn fn_;
-  ClockFn clock_;
+  const Clock* clock_;
   std::map<std::string, uint64_t> by_rule_;
   uint64_t by_severity_[3] = {0, 0, 0};
   uint64_t total_ = 0;

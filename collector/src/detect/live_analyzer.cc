@@ -11,7 +11,7 @@
 namespace lockstep::collector {
 
 LiveAnalyzer::LiveAnalyzer(std::unique_ptr<Analyzer> analyzer, int64_t tick_ms)
-    : analyzer_(std::move(analyzer)), tick_ms_(tick_ms) {}
+    : analyzer_(std::move(analyzer)), tick_ms_(tick_ms), clock_(analyzer_->clock()) {}
 
 LiveAnalyzer::~LiveAnalyzer() { Shutdown(); }
 
@@ -63,7 +63,7 @@ void LiveAnalyzer::Loop() {
           }))
         return;
     }
-    const int64_t now = UnixNowNs();
+    const int64_t now = clock_->NowUnixNs();
     MutexLock l(&mu_);
     try {
       analyzer_->Tick(now);

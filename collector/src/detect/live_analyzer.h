@@ -5,7 +5,7 @@
 // by, and analysis is cheap (decoding copies a few hundred bytes per record; a step
 // comparison costs well under a microsecond per tensor, see align_bench). A timer
 // thread calls Analyzer::Tick every tick_ms (idle step close, stall) under the same
-// mutex. Exceptions inside the analyzer are caught, counted and logged; they never
+// mutex, at the analyzer's clock's unix time (Analyzer::clock()). Exceptions inside the analyzer are caught, counted and logged; they never
 // reach the ingest thread.
 //
 // Threads: OnMessage from the ingest thread; Start/Shutdown from the owner;
@@ -56,6 +56,7 @@ class LiveAnalyzer : public MessageSink {
   std::condition_variable stop_cv_;
   bool stop_ GUARDED_BY(stop_mu_) = false;
   int64_t tick_ms_;
+  const Clock* clock_;  // the analyzer's; immutable, read without mu_
   std::thread thread_;
   std::atomic<uint64_t> errors_{0};
 };

@@ -1,6 +1,6 @@
 // Thresholds of every rule, with the defaults documented in docs/rules.md. One plain
-// struct, filled from flags/TOML by `collect` and `compare` (AddRuleFlags), read by the
-// detectors. Copied at start-up; never changed while running.
+// struct, filled from flags and settings files through the table of rule settings
+// (rule_settings.h), read by the detectors. Copied at start-up; never changed while running.
 #ifndef LOCKSTEP_COLLECTOR_DETECT_RULES_CONFIG_H_
 #define LOCKSTEP_COLLECTOR_DETECT_RULES_CONFIG_H_
 
@@ -8,10 +8,6 @@
 
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
-
-namespace lockstep::cli {
-class FlagSet;
-}
 
 namespace lockstep::collector {
 
@@ -81,9 +77,6 @@ struct RulesConfig {
 // The lower precision of two dtypes (fp8 < bf16 < fp16 < fp32 < fp64); non-float
 // dtypes do not lower it.
 DT LowerPrecision(DT a, DT b);
-
-// Declares --tol-fp32, --floor-steps, ... on `fs`, writing into `cfg`.
-void AddRuleFlags(cli::FlagSet* fs, RulesConfig* cfg);
 
 }  // namespace lockstep::collector
 

@@ -294,6 +294,18 @@ std::string CollectorMetrics::Render() {
     w.Sample({}, ac.pairs_compared);
     w.Family("lockstep_analyzer_late_records_total", C::kCounter, "Records that arrived after their step was closed.");
     w.Sample({}, ac.late_records);
+    w.Family("lockstep_analyzer_steps_closed_at_step_end_total", C::kCounter,
+             "Steps closed by the agent's StepEnd (agents without it: by inference, docs/runlog.md).");
+    w.Sample({}, ac.closed_at_step_end);
+    w.Family("lockstep_analyzer_records_missing_total", C::kCounter,
+             "Records a StepEnd counted that never arrived (lost between the agent and the collector).");
+    w.Sample({}, ac.records_missing);
+    w.Family("lockstep_analyzer_restarts_total", C::kCounter,
+             "Agent sessions whose step numbers went back (a job restarted under the same run id).");
+    w.Sample({}, ac.restarts);
+    w.Family("lockstep_analyzer_rewound_records_total", C::kCounter,
+             "Records of step numbers a restart repeated: counted, not compared.");
+    w.Sample({}, ac.rewound_records);
     w.Family("lockstep_analyzer_buffered_steps", C::kGauge, "Closed steps waiting in memory for their partner.");
     w.Sample({}, ac.buffered_steps);
     w.Family("lockstep_analyzer_buffered_bytes", C::kGauge, "Approximate memory of the waiting steps.");

@@ -10,6 +10,7 @@
 #include "detect/analyzer.h"
 #include "lockstep/alerting/options.h"
 #include "lockstep/collector/collector.h"
+#include "lockstep/common/clock.h"
 
 namespace lockstep::collector {
 
@@ -44,6 +45,10 @@ struct CollectOptions {
 
   int64_t status_interval_s = 10;  // a status line this often while Run()s; 0 = never
   std::string version = "dev";     // shown in log lines, settings files and the report
+
+  // Where the service reads time (alert and view timestamps, the analyzer's ticks, status
+  // line rates); not owned, outlives the service; null = the real clock (clock.h).
+  const Clock* clock = nullptr;
 };
 
 }  // namespace lockstep::collector

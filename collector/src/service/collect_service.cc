@@ -23,12 +23,6 @@
 namespace lockstep::collector {
 namespace {
 
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // One line at start: who can reach the ingest socket (docs/security.md).
 std::string AccessSummary(const Collector& c) {
   bool loopback = std::all_of(c.endpoints().begin(), c.endpoints().end(), IsLoopbackEndpoint);
@@ -47,16 +41,16 @@ std::string AccessSummary(const Collector& c) {
 // with the analyzer's clock set to each message's receive time.
 class ReplayFanOut : public MessageSink {
  public:
-  ReplayFanOut(std::vector<MessageSink*> sinks, std::atomic<int64_t>* clock)
+  ReplayFanOut(std::vector<MessageSink*> sinks, ReplayClock* clock)
       : sinks_(std::move(sinks)), clock_(clock) {}
   void OnMessage(const wire::Envelope& env, int64_t recv_ns) override {
-    clock_->store(recv_ns, std::memory_order_relaxed);
+    clock_->SetReplayUnixNs(recv_ns);
     for (auto* s : sinks_) s->OnMessage(env, recv_ns);
   }
 
  private:
   std::vector<MessageSink*> sinks_;
-  std::atomic<int64_t>* clock_;
+  ReplayClock* clock_;
 };
 
 }  // namespace
@@ -64,11 +58,12 @@ class ReplayFanOut : public MessageSink {
 // Rates since the previous line; the controlling thread only.
 class CollectService::StatusLine {
  public:
-  explicit StatusLine(const Collector& c) : c_(c), last_(Clock::now()), prev_(c.counters()) {}
+  StatusLine(const Collector& c, const Clock* clock)
+      : c_(c), clock_(clock), last_ns_(clock->NowMonotonicNs()), prev_(c.counters()) {}
   void Print() {
-    auto now = Clock::now();
+    const int64_t now_ns = clock_->NowMonotonicNs();
     auto cur = c_.counters();
-    double dt = std::chrono::duration<double>(now - last_).count();
+    double dt = static_cast<double>(now_ns - last_ns_) * 1e-9;
     if (dt <= 0) dt = 1e-9;
     auto t = c_.registry().Totals();
     spdlog::info(
@@ -79,17 +74,20 @@ class CollectService::StatusLine {
         c_.curve_public_key().empty() ? ""
                                       : fmt::format(", refused connections {}", cur.auth.refused));
     prev_ = cur;
-    last_ = now;
+    last_ns_ = now_ns;
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
   const Collector& c_;
-  Clock::time_point last_;
+  const Clock* clock_;
+  int64_t last_ns_;
   CollectorCounters prev_;
 };
 
-CollectService::CollectService(CollectOptions options) : options_(std::move(options)) {}
+CollectService::CollectService(CollectOptions options)
+    : options_(std::move(options)),
+      clock_(RealClockOr(options_.clock)),
+      analyzer_clock_(clock_) {}
 
 CollectService::~CollectService() { (void)Teardown(/*last_status_line=*/false); }
 
@@ -132,7 +130,7 @@ Status CollectService::Build(CollectPart* failed) {
   an_opt.data_dir = options_.ingest.data_dir;
   auto analyzer = std::make_unique<Analyzer>(
       std::move(an_opt), [this](alerting::Alert a) { DeliverAlert(std::move(a)); },
-      [this] { return AnalyzerNowNs(); });
+      &analyzer_clock_);
   analyzer->SetPairStepObserver([this](const PairCtx& ctx, const PairStepView& v) {
     view_model_->OnPairStep(ctx, v);
     report_recorder_->OnPairStep(ctx, v);
@@ -165,7 +163,7 @@ Status CollectService::Build(CollectPart* failed) {
     auto vp = ViewPublisher::Create(view_opt, [this] {
       auto cc = collector_->counters();
       ViewExtras ex{cc.records, cc.rejected, live_->errors()};
-      return view_model_->SnapshotJson(collector_->registry().Snapshot(), ex, WallNowNs());
+      return view_model_->SnapshotJson(collector_->registry().Snapshot(), ex, clock_->NowUnixNs());
     });
     if (vp.ok()) {
       view_pub_ = std::move(*vp);
@@ -225,32 +223,27 @@ void CollectService::OnLogHealth(bool failing, const std::string& message) {
   a.rule = "collector_disk";
   a.severity = alerting::Severity::kCritical;
   a.metric = "log_write_failed";
-  a.first_seen_unix_ns = WallNowNs();
+  a.first_seen_unix_ns = clock_->NowUnixNs();
   a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
   a.message = message;
   DeliverAlert(std::move(a));
-}
-
-int64_t CollectService::AnalyzerNowNs() const {
-  int64_t t = replay_now_.load(std::memory_order_relaxed);
-  return t != 0 ? t : WallNowNs();
 }
 
 // Restart: the logs are the truth. Replaying them rebuilds roles, tensor directories,
 // pairs, waiting steps and detector state, so alignment resumes where it stopped and
 // once-only rules stay fired (docs/runlog.md "Restart").
 void CollectService::Replay() {
-  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t t0 = clock_->NowMonotonicNs();
   ReplayFanOut fan({settings_recorder_.get(), live_.get(), view_model_.get(), metrics_feed_.get()},
-                   &replay_now_);
+                   &analyzer_clock_);
   replaying_ = true;
   auto st = ReplayLogs(collector_->options().data_dir, &fan, [this](int64_t t) {
-    replay_now_.store(t, std::memory_order_relaxed);
+    analyzer_clock_.SetReplayUnixNs(t);
     live_->Mutate([t](Analyzer& a) { a.Tick(t); });
   });
   replaying_ = false;
-  replay_now_.store(0, std::memory_order_relaxed);
-  const int64_t now = WallNowNs();
+  analyzer_clock_.SetReplayUnixNs(0);
+  const int64_t now = clock_->NowUnixNs();
   live_->Mutate([now](Analyzer& a) { a.Resume(now); });
   if (!st.ok()) {
     spdlog::error("replaying the run logs: {}; analysis starts from live messages only",
@@ -263,7 +256,7 @@ void CollectService::Replay() {
       "again; "
       "sinks skip those they handled before the restart){}",
       st->messages, st->runs,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      static_cast<double>(clock_->NowMonotonicNs() - t0) * 1e-9,
       replayed_alerts(),
       st->skipped ? fmt::format(", {} unreadable records skipped", st->skipped) : "");
 }
@@ -281,25 +274,23 @@ Status CollectService::Start() {
   spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", options_.version, eps,
                options_.ingest.data_dir, view_pub_ ? view_pub_->endpoint() : "(none)");
   spdlog::info("{}", AccessSummary(*collector_));
-  status_line_ = std::make_unique<StatusLine>(*collector_);
+  status_line_ = std::make_unique<StatusLine>(*collector_, clock_);
   return Status::OK();
 }
 
 Status CollectService::Run(const WaitFn& wait_for_stop) {
-  using SteadyClock = std::chrono::steady_clock;
+  constexpr int64_t kSecondNs = 1'000'000'000;
   const int64_t status_s = options_.status_interval_s;
-  const auto interval = std::chrono::seconds(status_s > 0 ? status_s : 3600);
-  auto next_status = SteadyClock::now() + interval;
-  auto next_trim = SteadyClock::now();
+  const int64_t interval_ns = (status_s > 0 ? status_s : 3600) * kSecondNs;
+  int64_t next_status = clock_->NowMonotonicNs() + interval_ns;
+  int64_t next_trim = clock_->NowMonotonicNs();
   while (true) {
     // At most a second, so a dead ingest thread is noticed promptly.
-    auto left = std::clamp<SteadyClock::duration>(
-        next_status - SteadyClock::now(), std::chrono::nanoseconds(0), std::chrono::seconds(1));
-    if (wait_for_stop(std::chrono::duration_cast<std::chrono::nanoseconds>(left)))
-      return Status::OK();
-    if (SteadyClock::now() >= next_status) {
+    const int64_t left = std::clamp<int64_t>(next_status - clock_->NowMonotonicNs(), 0, kSecondNs);
+    if (wait_for_stop(std::chrono::nanoseconds(left))) return Status::OK();
+    if (clock_->NowMonotonicNs() >= next_status) {
       if (status_s > 0 && status_line_) status_line_->Print();
-      next_status += interval;
+      next_status += interval_ns;
     }
     Status h = collector_->health();
     if (!h.ok()) return h;
@@ -309,9 +300,9 @@ Status CollectService::Run(const WaitFn& wait_for_stop) {
     // arena, so RSS would stay at the worst backlog ever seen and read like a leak
     // (docs/load.md). Once a second this cost ~1% of a core at the load bench's rate
     // (madvise, then faulting the pages back in); every 10 s about a tenth of that.
-    if (SteadyClock::now() >= next_trim) {
+    if (clock_->NowMonotonicNs() >= next_trim) {
       malloc_trim(0);
-      next_trim = SteadyClock::now() + std::chrono::seconds(10);
+      next_trim = clock_->NowMonotonicNs() + 10 * kSecondNs;
     }
   }
 }

@@ -61,6 +61,7 @@
 
 #include "runlog/log_replay.h"
 #include "lockstep/alerting/alert.h"
+#include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 #include "service/collect_options.h"
 
@@ -69,6 +70,27 @@ class Dispatcher;
 }
 
 namespace lockstep::collector {
+
+// The analyzer's clock in a CollectService: while a restart replays the logs, unix time
+// is the replayed message's receive time (so alerts and silences are dated as they were
+// first seen); otherwise, and for monotonic time always, the service's clock.
+// Threads: SetReplayUnixNs from the controlling thread during the replay; the readings
+// from any thread.
+class ReplayClock final : public Clock {
+ public:
+  explicit ReplayClock(const Clock* base) : base_(base) {}
+  // 0 ends the replay: unix time is the base clock's again.
+  void SetReplayUnixNs(int64_t ns) noexcept { replay_ns_.store(ns, std::memory_order_relaxed); }
+  int64_t NowUnixNs() const noexcept override {
+    const int64_t t = replay_ns_.load(std::memory_order_relaxed);
+    return t != 0 ? t : base_->NowUnixNs();
+  }
+  int64_t NowMonotonicNs() const noexcept override { return base_->NowMonotonicNs(); }
+
+ private:
+  const Clock* base_;
+  std::atomic<int64_t> replay_ns_{0};
+};
 
 class Collector;
 class LiveAnalyzer;
@@ -144,9 +166,10 @@ class CollectService {
   // The one alert fan-out: every alert of the analyzer and of the collector goes here.
   void DeliverAlert(alerting::Alert a);
   void OnLogHealth(bool failing, const std::string& message);
-  int64_t AnalyzerNowNs() const;
 
   CollectOptions options_;
+  const Clock* clock_;           // options_.clock or the real clock
+  ReplayClock analyzer_clock_;   // the analyzer's: clock_, or the replayed time in Replay()
 
   // Declared so that destruction (reverse order) stops users before what they use.
   std::unique_ptr<alerting::Dispatcher> dispatcher_;
@@ -160,10 +183,8 @@ class CollectService {
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<StatusLine> status_line_;
 
-  // During the replay the analyzer's clock is the replayed message's receive time
-  // (0 = the wall clock) and alerts are marked replayed.
+  // During the replay alerts are marked replayed.
   std::atomic<bool> replaying_{false};
-  std::atomic<int64_t> replay_now_{0};
   std::atomic<uint64_t> alerts_{0};
   std::atomic<uint64_t> replayed_alerts_{0};
   ReplayStats replay_stats_;
