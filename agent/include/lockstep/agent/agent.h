@@ -26,12 +26,6 @@
 
 namespace lockstep {
 
-// The largest values AgentOptions accepts: the one definition, which the Python
-// package reads too (lockstep._core.AGENT_LIMITS). The queue's is fixed by its
-// preallocated geometry (engine/queue_item.h asserts that they agree).
-inline constexpr size_t kMaxQueueCapacity = 65536;
-inline constexpr size_t kMaxRecordsPerMessage = 8192;
-
 struct AgentOptions {
   std::string endpoint = "tcp://127.0.0.1:6200";  // collector's PULL endpoint
   std::string run;                                 // run id (IsValidRunId)

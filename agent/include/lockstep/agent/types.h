@@ -3,6 +3,7 @@
 #ifndef LOCKSTEP_AGENT_TYPES_H_
 #define LOCKSTEP_AGENT_TYPES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -83,6 +84,12 @@ struct Sampling {
   std::string include_regex, exclude_regex;  // module-name regexes; empty = all
   std::vector<TensorKind> kinds;      // the kinds recorded
 };
+
+// The largest values AgentOptions (agent.h) accepts: the one definition, which the Python
+// package reads too (lockstep._core.AGENT_LIMITS). The queue's is fixed by its
+// preallocated geometry (engine/queue_item.h asserts that they agree).
+inline constexpr size_t kMaxQueueCapacity = 65536;
+inline constexpr size_t kMaxRecordsPerMessage = 8192;
 
 }  // namespace lockstep
 
