@@ -247,6 +247,83 @@ TEST(AlignRanks, ConstantDifferencePerRankIsNoTrend) {
   }
 }
 
+// Issue 20 item 2: two live processes claim candidate rank 0 (an older agent under
+// mp.spawn with the Monitor made before init_process_group: every process says rank 0).
+// Their messages interleave; the second one's data (drifting here) is set apart, not
+// merged into rank 0's stream, and one `duplicate_rank` finding names both; the same
+// from the logs.
+TEST(AlignRanks, TwoLiveSessionsOnOneRankAreAFindingAndKeptApart) {
+  const std::string dir = TestDir();
+  Collector col(dir, false);
+  StreamBuilder b("base", "exp", wire::Role::Baseline, 0), c1("cand", "exp", wire::Role::Candidate, 0),
+      c2("cand", "exp", wire::Role::Candidate, 0);
+  b.session = 7;
+  c1.session = 0x101;
+  c2.session = 0x202;
+  auto drift = [](uint32_t, int, uint64_t) { return 0.05; };
+  col.Feed("base", b.Hello());
+  col.Feed("base", b.Directory(Model()));
+  col.Feed("cand", c1.Hello());
+  col.Feed("cand", c2.Hello());
+  col.Feed("cand", c1.Directory(Model()));
+  col.Feed("cand", c2.Directory(Model()));
+  for (uint64_t s = 0; s < 8; ++s) {
+    col.Feed("base", StepMsg(b, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c1, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c2, 0, s, drift));
+  }
+  col.Feed("base", b.Goodbye(7));
+  col.Feed("cand", c1.Goodbye(7));
+  col.Feed("cand", c2.Goodbye(7));
+  col.Finish();
+  ASSERT_EQ(col.Count("duplicate_rank"), 1u) << Dump(col.alerts);
+  EXPECT_EQ(col.alerts.size(), 1u) << Dump(col.alerts);  // no drift: c2's rows were not compared
+  const auto& a = col.alerts[0];
+  EXPECT_EQ(a.rank, 0u);
+  EXPECT_NE(a.message.find("run cand rank 0 is claimed by two live processes"), std::string::npos) << a.message;
+  EXPECT_NE(a.message.find("session 0000000000000101"), std::string::npos) << a.message;
+  EXPECT_NE(a.message.find("session 0000000000000202"), std::string::npos) << a.message;
+  EXPECT_NE(a.message.find("init_process_group"), std::string::npos) << a.message;
+  auto r = col.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 8u);
+  EXPECT_FALSE(r[0].diverged);
+
+  const auto offline = CompareLogs(dir);
+  EXPECT_EQ(Keys(col.alerts), Keys(offline)) << "live:\n" << Dump(col.alerts) << "compare:\n" << Dump(offline);
+}
+
+// A restart (the old session said Goodbye, or never spoke again) is no duplicate.
+TEST(AlignRanks, ASessionReplacedAndSilentIsNoDuplicate) {
+  Collector col(TestDir(), false);
+  StreamBuilder b("base", "exp", wire::Role::Baseline, 0), c1("cand", "exp", wire::Role::Candidate, 0),
+      c2("cand", "exp", wire::Role::Candidate, 0);
+  c1.session = 1;
+  c2.session = 2;
+  col.Feed("base", b.Hello());
+  col.Feed("base", b.Directory(Model()));
+  col.Feed("cand", c1.Hello());
+  col.Feed("cand", c1.Directory(Model()));
+  for (uint64_t s = 0; s < 4; ++s) {
+    col.Feed("base", StepMsg(b, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c1, 0, s, nullptr));
+  }
+  col.Feed("cand", c2.Hello());  // c1 crashed: no Goodbye; c2 resumes at step 4
+  col.Feed("cand", c2.Directory(Model()));
+  for (uint64_t s = 4; s < 8; ++s) {
+    col.Feed("base", StepMsg(b, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c2, 0, s, nullptr));
+  }
+  col.Feed("base", b.Goodbye(7));
+  col.Feed("cand", c1.Goodbye(3));  // a late farewell of the old session: no clash either
+  col.Feed("cand", c2.Goodbye(7));
+  col.Finish();
+  EXPECT_TRUE(col.alerts.empty()) << Dump(col.alerts);
+  auto r = col.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 8u);
+}
+
 // Issue 20 item 3: candidate c2 connects after c1 has passed the baseline's first
 // steps (so the baseline's memory let them go); c2 is compared from the baseline's log.
 void LateJoiner(Collector& col) {

@@ -108,7 +108,12 @@ void Analyzer::Sink::OnRunResume(const AlignedRun& run, int64_t now_ns) {
 }
 
 void Analyzer::Sink::OnRunRewind(const AlignedRun& run, const Rewind& rewind) {
-  if (run.run_rules) EmitRestart(a_->Det(run)->ctx, rewind);
+  if (!run.run_rules) return;
+  if (rewind.what == Rewind::What::kDuplicate) {
+    EmitDuplicateRank(a_->Det(run)->ctx, rewind);
+  } else {
+    EmitRestart(a_->Det(run)->ctx, rewind);
+  }
 }
 
 void Analyzer::Sink::OnRunStep(const AlignedRun& run, const StepData& step) {
