@@ -324,6 +324,60 @@ TEST(AlignRanks, ASessionReplacedAndSilentIsNoDuplicate) {
   EXPECT_EQ(r[0].steps_compared, 8u);
 }
 
+// Issue 20 item 2 (first_divergence across ranks): ranks part at the same step; the
+// live collector gets them highest rank first (rank 3's comparison arrives before
+// rank 0's), `compare` in the logs' order. One first_divergence, held until every
+// rank was compared at that step, naming the ranks, the same in both.
+void SameStepOnRanks(const std::vector<uint32_t>& parting, const std::string& where) {
+  const std::string dir = TestDir();
+  Collector col(dir, false);
+  std::vector<StreamBuilder> b, c;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    b.emplace_back("base", "exp", wire::Role::Baseline, r);
+    c.emplace_back("cand", "exp", wire::Role::Candidate, r);
+  }
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    col.Feed("base", b[r].Hello());
+    col.Feed("base", b[r].Directory(Model()));
+    col.Feed("cand", c[r].Hello());
+    col.Feed("cand", c[r].Directory(Model()));
+  }
+  constexpr uint64_t kAt = 10;
+  auto eps = [&](uint32_t rank, int t, uint64_t step) {
+    const bool parts = std::find(parting.begin(), parting.end(), rank) != parting.end();
+    // The ranks not parting at kAt part two steps later, in another tensor.
+    if (step >= kAt && parts) return 0.02;
+    if (step >= kAt + 2 && t == 2) return 0.02;
+    return 0.0;
+  };
+  for (uint64_t s = 0; s < 16; ++s) {
+    for (uint32_t r = kRanks; r-- > 0;) {
+      col.Feed("cand", StepMsg(c[r], r, s, eps));
+      col.Feed("base", StepMsg(b[r], r, s, nullptr));
+    }
+  }
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    col.Feed("base", b[r].Goodbye(15));
+    col.Feed("cand", c[r].Goodbye(15));
+  }
+  col.Finish();
+  const auto offline = CompareLogs(dir);
+  EXPECT_EQ(Keys(col.alerts), Keys(offline)) << "live:\n" << Dump(col.alerts) << "compare:\n" << Dump(offline);
+  ASSERT_EQ(col.Count("first_divergence"), 1u) << Dump(col.alerts);
+  for (const auto& alerts : {col.alerts, offline}) {
+    for (const auto& a : alerts) {
+      if (a.rule != "first_divergence") continue;
+      EXPECT_EQ(a.step, kAt);
+      EXPECT_EQ(a.rank, parting.front());  // the lowest of the ranks that part
+      EXPECT_EQ(a.tensor, "layers.0");
+      EXPECT_NE(a.message.find("at step 10 on " + where + ":"), std::string::npos) << a.message;
+    }
+  }
+}
+
+TEST(AlignRanks, AllRanksPartingAtOneStepAreOneFirstDivergence) { SameStepOnRanks({0, 1, 2, 3}, "all 4 ranks"); }
+TEST(AlignRanks, TwoOfFourRanksPartingAtOneStepAreNamed) { SameStepOnRanks({0, 2}, "ranks 0, 2 of 4"); }
+
 // Issue 20 item 3: candidate c2 connects after c1 has passed the baseline's first
 // steps (so the baseline's memory let them go); c2 is compared from the baseline's log.
 void LateJoiner(Collector& col) {
