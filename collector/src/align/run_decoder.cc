@@ -219,6 +219,15 @@ bool RunDecoder::SetApart(RankState& rs, uint32_t rank, const wire::Envelope& en
   const uint64_t s = env.session();
   if (s == 0) return false;  // an older agent: sessions cannot be told apart
   const bool hello = env.body_type() == wire::Body::Hello;
+  if (hello) {
+    // A session that says Hello as this rank has left any other rank it spoke as (an
+    // agent that learned its rank after sending): there it is over, not a duplicate.
+    for (auto& [r, other] : ranks_) {
+      if (r == rank) continue;
+      auto o = other.sessions.find(s);
+      if (o != other.sessions.end()) o->second.ended = true;
+    }
+  }
   auto it = rs.sessions.find(s);
   if (it == rs.sessions.end()) {
     if (rs.sessions.size() >= kMaxSessions) {
