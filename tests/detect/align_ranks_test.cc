@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "detect/analyzer.h"
+#include "detect/pair_rules.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 #include "runlog/log_writer.h"
@@ -377,6 +378,55 @@ void SameStepOnRanks(const std::vector<uint32_t>& parting, const std::string& wh
 
 TEST(AlignRanks, AllRanksPartingAtOneStepAreOneFirstDivergence) { SameStepOnRanks({0, 1, 2, 3}, "all 4 ranks"); }
 TEST(AlignRanks, TwoOfFourRanksPartingAtOneStepAreNamed) { SameStepOnRanks({0, 2}, "ranks 0, 2 of 4"); }
+
+// A rank that goes silent (no Goodbye) before the onset step holds first_divergence at
+// most FirstDivergenceDetector::kWaitNs of the analyzer's clock, then it names the
+// ranks that parted.
+TEST(AlignRanks, ASilentRankHoldsTheFirstDivergenceOnlyBriefly) {
+  int64_t now = 1'700'000'000'000'000'000;
+  std::vector<alerting::Alert> alerts;
+  AnalyzerOptions opt;
+  opt.idle_close_ns = 0;
+  Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); }, [&] { return now; });
+  std::vector<StreamBuilder> b, c;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    b.emplace_back("base", "exp", wire::Role::Baseline, r);
+    c.emplace_back("cand", "exp", wire::Role::Candidate, r);
+  }
+  auto feed = [&](const std::vector<uint8_t>& m) { an.OnMessage(AsEnvelope(m), now); };
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    feed(b[r].Hello());
+    feed(b[r].Directory(Model()));
+    feed(c[r].Hello());
+    feed(c[r].Directory(Model()));
+  }
+  auto eps = [](uint32_t, int, uint64_t s) { return s >= 5 ? 0.02 : 0.0; };
+  for (uint64_t s = 0; s < 9; ++s) {
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      if (r == 3 && s > 3) continue;  // rank 3 falls silent after step 3
+      feed(StepMsg(c[r], r, s, eps));
+      feed(StepMsg(b[r], r, s, nullptr));
+    }
+  }
+  auto firsts = [&] {
+    size_t n = 0;
+    for (const auto& a : alerts) n += a.rule == "first_divergence";
+    return n;
+  };
+  EXPECT_EQ(firsts(), 0u) << Dump(alerts);  // rank 3 has not been compared at step 5
+  now += FirstDivergenceDetector::kWaitNs / 2;
+  an.Tick(now);
+  EXPECT_EQ(firsts(), 0u) << Dump(alerts);
+  now += FirstDivergenceDetector::kWaitNs / 2;
+  an.Tick(now);
+  ASSERT_EQ(firsts(), 1u) << Dump(alerts);
+  const auto& a = *std::find_if(alerts.begin(), alerts.end(), [](const auto& x) { return x.rule == "first_divergence"; });
+  EXPECT_EQ(a.step, 5u);
+  EXPECT_EQ(a.rank, 0u);
+  EXPECT_NE(a.message.find("at step 5 on ranks 0, 1, 2 of 4:"), std::string::npos) << a.message;
+  an.Finish();
+  EXPECT_EQ(firsts(), 1u);
+}
 
 // Issue 20 item 3: candidate c2 connects after c1 has passed the baseline's first
 // steps (so the baseline's memory let them go); c2 is compared from the baseline's log.
