@@ -329,5 +329,33 @@ TEST(RunDecoder, AResumeWithStartStepOrAReconnectionIsNoRestart) {
   EXPECT_EQ(r.f.closed.size(), 5u);
 }
 
+// Two live sessions on one rank: the one heard again after a later session's Hello
+// keeps the rank; the later one is set apart (its messages counted, not decoded).
+TEST(RunDecoder, TwoLiveSessionsOnOneRankKeepTheFirstAndSetTheOtherApart) {
+  Restarted r;
+  StreamBuilder other{"r", "exp", wire::Role::Candidate};
+  other.minor = lockstep::kStepEndMinor;
+  other.session = 12;
+  r.Step(0);
+  r.f.Feed(other.Hello());  // a second process claiming rank 0
+  r.Step(1);                // the first one speaks again: both are live
+  ASSERT_EQ(r.rewinds.size(), 1u);
+  EXPECT_EQ(r.rewinds[0].what, Rewind::What::kDuplicate);
+  EXPECT_EQ(r.rewinds[0].rank, 0u);
+  EXPECT_NE(r.rewinds[0].kept.find("session 000000000000000b"), std::string::npos) << r.rewinds[0].kept;
+  EXPECT_NE(r.rewinds[0].apart.find("session 000000000000000c"), std::string::npos) << r.rewinds[0].apart;
+  std::vector<lockstep::testing::FakeStat> v;
+  v.push_back(lockstep::testing::FakeStat::Vec(0, {5.0}));
+  r.f.dec.Consume(AsEnvelope(other.Stats(2, v)), r.f.now);
+  r.f.dec.Consume(AsEnvelope(other.StepEnd(2, 1)), r.f.now);
+  r.Step(2);
+  EXPECT_EQ(r.f.dec.counters().apart_sessions, 1u);
+  EXPECT_EQ(r.f.dec.counters().apart_messages, 2u);
+  EXPECT_EQ(r.f.dec.counters().restarts, 0u);
+  ASSERT_EQ(r.f.closed.size(), 3u);
+  EXPECT_EQ(r.f.closed.back(), (std::pair<uint64_t, size_t>{2, 3}));  // the first session's rows only
+  EXPECT_EQ(r.rewinds.size(), 1u);  // told once
+}
+
 }  // namespace
 }  // namespace lockstep::collector

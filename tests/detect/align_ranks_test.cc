@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "detect/analyzer.h"
+#include "detect/pair_rules.h"
 #include "lockstep/common/clock.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
@@ -248,6 +249,186 @@ TEST(AlignRanks, ConstantDifferencePerRankIsNoTrend) {
     EXPECT_EQ(t.rank, 3u) << t.name;  // the largest difference
     EXPECT_EQ(t.status, "ok") << t.name;
   }
+}
+
+// Issue 20 item 2: two live processes claim candidate rank 0 (an older agent under
+// mp.spawn with the Monitor made before init_process_group: every process says rank 0).
+// Their messages interleave; the second one's data (drifting here) is set apart, not
+// merged into rank 0's stream, and one `duplicate_rank` finding names both; the same
+// from the logs.
+TEST(AlignRanks, TwoLiveSessionsOnOneRankAreAFindingAndKeptApart) {
+  const std::string dir = TestDir();
+  Collector col(dir, false);
+  StreamBuilder b("base", "exp", wire::Role::Baseline, 0), c1("cand", "exp", wire::Role::Candidate, 0),
+      c2("cand", "exp", wire::Role::Candidate, 0);
+  b.session = 7;
+  c1.session = 0x101;
+  c2.session = 0x202;
+  auto drift = [](uint32_t, int, uint64_t) { return 0.05; };
+  col.Feed("base", b.Hello());
+  col.Feed("base", b.Directory(Model()));
+  col.Feed("cand", c1.Hello());
+  col.Feed("cand", c2.Hello());
+  col.Feed("cand", c1.Directory(Model()));
+  col.Feed("cand", c2.Directory(Model()));
+  for (uint64_t s = 0; s < 8; ++s) {
+    col.Feed("base", StepMsg(b, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c1, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c2, 0, s, drift));
+  }
+  col.Feed("base", b.Goodbye(7));
+  col.Feed("cand", c1.Goodbye(7));
+  col.Feed("cand", c2.Goodbye(7));
+  col.Finish();
+  ASSERT_EQ(col.Count("duplicate_rank"), 1u) << Dump(col.alerts);
+  EXPECT_EQ(col.alerts.size(), 1u) << Dump(col.alerts);  // no drift: c2's rows were not compared
+  const auto& a = col.alerts[0];
+  EXPECT_EQ(a.rank, 0u);
+  EXPECT_NE(a.message.find("run cand rank 0 is claimed by two live processes"), std::string::npos) << a.message;
+  EXPECT_NE(a.message.find("session 0000000000000101"), std::string::npos) << a.message;
+  EXPECT_NE(a.message.find("session 0000000000000202"), std::string::npos) << a.message;
+  EXPECT_NE(a.message.find("init_process_group"), std::string::npos) << a.message;
+  auto r = col.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 8u);
+  EXPECT_FALSE(r[0].diverged);
+
+  const auto offline = CompareLogs(dir);
+  EXPECT_EQ(Keys(col.alerts), Keys(offline)) << "live:\n" << Dump(col.alerts) << "compare:\n" << Dump(offline);
+}
+
+// A restart (the old session said Goodbye, or never spoke again) is no duplicate.
+TEST(AlignRanks, ASessionReplacedAndSilentIsNoDuplicate) {
+  Collector col(TestDir(), false);
+  StreamBuilder b("base", "exp", wire::Role::Baseline, 0), c1("cand", "exp", wire::Role::Candidate, 0),
+      c2("cand", "exp", wire::Role::Candidate, 0);
+  c1.session = 1;
+  c2.session = 2;
+  col.Feed("base", b.Hello());
+  col.Feed("base", b.Directory(Model()));
+  col.Feed("cand", c1.Hello());
+  col.Feed("cand", c1.Directory(Model()));
+  for (uint64_t s = 0; s < 4; ++s) {
+    col.Feed("base", StepMsg(b, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c1, 0, s, nullptr));
+  }
+  col.Feed("cand", c2.Hello());  // c1 crashed: no Goodbye; c2 resumes at step 4
+  col.Feed("cand", c2.Directory(Model()));
+  for (uint64_t s = 4; s < 8; ++s) {
+    col.Feed("base", StepMsg(b, 0, s, nullptr));
+    col.Feed("cand", StepMsg(c2, 0, s, nullptr));
+  }
+  col.Feed("base", b.Goodbye(7));
+  col.Feed("cand", c1.Goodbye(3));  // a late farewell of the old session: no clash either
+  col.Feed("cand", c2.Goodbye(7));
+  col.Finish();
+  EXPECT_TRUE(col.alerts.empty()) << Dump(col.alerts);
+  auto r = col.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].steps_compared, 8u);
+}
+
+// Issue 20 item 2 (first_divergence across ranks): ranks part at the same step; the
+// live collector gets them highest rank first (rank 3's comparison arrives before
+// rank 0's), `compare` in the logs' order. One first_divergence, held until every
+// rank was compared at that step, naming the ranks, the same in both.
+void SameStepOnRanks(const std::vector<uint32_t>& parting, const std::string& where) {
+  const std::string dir = TestDir();
+  Collector col(dir, false);
+  std::vector<StreamBuilder> b, c;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    b.emplace_back("base", "exp", wire::Role::Baseline, r);
+    c.emplace_back("cand", "exp", wire::Role::Candidate, r);
+  }
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    col.Feed("base", b[r].Hello());
+    col.Feed("base", b[r].Directory(Model()));
+    col.Feed("cand", c[r].Hello());
+    col.Feed("cand", c[r].Directory(Model()));
+  }
+  constexpr uint64_t kAt = 10;
+  auto eps = [&](uint32_t rank, int t, uint64_t step) {
+    const bool parts = std::find(parting.begin(), parting.end(), rank) != parting.end();
+    // The ranks not parting at kAt part two steps later, in another tensor.
+    if (step >= kAt && parts) return 0.02;
+    if (step >= kAt + 2 && t == 2) return 0.02;
+    return 0.0;
+  };
+  for (uint64_t s = 0; s < 16; ++s) {
+    for (uint32_t r = kRanks; r-- > 0;) {
+      col.Feed("cand", StepMsg(c[r], r, s, eps));
+      col.Feed("base", StepMsg(b[r], r, s, nullptr));
+    }
+  }
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    col.Feed("base", b[r].Goodbye(15));
+    col.Feed("cand", c[r].Goodbye(15));
+  }
+  col.Finish();
+  const auto offline = CompareLogs(dir);
+  EXPECT_EQ(Keys(col.alerts), Keys(offline)) << "live:\n" << Dump(col.alerts) << "compare:\n" << Dump(offline);
+  ASSERT_EQ(col.Count("first_divergence"), 1u) << Dump(col.alerts);
+  for (const auto& alerts : {col.alerts, offline}) {
+    for (const auto& a : alerts) {
+      if (a.rule != "first_divergence") continue;
+      EXPECT_EQ(a.step, kAt);
+      EXPECT_EQ(a.rank, parting.front());  // the lowest of the ranks that part
+      EXPECT_EQ(a.tensor, "layers.0");
+      EXPECT_NE(a.message.find("at step 10 on " + where + ":"), std::string::npos) << a.message;
+    }
+  }
+}
+
+TEST(AlignRanks, AllRanksPartingAtOneStepAreOneFirstDivergence) { SameStepOnRanks({0, 1, 2, 3}, "all 4 ranks"); }
+TEST(AlignRanks, TwoOfFourRanksPartingAtOneStepAreNamed) { SameStepOnRanks({0, 2}, "ranks 0, 2 of 4"); }
+
+// A rank that goes silent (no Goodbye) before the onset step holds first_divergence at
+// most FirstDivergenceDetector::kWaitNs of the analyzer's clock, then it names the
+// ranks that parted.
+TEST(AlignRanks, ASilentRankHoldsTheFirstDivergenceOnlyBriefly) {
+  int64_t now = 1'700'000'000'000'000'000;
+  std::vector<alerting::Alert> alerts;
+  AnalyzerOptions opt;
+  opt.idle_close_ns = 0;
+  Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); }, [&] { return now; });
+  std::vector<StreamBuilder> b, c;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    b.emplace_back("base", "exp", wire::Role::Baseline, r);
+    c.emplace_back("cand", "exp", wire::Role::Candidate, r);
+  }
+  auto feed = [&](const std::vector<uint8_t>& m) { an.OnMessage(AsEnvelope(m), now); };
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    feed(b[r].Hello());
+    feed(b[r].Directory(Model()));
+    feed(c[r].Hello());
+    feed(c[r].Directory(Model()));
+  }
+  auto eps = [](uint32_t, int, uint64_t s) { return s >= 5 ? 0.02 : 0.0; };
+  for (uint64_t s = 0; s < 9; ++s) {
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      if (r == 3 && s > 3) continue;  // rank 3 falls silent after step 3
+      feed(StepMsg(c[r], r, s, eps));
+      feed(StepMsg(b[r], r, s, nullptr));
+    }
+  }
+  auto firsts = [&] {
+    size_t n = 0;
+    for (const auto& a : alerts) n += a.rule == "first_divergence";
+    return n;
+  };
+  EXPECT_EQ(firsts(), 0u) << Dump(alerts);  // rank 3 has not been compared at step 5
+  now += FirstDivergenceDetector::kWaitNs / 2;
+  an.Tick(now);
+  EXPECT_EQ(firsts(), 0u) << Dump(alerts);
+  now += FirstDivergenceDetector::kWaitNs / 2;
+  an.Tick(now);
+  ASSERT_EQ(firsts(), 1u) << Dump(alerts);
+  const auto& a = *std::find_if(alerts.begin(), alerts.end(), [](const auto& x) { return x.rule == "first_divergence"; });
+  EXPECT_EQ(a.step, 5u);
+  EXPECT_EQ(a.rank, 0u);
+  EXPECT_NE(a.message.find("at step 5 on ranks 0, 1, 2 of 4:"), std::string::npos) << a.message;
+  an.Finish();
+  EXPECT_EQ(firsts(), 1u);
 }
 
 // Issue 20 item 3: candidate c2 connects after c1 has passed the baseline's first

@@ -120,7 +120,11 @@ def test_ddp_four_ranks(tmp_path, monkeypatch):
     assert len(first) == 1, fmt_alerts(layer)
     f = first[0]
     assert (f["tensor"], f["kind"], f["step"]) == ("0", "act", CHANGE_AT), fmt_alerts(first)
-    assert "0 (Linear)" in f["message"] and "rank %d" % f["rank"] in f["message"], f["message"]
+    # Every rank parts there: the live alert says so, as `compare` does (held until every
+    # rank was compared at that step), and carries the lowest rank.
+    assert "0 (Linear)" in f["message"] and "at step %d on all %d ranks" % (CHANGE_AT, WORLD) in f["message"], \
+        f["message"]
+    assert f["rank"] == 0, f
     assert f["micro_step"] == 0
 
     # Offline, the same logs: ranks shown.

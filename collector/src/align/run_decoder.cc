@@ -1,6 +1,7 @@
 #include "align/run_decoder.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <spdlog/spdlog.h>
 
@@ -17,6 +18,17 @@ constexpr uint32_t kMaxTensorId = 1u << 22;
 // order, but a reconnect may resend them after later ones).
 constexpr size_t kDirectorySlack = 4096;
 constexpr uint32_t kMaxLag = 2;
+// Sessions remembered per rank (the oldest ended ones are forgotten first).
+constexpr size_t kMaxSessions = 32;
+
+std::string Who(const wire::Envelope& env) {
+  char id[32];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(env.session()));
+  if (env.body_type() != wire::Body::Hello) return std::string("session ") + id;
+  const auto* h = env.body_as_Hello();
+  return "host " + (h->host() ? h->host()->str() : std::string("?")) + " pid " + std::to_string(h->pid()) +
+         " (session " + id + ")";
+}
 
 }  // namespace
 
@@ -102,7 +114,7 @@ bool RunDecoder::Rewound(RankState& rs, uint32_t rank, uint64_t step, uint64_t n
           "run {} rank {}: a new session started at step {} after the previous one reached step {} (a restart "
           "without start_step?); steps up to {} of the new session are not compared",
           run_id_, rank, step, rs.rewind_from, rs.rewind_from);
-      if (on_rewind_) on_rewind_(Rewind{rank, static_cast<uint64_t>(rs.rewind_from), step});
+      if (on_rewind_) on_rewind_(Rewind{Rewind::What::kRestart, rank, static_cast<uint64_t>(rs.rewind_from), step, {}, {}});
     }
   }
   if (!rs.rewound) return false;
@@ -203,9 +215,75 @@ void RunDecoder::CloseThrough(RankState& rs, int64_t through_step, Cause cause) 
   }
 }
 
+bool RunDecoder::SetApart(RankState& rs, uint32_t rank, const wire::Envelope& env) {
+  const uint64_t s = env.session();
+  if (s == 0) return false;  // an older agent: sessions cannot be told apart
+  const bool hello = env.body_type() == wire::Body::Hello;
+  if (hello) {
+    // A session that says Hello as this rank has left any other rank it spoke as (an
+    // agent that learned its rank after sending): there it is over, not a duplicate.
+    for (auto& [r, other] : ranks_) {
+      if (r == rank) continue;
+      auto o = other.sessions.find(s);
+      if (o != other.sessions.end()) o->second.ended = true;
+    }
+  }
+  auto it = rs.sessions.find(s);
+  if (it == rs.sessions.end()) {
+    if (rs.sessions.size() >= kMaxSessions) {
+      auto victim = rs.sessions.end();
+      for (auto j = rs.sessions.begin(); j != rs.sessions.end(); ++j) {
+        if (j->first == rs.session) continue;
+        if (victim == rs.sessions.end() || (j->second.ended && !victim->second.ended) ||
+            (j->second.ended == victim->second.ended && j->second.seq < victim->second.seq))
+          victim = j;
+      }
+      if (victim != rs.sessions.end()) rs.sessions.erase(victim);
+    }
+    it = rs.sessions.emplace(s, RankState::SessionSeen{rs.next_seq++, false, false, Who(env)}).first;
+    if (!hello && rs.session == 0) rs.session = s;  // its Hello was missed (e.g. before a collector restart)
+    return false;
+  }
+  RankState::SessionSeen& me = it->second;
+  if (hello && me.who.rfind("session ", 0) == 0) me.who = Who(env);
+  if (me.apart) {
+    ++counters_.apart_messages;
+    return true;
+  }
+  if (env.body_type() == wire::Body::Goodbye) {
+    me.ended = true;
+    return s != rs.session && rs.session != 0;  // an old session's farewell closes nothing of the new one
+  }
+  if (s == rs.session || rs.session == 0 || me.ended) return false;
+  // `s` was replaced by a later session, never said Goodbye, and speaks again: both live.
+  Rewind ev;
+  ev.what = Rewind::What::kDuplicate;
+  ev.rank = rank;
+  ev.kept = me.who;
+  for (auto& [other, seen] : rs.sessions) {
+    if (other == s || seen.ended || seen.apart || seen.seq < me.seq) continue;
+    seen.apart = true;
+    ++counters_.apart_sessions;
+    ev.apart += (ev.apart.empty() ? "" : "; ") + seen.who;
+  }
+  rs.session = s;
+  rs.new_session = false;
+  rs.rewound = false;
+  if (ev.apart.empty()) return false;
+  const int64_t reached = std::max(rs.last_closed, rs.open.empty() ? int64_t{-1}
+                                                                    : static_cast<int64_t>(rs.open.rbegin()->first));
+  ev.from_step = ev.to_step = static_cast<uint64_t>(std::max<int64_t>(reached, 0));
+  spdlog::warn("run {} rank {}: two live processes claim this rank: {} and {}; the latter's data is set apart "
+               "(logged, not compared)",
+               run_id_, rank, ev.kept, ev.apart);
+  if (on_rewind_) on_rewind_(ev);
+  return false;
+}
+
 void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
   const uint32_t rank = env.rank();
   RankState& rs = Rank(rank);
+  if (SetApart(rs, rank, env)) return;
   rs.last_recv_ns = recv_ns;
   switch (env.body_type()) {
     case wire::Body::Hello: {

@@ -35,6 +35,16 @@
 // restart, and the records of the repeated step numbers are counted (rewound_records),
 // not compared: their numbers already belong to the steps before the restart.
 //
+// Two live processes claiming one rank (an older agent's Monitor made before
+// init_process_group under mp.spawn, a copied run id): a session that a later session
+// replaced, that had not said Goodbye, and that is heard again, was not restarted: both
+// are live. The earliest such session keeps the rank; every later one still live is set
+// apart (its messages are counted in apart_messages and not decoded: they stay in the
+// log, and are never compared as that rank). The RewindFn is told once (kDuplicate).
+// This needs no clock, so live and `compare` decide alike. Records a later session sent
+// before the first one was heard again were decoded as the rank's (a restart's rules
+// apply to them until then).
+//
 // Threads: single-threaded (the analyzer's thread). Callbacks run synchronously
 // inside Consume/Tick/CloseAll.
 #ifndef LOCKSTEP_COLLECTOR_ALIGN_RUN_DECODER_H_
@@ -79,14 +89,23 @@ struct DecoderCounters {
   uint64_t records_missing = 0;       // rows a StepEnd counted that never arrived
   uint64_t rewound_records = 0;       // rows of step numbers a restart repeated (dropped)
   uint64_t restarts = 0;              // sessions whose step numbers went back
+  uint64_t apart_sessions = 0;        // sessions set apart: another live session has their rank
+  uint64_t apart_messages = 0;        // their messages (not decoded)
 };
 
-// A rank's step numbers went back: a new session of `rank` sent step `to_step` after
-// the previous session had reached `from_step`.
+// An identity finding on one rank of a run. kRestart: the rank's step numbers went
+// back: a new session of `rank` sent step `to_step` after the previous session had
+// reached `from_step`. kDuplicate: two live sessions claim `rank`; `kept` (the first)
+// keeps it, `apart` (one or more, "; "-separated) are set apart; `from_step` is the
+// highest step the rank had reached.
 struct Rewind {
+  enum class What : uint8_t { kRestart, kDuplicate };
+  What what = What::kRestart;
   uint32_t rank = 0;
   uint64_t from_step = 0;
   uint64_t to_step = 0;
+  std::string kept;   // kDuplicate: "host h pid p (session 0x...)"
+  std::string apart;  // kDuplicate: the same for each session set apart
 };
 
 class RunDecoder {
@@ -150,6 +169,16 @@ class RunDecoder {
     bool new_session = false;  // a Hello of another session came after closed steps
     int64_t rewind_from = -1;  // last_closed when that Hello came
     bool rewound = false;
+    // Every agent session heard on the rank (bounded), for telling two live processes
+    // from a restart.
+    struct SessionSeen {
+      uint64_t seq = 0;  // order of first appearance
+      bool ended = false;
+      bool apart = false;
+      std::string who;
+    };
+    std::map<uint64_t, SessionSeen> sessions;
+    uint64_t next_seq = 0;
   };
   RankState& Rank(uint32_t rank);
   std::shared_ptr<StepData> OpenStep(RankState& rs, uint32_t rank, uint64_t step, int64_t sent_ns);
@@ -164,6 +193,9 @@ class RunDecoder {
   // dropped); tells on_rewind_ the first time.
   bool Rewound(RankState& rs, uint32_t rank, uint64_t step, uint64_t n);
   void OnStepEnd(RankState& rs, const wire::StepEnd& e);
+  // True when `env` comes from a session set apart from its rank, or is a Goodbye of a
+  // session no longer the rank's (not decoded). Detects the duplicate (class comment).
+  bool SetApart(RankState& rs, uint32_t rank, const wire::Envelope& env);
 
   std::string run_id_;
   const NameCanonicalizer* canon_;

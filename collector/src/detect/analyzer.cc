@@ -75,7 +75,12 @@ Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, const Clock* clock)
 Analyzer::~Analyzer() = default;
 
 void Analyzer::OnMessage(const wire::Envelope& env, int64_t recv_ns) { aligner_.OnMessage(env, recv_ns); }
-void Analyzer::Tick(int64_t now_ns) { aligner_.Tick(now_ns); }
+void Analyzer::Tick(int64_t now_ns) {
+  aligner_.Tick(now_ns);
+  for (auto& p : pairs_) {
+    for (auto& d : p->detectors) d->OnTick(now_ns);
+  }
+}
 void Analyzer::Resume(int64_t now_ns) { aligner_.Resume(now_ns); }
 void Analyzer::Finish() { aligner_.Finish(); }
 
@@ -108,7 +113,12 @@ void Analyzer::Sink::OnRunResume(const AlignedRun& run, int64_t now_ns) {
 }
 
 void Analyzer::Sink::OnRunRewind(const AlignedRun& run, const Rewind& rewind) {
-  if (run.run_rules) EmitRestart(a_->Det(run)->ctx, rewind);
+  if (!run.run_rules) return;
+  if (rewind.what == Rewind::What::kDuplicate) {
+    EmitDuplicateRank(a_->Det(run)->ctx, rewind);
+  } else {
+    EmitRestart(a_->Det(run)->ctx, rewind);
+  }
 }
 
 void Analyzer::Sink::OnRunStep(const AlignedRun& run, const StepData& step) {
@@ -138,7 +148,11 @@ void Analyzer::Sink::OnPairStep(const AlignedPair& pair, uint32_t rank, const St
   a_->Compare(a_->pairs_.at(pair.index).get(), rank, b, c);
 }
 
-void Analyzer::Sink::OnPairEnd(const AlignedPair& pair) { a_->CheckSetup(a_->pairs_.at(pair.index).get(), 0, 0); }
+void Analyzer::Sink::OnPairEnd(const AlignedPair& pair) {
+  PairDet* p = a_->pairs_.at(pair.index).get();
+  for (auto& d : p->detectors) d->OnEnd();
+  a_->CheckSetup(p, 0, 0);
+}
 
 void Analyzer::NoteUnmatched(PairDet* p, uint64_t key, bool in_baseline, uint64_t step) {
   auto [it, inserted] = p->unmatched.try_emplace(key);

@@ -157,12 +157,17 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
                                 kMinStepsComparedFraction * static_cast<double>(v.steps_expected);
 
   // A restart without start_step: steps went uncompared because their numbers repeat.
+  // Two live processes on one rank: one's data was set apart.
   const alerting::Alert* restart = nullptr;
+  const alerting::Alert* duplicate = nullptr;
   for (const auto& a : alerts) {
     if (a.rule == "restart" && restart == nullptr) restart = &a;
+    if (a.rule == "duplicate_rank" && duplicate == nullptr) duplicate = &a;
   }
   for (auto& p : bad_input) v.problems.push_back(std::move(p));
   if (restart != nullptr) v.problems.push_back("restart: " + restart->message);
+  if (duplicate != nullptr) v.problems.push_back("duplicate_rank: " + duplicate->message);
+  if (restart == nullptr) restart = duplicate;  // either is a finding
   if (!same_model) {
     v.problems.push_back("these do not look like the same model: they share " + std::to_string(shared.size()) +
                          " of " + std::to_string(smaller) + " tensor names (under half; a --name-map may be missing)");

@@ -148,6 +148,10 @@ class PairDetector {
   virtual ~PairDetector() = default;
   virtual const char* rule() const = 0;
   virtual void OnPairStep(const PairStepView& v) = 0;
+  // The analyzer's timer (live only, about every 100 ms) and the pair's end (Finish):
+  // for a rule that holds a decision back (first_divergence).
+  virtual void OnTick(int64_t /*now_ns*/) {}
+  virtual void OnEnd() {}
 };
 
 }  // namespace lockstep::collector

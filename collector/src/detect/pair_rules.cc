@@ -129,6 +129,8 @@ void TensorDriftDetector::OnPairStep(const PairStepView& v) {
 
 void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
   if (fired_) return;
+  onsets_.Observe(v);
+  compared_[v.rank] = static_cast<int64_t>(v.step);
   const MatchedTensor* first = nullptr;
   size_t n = 0;
   double worst_ratio = 0;
@@ -138,16 +140,53 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
     worst_ratio = std::max(worst_ratio, m.eval.score / m.threshold);
     if (first == nullptr || m.c->order < first->c->order) first = &m;
   }
-  if (first == nullptr) return;
+  const bool onset = first != nullptr && (pending_step_ < 0 || static_cast<int64_t>(v.step) <= pending_step_) &&
+                     !pending_.count(v.rank);
+  if (onset) {
+    if (static_cast<int64_t>(v.step) < pending_step_) pending_.clear();  // an earlier onset on a lagging rank
+    if (pending_.empty()) pending_since_ns_ = ctx_->out->Now();
+    pending_step_ = static_cast<int64_t>(v.step);
+    const bool critical = worst_ratio >= ctx_->cfg->critical_factor;
+    auto a = ctx_->Make(rule(), critical ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
+    DescribeTensorPair(*ctx_, v, *first, &a);
+    const std::string why = Cause(v, *first, &a);
+    a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: first divergent tensor " +
+                a.message;
+    if (n > 1) a.message += "; " + std::to_string(n) + " tensors drift at this step";
+    a.message += "; cause: " + a.cause + " (" + why + ")";
+    pending_.emplace(v.rank, std::make_pair(first->c->order, std::move(a)));
+  }
+  Decide(false);
+}
+
+void FirstDivergenceDetector::OnTick(int64_t now_ns) {
+  if (!fired_ && !pending_.empty() && now_ns - pending_since_ns_ >= kWaitNs) Decide(true);
+}
+
+void FirstDivergenceDetector::OnEnd() { Decide(true); }
+
+void FirstDivergenceDetector::Decide(bool force) {
+  if (fired_ || pending_.empty()) return;
+  if (!force) {
+    for (const auto& [rank, step] : compared_) {
+      if (step < pending_step_) return;  // a rank not yet compared at the onset step
+    }
+  }
   fired_ = true;
-  const bool critical = worst_ratio >= ctx_->cfg->critical_factor;
-  auto a = ctx_->Make(rule(), critical ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
-  DescribeTensorPair(*ctx_, v, *first, &a);
-  const std::string why = Cause(v, *first, &a);
-  a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: first divergent tensor " +
-              a.message;
-  if (n > 1) a.message += "; " + std::to_string(n) + " tensors drift at this step";
-  a.message += "; cause: " + a.cause + " (" + why + ")";
+  auto best = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->second.first < best->second.first) best = it;  // ties: the lowest rank (map order)
+  }
+  alerting::Alert a = std::move(best->second.second);
+  pending_.clear();
+  // "at step S rank R" -> "at step S on all 4 ranks" when several ranks part there.
+  const std::string where = onsets_.Where(a.step, a.rank);
+  const std::string at = "at step " + std::to_string(a.step) + " rank " + std::to_string(a.rank);
+  const auto pos = a.message.find(at);
+  if (where != "rank " + std::to_string(a.rank) && pos != std::string::npos) {
+    a.message = a.message.substr(0, pos) + "at step " + std::to_string(a.step) + " on " + where +
+                a.message.substr(pos + at.size());
+  }
   const alerting::Alert& sent = ctx_->out->Emit(std::move(a));
   if (ctx_->outcome != nullptr) {
     ctx_->outcome->diverged = true;

@@ -6,9 +6,12 @@
 
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "detect/detector.h"
+#include "detect/rank_onsets.h"
 
 namespace lockstep::collector {
 
@@ -58,17 +61,37 @@ class ScalarsDetector : public PairDetector {
 // tensor in execution order, with both runs' values and its likely cause
 // (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
 // pair; what it sent is kept in the pair's PairOutcome (PairCtx::outcome).
+// Across ranks the decision waits until every rank of the pair compared so far has
+// been compared at that step (ranks arrive in any order; an earlier onset on a lagging
+// rank replaces a later one), so the live collector and `compare` name the same
+// step and rank(s): one alert, "at step 3 on all 4 ranks" / "on ranks 0, 2 of 4" /
+// "rank 2" (RankOnsets::Where), for the rank whose first drifting tensor is earliest
+// in execution order (the lowest rank on a tie). A rank that ended or went silent
+// holds it at most kWaitNs (the decoder's idle close), and not past the pair's end.
 class FirstDivergenceDetector : public PairDetector {
  public:
+  static constexpr int64_t kWaitNs = 2'000'000'000;
+
   explicit FirstDivergenceDetector(const PairCtx* ctx) : ctx_(ctx) {}
   const char* rule() const override { return "first_divergence"; }
   void OnPairStep(const PairStepView& v) override;
+  void OnTick(int64_t now_ns) override;
+  void OnEnd() override;
 
  private:
   // Sets a->cause and returns the sentence that explains it.
   std::string Cause(const PairStepView& v, const MatchedTensor& first, alerting::Alert* a) const;
+  // Emits the pending onset when every rank seen has been compared at its step (or `force`).
+  void Decide(bool force);
   const PairCtx* ctx_;
   bool fired_ = false;
+  RankOnsets onsets_;
+  std::map<uint32_t, int64_t> compared_;  // rank -> last step compared
+  // The earliest onset not yet decided: its step, and per rank drifting at it the
+  // alert as it would be sent and its first tensor's execution order.
+  int64_t pending_step_ = -1;
+  int64_t pending_since_ns_ = 0;
+  std::map<uint32_t, std::pair<uint32_t, alerting::Alert>> pending_;
 };
 
 // `trend`: a tensor's drift score grew trend_growth-fold over trend_window steps of

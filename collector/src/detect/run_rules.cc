@@ -290,6 +290,18 @@ void EmitRestart(const RunCtx& ctx, const Rewind& r) {
   ctx.out->Emit(std::move(a));
 }
 
+void EmitDuplicateRank(const RunCtx& ctx, const Rewind& r) {
+  auto a = ctx.Make("duplicate_rank", Severity::kWarning, r.from_step, r.rank);
+  a.metric = "live_sessions";
+  a.candidate_value = 2;
+  a.message = "run " + ctx.run + " rank " + std::to_string(r.rank) + " is claimed by two live processes: " + r.kept +
+              ", and " + r.apart + ". Only the first one's data is compared as rank " + std::to_string(r.rank) +
+              "; the other's is logged but set apart. Give every process its own rank and run id: create "
+              "lockstep.Monitor after torch.distributed.init_process_group (or pass rank= and world_size=), "
+              "and do not reuse a live run's run id";
+  ctx.out->Emit(std::move(a));
+}
+
 std::vector<std::unique_ptr<RunDetector>> MakeRunDetectors(const RunCtx* ctx) {
   std::vector<std::unique_ptr<RunDetector>> v;
   v.push_back(std::make_unique<NonfiniteDetector>(ctx));

@@ -100,6 +100,8 @@ class StallDetector : public RunDetector {
 // restarted under the same run id without start_step; RunDecoder tells). A warning
 // naming the steps whose numbers repeat (they are not compared) and what to pass.
 void EmitRestart(const RunCtx& ctx, const Rewind& r);
+// The `duplicate_rank` finding: two live processes claim one (run, rank) (Rewind::kDuplicate).
+void EmitDuplicateRank(const RunCtx& ctx, const Rewind& r);
 
 // All per-run rules, in the order they run.
 std::vector<std::unique_ptr<RunDetector>> MakeRunDetectors(const RunCtx* ctx);
