@@ -390,7 +390,8 @@ TEST(AlignRanks, ASilentRankHoldsTheFirstDivergenceOnlyBriefly) {
   std::vector<alerting::Alert> alerts;
   AnalyzerOptions opt;
   opt.idle_close_ns = 0;
-  Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); }, [&] { return now; });
+  FakeClock clock(now);
+  Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); }, &clock);
   std::vector<StreamBuilder> b, c;
   for (uint32_t r = 0; r < kRanks; ++r) {
     b.emplace_back("base", "exp", wire::Role::Baseline, r);
@@ -418,9 +419,11 @@ TEST(AlignRanks, ASilentRankHoldsTheFirstDivergenceOnlyBriefly) {
   };
   EXPECT_EQ(firsts(), 0u) << Dump(alerts);  // rank 3 has not been compared at step 5
   now += FirstDivergenceDetector::kWaitNs / 2;
+  clock.SetUnixNs(now);
   an.Tick(now);
   EXPECT_EQ(firsts(), 0u) << Dump(alerts);
   now += FirstDivergenceDetector::kWaitNs / 2;
+  clock.SetUnixNs(now);
   an.Tick(now);
   ASSERT_EQ(firsts(), 1u) << Dump(alerts);
   const auto& a = *std::find_if(alerts.begin(), alerts.end(), [](const auto& x) { return x.rule == "first_divergence"; });
