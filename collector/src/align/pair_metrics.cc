@@ -82,7 +82,10 @@ double HistKl(const uint32_t* p, const uint32_t* q, int bins) {
 }
 
 PeerScales::PeerScales(const StepData& step) {
-  std::vector<double> by_kind[8];
+  // Reused across steps: once per compared step on the analyzer's thread, which
+  // should not allocate once warm.
+  thread_local std::vector<double> by_kind[8];
+  for (auto& v : by_kind) v.clear();
   for (const StatRow& r : step.rows) {
     if (r.repeat || r.numel == 0 || !std::isfinite(r.l2)) continue;
     by_kind[static_cast<uint8_t>(KeyKind(r.key)) & 7].push_back(r.l2 / std::sqrt(static_cast<double>(r.numel)));
