@@ -312,7 +312,8 @@ TEST(AgentSender, EndStepSendsStepEndAfterTheStepsRecordsWithTheirCount) {
   // A step without records still ends, with a count of 0.
   ASSERT_TRUE(m.agent->EndStep(5));
   ASSERT_TRUE(m.state->WaitFor([](const auto& ms) { return Count(ms, wire::Body::StepEnd) == 3; }));
-  const auto* e5 = m.state->Snapshot().back().env()->body_as_StepEnd();
+  const auto after = m.state->Snapshot();  // kept: the StepEnd points into its buffer
+  const auto* e5 = after.back().env()->body_as_StepEnd();
   ASSERT_NE(e5, nullptr);
   EXPECT_EQ(e5->step(), 5u);
   EXPECT_EQ(e5->records(), 0u);
