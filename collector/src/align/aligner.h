@@ -64,7 +64,7 @@ struct AlignerOptions {
   size_t max_buffered_steps = 64;          // per (run, rank) waiting for its partner
   // Where the collector writes `<run>.lslog`; a run far ahead, and a baseline a late
   // candidate needs from its first step, are read back from there. Empty: no
-  // read-back (in-process tests, compare).
+  // read-back, the memory bound evicts (in-process tests, compare).
   std::string data_dir;
   int64_t idle_close_ns = 2'000'000'000;   // a rank silent this long: its open step closes
 };

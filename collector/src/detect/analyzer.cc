@@ -53,24 +53,11 @@ struct Analyzer::PairDet {
   bool loss_b_given = false, loss_c_given = false;
 };
 
-namespace {
-
-AlignerOptions AlignerOptionsOf(const AnalyzerOptions& o) {
-  AlignerOptions a;
-  a.canon = o.canon;
-  a.max_buffered_steps = o.max_buffered_steps;
-  a.data_dir = o.data_dir;
-  a.idle_close_ns = o.idle_close_ns;
-  return a;
-}
-
-}  // namespace
-
 Analyzer::Analyzer(AnalyzerOptions options, AlertFn alerts, const Clock* clock)
     : opt_(std::move(options)),
       clock_(RealClockOr(clock)),
       emitter_(std::move(alerts), clock_),
-      aligner_(AlignerOptionsOf(opt_), &names_, &sink_) {}
+      aligner_(static_cast<const AlignerOptions&>(opt_), &names_, &sink_) {}
 
 Analyzer::~Analyzer() = default;
 

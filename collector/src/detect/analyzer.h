@@ -40,15 +40,10 @@
 
 namespace lockstep::collector {
 
-struct AnalyzerOptions {
+// The aligner's options (canon, max_buffered_steps, data_dir, idle_close_ns: see
+// AlignerOptions) and the detectors' rules.
+struct AnalyzerOptions : AlignerOptions {
   RulesConfig rules;
-  NameCanonicalizer canon;
-  size_t max_buffered_steps = 64;          // per (run, rank) waiting for its partner
-  // Where the collector writes `<run>.lslog`; a run far ahead, and the baseline of a
-  // late candidate, are read back from there. Empty: no read-back, the memory bound
-  // evicts (in-process tests, compare).
-  std::string data_dir;
-  int64_t idle_close_ns = 2'000'000'000;   // a rank silent this long: its open step closes
 };
 
 struct AnalyzerCounters {
