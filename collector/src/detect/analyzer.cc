@@ -340,27 +340,11 @@ std::vector<PairReport> Analyzer::Reports() const {
 }
 
 AnalyzerCounters Analyzer::counters() const {
-  const AlignerCounters a = aligner_.counters();
   AnalyzerCounters c;
-  c.messages = a.messages;
-  c.steps_closed = a.steps_closed;
+  static_cast<AlignerCounters&>(c) = aligner_.counters();
   c.pairs_compared = pairs_compared_;
-  c.steps_compared = a.steps_matched;
-  c.steps_evicted = a.steps_evicted;
+  c.steps_compared = c.steps_matched;
   c.unmatched_tensors = unmatched_tensors_;
-  c.late_records = a.late_records;
-  c.unknown_ids = a.unknown_ids;
-  c.buffered_steps = a.buffered_steps;
-  c.buffered_bytes = a.buffered_bytes;
-  c.peak_buffered_bytes = a.peak_buffered_bytes;
-  c.peak_buffered_steps = a.peak_buffered_steps;
-  c.runs_read_back = a.runs_read_back;
-  c.late_joins_read_back = a.late_joins_read_back;
-  c.late_joins_uncompared = a.late_joins_uncompared;
-  c.closed_at_step_end = a.closed_at_step_end;
-  c.records_missing = a.records_missing;
-  c.restarts = a.restarts;
-  c.rewound_records = a.rewound_records;
   return c;
 }
 

@@ -46,26 +46,12 @@ struct AnalyzerOptions : AlignerOptions {
   RulesConfig rules;
 };
 
-struct AnalyzerCounters {
-  uint64_t messages = 0;
-  uint64_t steps_closed = 0;
+// The aligner's counters (AlignerCounters: messages, buffering, read-back, the
+// decoders' late/missing/rewound records) and the detection side's own.
+struct AnalyzerCounters : AlignerCounters {
   uint64_t pairs_compared = 0;     // matched tensor pairs evaluated
-  uint64_t steps_compared = 0;     // (pair, rank, step) comparisons
-  uint64_t steps_evicted = 0;      // waiting steps dropped by the memory bound
+  uint64_t steps_compared = 0;     // (pair, rank, step) comparisons: the aligner's steps_matched
   uint64_t unmatched_tensors = 0;  // distinct (pair, tensor) seen on one side only
-  uint64_t late_records = 0;
-  uint64_t unknown_ids = 0;
-  uint64_t buffered_steps = 0;     // now waiting in memory
-  uint64_t buffered_bytes = 0;     // their approximate size
-  uint64_t peak_buffered_bytes = 0;
-  uint64_t peak_buffered_steps = 0;  // most steps waiting at once, all runs together
-  uint64_t runs_read_back = 0;       // live runs switched to reading their own log
-  uint64_t late_joins_read_back = 0;   // late candidates compared from the baseline's log
-  uint64_t late_joins_uncompared = 0;  // late candidates with no baseline log to read (warned)
-  uint64_t closed_at_step_end = 0;  // steps closed by the agent's StepEnd
-  uint64_t records_missing = 0;     // rows a StepEnd counted that never arrived
-  uint64_t restarts = 0;            // rank sessions whose step numbers went back
-  uint64_t rewound_records = 0;     // rows of step numbers a restart repeated (dropped)
 };
 
 // One row of the compare table: a matched tensor at its worst step.
