@@ -22,6 +22,7 @@ const char* KindName(uint8_t kind) {
     case TensorKind::Optim: return "optim";
     case TensorKind::Loss: return "loss";
     case TensorKind::Input: return "input";
+    case TensorKind::ActIn: return "act_in";
   }
   return "unknown";
 }

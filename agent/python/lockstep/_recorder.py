@@ -40,6 +40,7 @@ from lockstep._names import module_type_of
 
 KIND = dict(_core.KINDS)
 _ACT, _ACT_GRAD, _PARAM_GRAD = KIND["act"], KIND["act_grad"], KIND["param_grad"]
+_ACT_IN = KIND["act_in"]
 # The host statistics calls answer the l2 norm (a float) when they recorded, else a
 # _core.HostOutcome naming why not (host_recorder.h).
 _BAD_LAYOUT = _core.HostOutcome.BAD_LAYOUT
@@ -207,7 +208,7 @@ class Recorder:
             if code is None:
                 self.skipped += 1
                 return
-            repeatable = kind == _ACT or kind == _ACT_GRAD
+            repeatable = kind == _ACT or kind == _ACT_GRAD or kind == _ACT_IN
             if self._pending or self._probes:
                 self._settle_done()
             if repeatable and self._last is not None and self._is_last(t):
@@ -262,7 +263,7 @@ class Recorder:
             if not t.dtype.is_floating_point:
                 self.skipped += 1
                 return
-            repeatable = kind == _ACT or kind == _ACT_GRAD
+            repeatable = kind == _ACT or kind == _ACT_GRAD or kind == _ACT_IN
             if (repeatable and self._last_dev is not None and self._is_last(t, self._last_dev)
                     and self._pipeline.add_repeat(tid, order, self.micro)):
                 self.records += 1
@@ -282,7 +283,7 @@ class Recorder:
             # are held as they are: autograd never changes in place a gradient someone
             # else references (AccumulateGrad copies a held parameter gradient into .grad
             # instead of adopting it: one copy, in C++).
-            if kind == _ACT:
+            if kind == _ACT or kind == _ACT_IN:  # an input can be changed in place too
                 t = t.detach().clone()
             self._pipeline.add(t, tid, order, self.micro, kind == _PARAM_GRAD, defer=True)
             if kind in _BACKWARD_KINDS and not self._end_of_backward_queued:

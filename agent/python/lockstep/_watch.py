@@ -79,12 +79,18 @@ def _grad_hook(t, fn):
     node.register_hook(node_hook)
 
 
+# "act_in": what each watched module (but the root) received, its floating-point tensor
+# arguments, every step: an op whose inputs agree between two runs while its output does
+# not is where an error is born (docs/rules.md "Where the error is born"). An input that
+# is the tensor recorded just before it (the previous module's output: the usual case) is
+# sent as a repeat, its statistics computed once.
 # "input": the watched model's forward inputs every step (the data fed to it); "init":
 # every parameter once, before the first update, recorded as kind "param" at the first
 # step (docs/python.md "Run fingerprint"). With params=True the first step's "param"
 # rows are the parameters after its update, as at every step, and "init" is not taken.
-DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss", "input", "init")
-ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss", "input", "init")
+DEFAULT_KINDS = ("act", "act_grad", "param_grad", "loss", "input", "init", "act_in")
+ALL_KINDS = ("act", "act_grad", "param_grad", "param", "optim", "loss", "input", "init",
+             "act_in")
 _INPUT_NAME = "input"
 
 
@@ -119,6 +125,7 @@ class Watch:
         session.rec.module_types.update((module_name(path), type(m).__name__)
                                      for path, m in model.named_modules())
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
+        want_in = "act_in" in kinds
         ref = session.ref
         self._hook_inputs(ref, len(session.watches), model, "input" in kinds)
         for path, module in model.named_modules():
@@ -133,6 +140,8 @@ class Watch:
                 continue
             if (want_act or want_grad) and filt(path):
                 self._hook_module(ref, module, path, want_act, want_grad, False)
+            if want_in and filt(path):
+                self._hook_module_inputs(ref, module, path)
         if "param_grad" in kinds:
             for name, p in self.params:
                 self.handles.append(p.register_hook(
@@ -197,6 +206,53 @@ class Watch:
             return None
 
         self.handles.append(module.register_forward_hook(_eager(forward_hook)))
+
+    def _hook_module_inputs(self, ref, module, name):
+        """A forward pre-hook on a module (not the root): its floating-point tensor
+        arguments as kind "act_in", named like its output (``name``, with the call
+        suffix the forward hook will give it); several tensors: ``name[0]``, ``name[1]``,
+        ``name[key]``. Not in recomputation inside backward (its forward recorded them)."""
+        root = self.model
+        rec = self.rec
+        kind = KIND["act_in"]
+
+        def pre_hook(_module, args, kwargs=None):
+            sess = ref()
+            if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
+                return None
+            if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                return None
+            try:
+                if sess.bwd:
+                    sess.new_micro()
+                n = sess.calls.get(name, 0)  # the forward hook counts this call after it
+                base = name if n == 0 else "%s#%d" % (name, n)
+                items = []
+                for t in args:
+                    if isinstance(t, torch.Tensor):
+                        if t.is_floating_point():
+                            items.append(t)
+                    elif isinstance(t, (tuple, list)):  # e.g. one tuple of tensors
+                        items.extend(x for x in t if isinstance(x, torch.Tensor)
+                                     and x.is_floating_point())
+                if kwargs:
+                    items.extend(x for x in kwargs.values() if isinstance(x, torch.Tensor)
+                                 and x.is_floating_point())
+                if len(items) == 1:
+                    rec.record(base, kind, items[0])
+                else:
+                    for i, t in enumerate(items):
+                        rec.record("%s[%d]" % (base, i), kind, t)
+            except Exception as e:  # pylint: disable=broad-except
+                sess.guard.fail("the input hook of " + name, e)
+            return None
+
+        hook = _eager(pre_hook)
+        try:  # torch >= 2.0: kwargs too
+            self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        except TypeError:
+            self.handles.append(module.register_forward_pre_hook(
+                _eager(lambda m, args: pre_hook(m, args))))
 
     def _hook_inputs(self, ref, n, model, want_input):
         """A forward pre-hook on the root: the data fed to the model (its tensor args

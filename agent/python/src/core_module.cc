@@ -47,7 +47,8 @@ static_assert(Same(TensorKind::kAct, wire::TensorKind::Act) &&
               Same(TensorKind::kOptim, wire::TensorKind::Optim) &&
               Same(TensorKind::kLoss, wire::TensorKind::Loss) &&
               Same(TensorKind::kInput, wire::TensorKind::Input) &&
-              wire::TensorKind::MAX == wire::TensorKind::Input);
+              Same(TensorKind::kActIn, wire::TensorKind::ActIn) &&
+              wire::TensorKind::MAX == wire::TensorKind::ActIn);
 static_assert(Same(Role::kBaseline, wire::Role::Baseline) &&
               Same(Role::kCandidate, wire::Role::Candidate) &&
               Same(Role::kSolo, wire::Role::Solo) && wire::Role::MAX == wire::Role::Solo);

@@ -121,6 +121,16 @@ uint32_t NameTable::Intern(const std::string& name) {
   return it->second;
 }
 
+int64_t NameTable::Find(const std::string& name) const {
+  auto it = ids_.find(name);
+  return it == ids_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+void NameTable::SetWidth(uint32_t id, uint64_t width) {
+  if (id >= widths_.size()) widths_.resize(id + 1, 0);
+  widths_[id] = std::max(widths_[id], width);
+}
+
 void NameTable::AddAlias(uint32_t producer, uint32_t alias, uint8_t kind) {
   if (producer == alias) return;
   auto& v = aliases_[(static_cast<uint64_t>(producer) << 8) | kind];

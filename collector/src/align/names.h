@@ -77,6 +77,13 @@ class NameTable {
   std::string Label(uint32_t id, uint8_t kind) const;
   // Just the aliases, in the order learned.
   std::vector<std::string> Aliases(uint32_t id, uint8_t kind) const;
+  // The id of `name` if interned, else -1 (a lookup that adds nothing).
+  int64_t Find(const std::string& name) const;
+  // The width of what a module received (the last dimension of its act_in tensor,
+  // TensorInfo.shape): the reduction length its rounding noise grows with (birth rule).
+  // 0 if never declared; the largest declared is kept.
+  void SetWidth(uint32_t id, uint64_t width);
+  uint64_t Width(uint32_t id) const { return id < widths_.size() ? widths_[id] : 0; }
 
  private:
   std::unordered_map<std::string, uint32_t> ids_;
@@ -84,6 +91,7 @@ class NameTable {
   std::unordered_map<uint32_t, std::string> module_types_;
   // (producer << 8 | kind) -> aliases
   std::unordered_map<uint64_t, std::vector<uint32_t>> aliases_;
+  std::vector<uint64_t> widths_;  // by id
 };
 
 }  // namespace lockstep::collector

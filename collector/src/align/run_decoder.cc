@@ -145,7 +145,8 @@ void RunDecoder::NoteAliases(const std::vector<StatRow>& rows) {
   // (a chain of repeats resolves to the first).
   std::vector<const StatRow*> by_order;
   for (const StatRow& r : rows) {
-    if (!r.repeat) continue;
+    // A module's input that repeats the output before it is not another name of it.
+    if (!r.repeat || KeyKind(r.key) == Kind::kActIn) continue;
     if (by_order.empty()) {
       for (const StatRow& x : rows) by_order.push_back(&x);
       std::sort(by_order.begin(), by_order.end(),
@@ -321,6 +322,10 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         m.name_id = names_->Intern(canon_->Canonical(raw));
         if (ti->module_type() != nullptr) names_->SetModuleType(m.name_id, ti->module_type()->str());
         m.kind = static_cast<Kind>(ti->kind());
+        if (m.kind == Kind::kActIn && ti->shape() != nullptr && ti->shape()->size() > 0) {
+          const int64_t last = ti->shape()->Get(ti->shape()->size() - 1);
+          if (last > 0) names_->SetWidth(m.name_id, static_cast<uint64_t>(last));
+        }
         m.dtype = static_cast<DT>(ti->dtype());
         m.order = ti->order();
         m.known = true;

@@ -17,7 +17,9 @@
 namespace lockstep::collector {
 
 // Wire enums as small integers (values of schema/lockstep.fbs).
-enum class Kind : uint8_t { kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6 };
+enum class Kind : uint8_t {
+  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7
+};
 enum class DT : uint8_t {
   kUnknown = 0, kF32 = 1, kF16 = 2, kBF16 = 3, kF64 = 4, kI8 = 5, kU8 = 6, kI16 = 7,
   kI32 = 8, kI64 = 9, kBool = 10, kF8E4M3 = 11, kF8E5M2 = 12

@@ -130,8 +130,19 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
     std::printf("\nFIRST DIVERGENCE (%s): step %llu %s: %s %s\n  %s\n", alerting::SeverityName(a.severity),
                 static_cast<unsigned long long>(a.step), where.c_str(),
                 a.tensor.c_str(), a.kind.c_str(), collector::WithWhere(a.message, a, onsets).c_str());
+    // The ops ranked by the error they add at that step (the birth rule's view).
+    for (const auto& b : r.births) {
+      if (b.step != a.step || b.rank != a.rank) continue;
+      std::printf("\nops by the error they add at step %llu rank %u (output error / (gain x input error + rounding)):\n",
+                  static_cast<unsigned long long>(b.step), b.rank);
+      for (const auto& o : b.ops) {
+        std::printf("  %8s  %-48s %-8s in %9s  out %9s  %s\n", G(o.ratio, "%.3g").c_str(), o.name.c_str(), o.pass.c_str(),
+                    G(o.input_error, "%.2e").c_str(), G(o.output_error, "%.2e").c_str(), o.born ? "adds error" : "");
+      }
+      break;
+    }
   } else {
-    std::printf("\nno tensor drifted beyond its tolerance\n");
+    std::printf("\nno tensor drifted beyond its tolerance and no op added error of its own\n");
   }
   // The rank column only when several ranks were compared: the rank of the worst step.
   const bool ranks = r.ranks > 1;
@@ -244,6 +255,29 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   } else {
     j.Null();
   }
+  j.Key("births").BeginArray();
+  for (const auto& b : r.births) {
+    j.BeginObject();
+    j.Key("step").Uint(b.step);
+    j.Key("rank").Uint(b.rank);
+    j.Key("ops").BeginArray();
+    for (const auto& o : b.ops) {
+      j.BeginObject();
+      j.Key("name").Str(o.name);
+      if (!o.module_type.empty()) j.Key("module_type").Str(o.module_type);
+      j.Key("pass").Str(o.pass);
+      j.Key("input_error").Double(o.input_error);
+      j.Key("output_error").Double(o.output_error);
+      j.Key("explained").Double(o.explained);
+      j.Key("ratio").Double(o.ratio);
+      j.Key("born").Bool(o.born);
+      j.EndObject();
+    }
+    j.EndArray();
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Key("births_truncated").Bool(r.births_truncated);
   j.Key("tensors").BeginArray();
   for (const auto& t : r.tensors) {
     j.BeginObject();

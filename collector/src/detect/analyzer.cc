@@ -47,6 +47,13 @@ struct Analyzer::PairDet {
   };
   std::unordered_map<uint64_t, Unmatched> unmatched;
   std::vector<MatchedTensor> matched;  // reused per step
+  // Where the error is born: per rank, the rule's state; the step's rows it reads and
+  // its result (reused per step); the ranked ops of each compared step for the report
+  // (at most kMaxBirthSteps steps, kBirthOpsPerStep ops each).
+  std::unordered_map<uint32_t, std::unique_ptr<BirthFinder>> finders;
+  std::vector<BirthRow> birth_rows;
+  std::vector<OpBirth> births;
+  std::vector<StepBirths> birth_log;
   PairOutcome outcome;
   PairFacts facts;  // setup differences and scalar findings: first_divergence's cause
   double loss_b = std::nan(""), loss_c = std::nan("");
@@ -182,6 +189,9 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
   const PeerScales peers(bs);  // the noise-level floor's context (pair_metrics.h)
   const auto& br = bs.rows;
   const auto& cr = cs.rows;
+  const bool judge_birth = cfg.birth_ulps > 0;
+  bool has_act_in = false;
+  p->birth_rows.clear();
   size_t i = 0, j = 0;
   while (i < br.size() || j < cr.size()) {
     if (j == cr.size() || (i < br.size() && br[i].key < cr[j].key)) {
@@ -193,9 +203,14 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
     } else if (br[i].repeat || cr[j].repeat) {
       // The same tensor as the row before it, under another name (a container whose
       // output is its child's): compared once, as its producer, which shows the alias.
+      // The birth rule reads it as what that module produced or received.
+      if (judge_birth && IsBirthKind(KeyKind(br[i].key))) p->birth_rows.push_back(BirthRow{&br[i], &cr[j]});
+      has_act_in = has_act_in || KeyKind(br[i].key) == Kind::kActIn;
       ++i;
       ++j;
     } else {
+      if (judge_birth && IsBirthKind(KeyKind(br[i].key))) p->birth_rows.push_back(BirthRow{&br[i], &cr[j]});
+      has_act_in = has_act_in || KeyKind(br[i].key) == Kind::kActIn;
       const StatRow& b = br[i];
       const StatRow& c = cr[j];
       const DT prec = LowerPrecision(pair_precision, LowerPrecision(b.dtype, c.dtype));
@@ -226,6 +241,21 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
   v.c = &cs;
   v.precision = pair_precision == DT::kUnknown ? DT::kF32 : pair_precision;
   v.matched = &matched;
+  if (judge_birth && has_act_in) {
+    auto& finder = p->finders[rank];
+    if (!finder) finder = std::make_unique<BirthFinder>(&names_, &opt_.rules);
+    v.birth = finder->Analyze(bs, cs, p->birth_rows, peers, &p->births);
+    v.births = &p->births;
+    if (p->birth_log.size() < kMaxBirthSteps && !p->births.empty()) {
+      StepBirths sb;
+      sb.step = cs.step;
+      sb.rank = rank;
+      sb.ops.assign(p->births.begin(),
+                    p->births.begin() + static_cast<std::ptrdiff_t>(std::min(p->births.size(), kBirthOpsPerStep)));
+      for (OpBirth& o : sb.ops) o.out_b = o.out_c = nullptr;  // rows of this step only
+      p->birth_log.push_back(std::move(sb));
+    }
+  }
   for (auto& d : p->detectors) d->OnPairStep(v);
 
   for (MatchedTensor& m : matched) {
@@ -287,6 +317,17 @@ std::vector<PairReport> Analyzer::Reports() const {
     if (r.diverged) r.first_divergence = p->outcome.first_divergence;
     r.setup_known = p->facts.setup_known;
     r.setup = p->facts.setup;
+    for (const StepBirths& sb : p->birth_log) {
+      BirthReport br;
+      br.step = sb.step;
+      br.rank = sb.rank;
+      for (const OpBirth& o : sb.ops) {
+        br.ops.push_back(OpBirthReport{names_.Name(o.op), names_.ModuleType(o.op), o.backward ? "backward" : "forward",
+                                       o.input_error, o.output_error, o.explained, o.ratio, o.born});
+      }
+      r.births.push_back(std::move(br));
+    }
+    r.births_truncated = p->birth_log.size() >= kMaxBirthSteps;
     for (const auto& [key, t] : p->table) {
       TensorReport tr;
       tr.name = names_.Name(KeyNameId(key));

@@ -82,6 +82,31 @@ struct UnmatchedReport {
   uint64_t steps = 0;
 };
 
+// One op at one step, as the birth rule ranked it (detect/birth.h).
+struct OpBirthReport {
+  std::string name, module_type;
+  std::string pass;  // "forward" or "backward"
+  double input_error = 0, output_error = 0, explained = 0, ratio = 0;
+  bool born = false;  // adds error of its own (the birth point, or a later one)
+};
+
+// The ops of one compared (step, rank), ranked by the error they add (largest first).
+struct BirthReport {
+  uint64_t step = 0;
+  uint32_t rank = 0;
+  std::vector<OpBirthReport> ops;
+};
+
+// What the analyzer keeps of the birth rule per pair: the first kMaxBirthSteps
+// compared (step, rank)s, their kBirthOpsPerStep worst ops.
+inline constexpr size_t kMaxBirthSteps = 10000;
+inline constexpr size_t kBirthOpsPerStep = 5;
+struct StepBirths {
+  uint64_t step = 0;
+  uint32_t rank = 0;
+  std::vector<OpBirth> ops;
+};
+
 struct PairReport {
   std::string experiment, baseline, candidate;
   uint64_t steps_compared = 0;     // (rank, step) comparisons
@@ -94,6 +119,8 @@ struct PairReport {
   double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)
   bool setup_known = false;              // both runs sent a fingerprint
   std::vector<SetupDiff> setup;          // their differences (rule `setup`)
+  std::vector<BirthReport> births;       // per compared step: ops by the error they add
+  bool births_truncated = false;         // more steps were compared than kept
   bool loss_b_given = false, loss_c_given = false;  // false: no loss; true: loss_b/c, NaN included
 };
 

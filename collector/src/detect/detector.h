@@ -22,6 +22,7 @@
 #include "align/names.h"
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
+#include "detect/birth.h"
 #include "detect/rules_config.h"
 #include "detect/setup_rule.h"
 #include "lockstep/alerting/alert.h"
@@ -128,6 +129,11 @@ struct PairStepView {
   const StepData* c = nullptr;
   DT precision = DT::kF32;
   std::vector<MatchedTensor>* matched = nullptr;  // in execution order (candidate's)
+  // Where the error is born (detect/birth.h): the step's ops ranked by the error they
+  // add, and the index of the birth point in it (-1: none). Null when not judged (no
+  // act_in records, or --birth-ulps 0).
+  const std::vector<OpBirth>* births = nullptr;
+  int birth = -1;
 };
 
 class RunDetector {

@@ -140,12 +140,18 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
     worst_ratio = std::max(worst_ratio, m.eval.score / m.threshold);
     if (first == nullptr || m.c->order < first->c->order) first = &m;
   }
-  const bool onset = first != nullptr && (pending_step_ < 0 || static_cast<int64_t>(v.step) <= pending_step_) &&
-                     !pending_.count(v.rank);
+  const OpBirth* birth = v.births != nullptr && v.birth >= 0 ? &(*v.births)[static_cast<size_t>(v.birth)] : nullptr;
+  const bool onset = (first != nullptr || birth != nullptr) &&
+                     (pending_step_ < 0 || static_cast<int64_t>(v.step) <= pending_step_) && !pending_.count(v.rank);
   if (onset) {
     if (static_cast<int64_t>(v.step) < pending_step_) pending_.clear();  // an earlier onset on a lagging rank
     if (pending_.empty()) pending_since_ns_ = ctx_->out->Now();
     pending_step_ = static_cast<int64_t>(v.step);
+    if (birth != nullptr) {
+      pending_.emplace(v.rank, std::make_pair(birth->order, BirthAlert(v, *birth, n)));
+      Decide(false);
+      return;
+    }
     const bool critical = worst_ratio >= ctx_->cfg->critical_factor;
     auto a = ctx_->Make(rule(), critical ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
     DescribeTensorPair(*ctx_, v, *first, &a);
@@ -194,6 +200,71 @@ void FirstDivergenceDetector::Decide(bool force) {
   }
 }
 
+alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const {
+  // Critical when the op's own output (its passed-on gradient) is also beyond the hard
+  // tolerance; a repeat row (a container's output) is judged as its producer.
+  bool crosses = false;
+  for (const MatchedTensor& m : *v.matched) {
+    if (m.c == b.out_c) crosses = m.eval.score >= ctx_->cfg->critical_factor * m.threshold || m.drifting();
+  }
+  auto a = ctx_->Make(rule(), crosses ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
+  a.tensor = ctx_->names->Name(b.op);
+  a.kind = b.backward ? "act_grad" : "act";
+  a.baseline_value = b.out_b->l2;
+  a.candidate_value = b.out_c->l2;
+  a.metric = "added_error";
+  a.error = b.output_error;
+  a.threshold = b.explained;
+  const std::string label = ctx_->names->Label(b.op, static_cast<uint8_t>(Kind::kAct));
+  const std::string at = " at step " + std::to_string(v.step) + " rank " + std::to_string(v.rank) + ": ";
+  a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: the error is born in ";
+  if (b.backward) {
+    a.message += "the backward of " + label + at + "the gradient it received agrees (rel. distance " +
+                 G(b.input_error) + "), the gradient it passed on differs by " + G(b.output_error) + ", " +
+                 G(b.ratio) + "x what rounding explains (" + G(b.explained) + "): its backward computes differently";
+  } else {
+    a.message += label + at + "its inputs agree (rel. distance " + G(b.input_error) + "), its output differs by " +
+                 G(b.output_error) + ", " + G(b.ratio) + "x what rounding explains (" + G(b.explained) +
+                 "): this operation computes differently";
+  }
+  if (drifting > 0) a.message += "; " + std::to_string(drifting) + " tensor(s) beyond the tolerance at this step";
+  const std::string why = SetupCause(v, &a, true);
+  if (why.empty()) {
+    a.cause = "op";
+    a.message += "; cause: op";
+  } else {
+    a.message += "; cause: " + a.cause + " (" + why + ")";
+  }
+  return a;
+}
+
+std::string FirstDivergenceDetector::SetupCause(const PairStepView& v, alerting::Alert* a, bool at_op) const {
+  const PairFacts* f = ctx_->facts;
+  // At a birth point the setup explains the op; otherwise it explains the whole drift.
+  const std::string consequence = at_op ? "" : "; the drift downstream is its consequence, no layer is to blame";
+  if (f != nullptr && f->samples_step >= 0 && f->samples_step <= static_cast<int64_t>(v.step)) {
+    a->cause = "data";
+    return f->samples + consequence;
+  }
+  if (f != nullptr && f->config_scalar_step >= 0 && f->config_scalar_step <= static_cast<int64_t>(v.step)) {
+    a->cause = "config";
+    return f->config_scalar + consequence;
+  }
+  if (f != nullptr && f->setup_known) {
+    std::vector<SetupDiff> config, precision;
+    for (const SetupDiff& d : f->setup) {
+      if (d.category == "config") config.push_back(d);
+      if (d.category == "precision") precision.push_back(d);
+    }
+    if (!config.empty() || !precision.empty()) {
+      a->cause = config.empty() ? "precision" : "config";
+      const auto& list = config.empty() ? precision : config;
+      return "the setup differs: " + DescribeSetup(list, 3) + consequence;
+    }
+  }
+  return "";
+}
+
 std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedTensor& first,
                                            alerting::Alert* a) const {
   const PairFacts* f = ctx_->facts;
@@ -216,26 +287,7 @@ std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedT
     }
     inputs_agree = inputs_agree && !m.drifting();
   }
-  if (f != nullptr && f->samples_step >= 0 && f->samples_step <= static_cast<int64_t>(v.step)) {
-    a->cause = "data";
-    return f->samples + consequence;
-  }
-  if (f != nullptr && f->config_scalar_step >= 0 && f->config_scalar_step <= static_cast<int64_t>(v.step)) {
-    a->cause = "config";
-    return f->config_scalar + consequence;
-  }
-  if (f != nullptr && f->setup_known) {
-    std::vector<SetupDiff> config, precision;
-    for (const SetupDiff& d : f->setup) {
-      if (d.category == "config") config.push_back(d);
-      if (d.category == "precision") precision.push_back(d);
-    }
-    if (!config.empty() || !precision.empty()) {
-      a->cause = config.empty() ? "precision" : "config";
-      const auto& list = config.empty() ? precision : config;
-      return "the setup differs: " + DescribeSetup(list, 3) + consequence;
-    }
-  }
+  if (std::string why = SetupCause(v, a, false); !why.empty()) return why;
   if (inputs && inputs_agree) {
     a->cause = "op";
     return "the inputs and the setup agree: " + ctx_->names->Display(KeyNameId(first.c->key)) +

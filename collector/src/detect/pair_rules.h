@@ -57,8 +57,10 @@ class ScalarsDetector : public PairDetector {
   unsigned fired_ = 0;  // bits: lr, loss_scale, samples, grad_norm
 };
 
-// `first_divergence`: at the first step where any tensor drifts, the earliest such
-// tensor in execution order, with both runs' values and its likely cause
+// `first_divergence`: at the first step where an op adds error of its own (its birth
+// point, detect/birth.h, even below the tolerance: warning; critical when its output
+// is also beyond it) or any tensor drifts, that op — else the earliest drifting
+// tensor in execution order — with both runs' values and its likely cause
 // (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
 // pair; what it sent is kept in the pair's PairOutcome (PairCtx::outcome).
 // Across ranks the decision waits until every rank of the pair compared so far has
@@ -81,6 +83,13 @@ class FirstDivergenceDetector : public PairDetector {
  private:
   // Sets a->cause and returns the sentence that explains it.
   std::string Cause(const PairStepView& v, const MatchedTensor& first, alerting::Alert* a) const;
+  // The causes the pair's facts show (data by samples, config, precision): sets
+  // a->cause and returns the sentence, or "" when they show none. `at_op`: for a birth
+  // point (the setup explains that op), not for the whole drift.
+  std::string SetupCause(const PairStepView& v, alerting::Alert* a, bool at_op) const;
+  // The alert naming the birth point `b` (detect/birth.h); `drifting` tensors are
+  // beyond the tolerance at the step.
+  alerting::Alert BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const;
   // Emits the pending onset when every rank seen has been compared at its step (or `force`).
   void Decide(bool force);
   const PairCtx* ctx_;

@@ -33,6 +33,12 @@ struct RulesConfig {
   int64_t floor_steps = 5;
   double floor_k = 3.0;
 
+  // first_divergence's birth point (docs/rules.md "Where the error is born"): an op adds
+  // error of its own when its output's relative error exceeds birth_gain x its inputs'
+  // plus the rounding its dtype explains, u x (birth_ulps + 2 sqrt(width)). 0 ulps: off.
+  double birth_gain = 8.0;
+  double birth_ulps = 32.0;
+
   // loss_drift: |loss_c - loss_b| / |loss_b| by precision.
   ByPrecision loss_rtol{1e-6, 1e-3, 1e-2, 5e-2, 2e-1};
 

@@ -16,7 +16,7 @@ namespace lockstep {
 // Values match schema/lockstep.fbs (wire::Role, wire::TensorKind, wire::DType).
 enum class Role : uint8_t { kUnknown = 0, kBaseline = 1, kCandidate = 2, kSolo = 3 };
 enum class TensorKind : uint8_t {
-  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6
+  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7
 };
 enum class DType : uint8_t {
   kUnknown = 0, kF32 = 1, kF16 = 2, kBF16 = 3, kF64 = 4,

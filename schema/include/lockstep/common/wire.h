@@ -14,7 +14,8 @@ inline constexpr uint16_t kSchemaMajor = 1;
 // 2: TensorKind.Input, RunFingerprint (a Body member)
 // 3: StepEnd and Sampling (Body members); a rank whose Hello says 3 or more ends each
 //    step with a StepEnd
-inline constexpr uint16_t kSchemaMinor = 3;
+// 4: TensorKind.ActIn (a module's inputs)
+inline constexpr uint16_t kSchemaMinor = 4;
 // The first minor whose agents send StepEnd.
 inline constexpr uint16_t kStepEndMinor = 3;
 // Micro steps counted one by one in StepEnd.micro_records.

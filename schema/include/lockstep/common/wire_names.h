@@ -12,7 +12,7 @@ namespace lockstep::wire {
 
 // Role: "baseline", "candidate", "solo" ("unknown" for Unknown).
 const char* RoleName(uint8_t role);
-// TensorKind: "act", "act_grad", "param_grad", "param", "optim", "loss", "input".
+// TensorKind: "act", "act_grad", "param_grad", "param", "optim", "loss", "input", "act_in".
 const char* KindName(uint8_t kind);
 // DType as the run log spells it: "f32", "f16", "bf16", ..., "f8e4m3" (the reports use
 // the longer "fp32" of align/step_data.h's DTypeName).

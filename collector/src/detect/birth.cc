@@ -1,0 +1,266 @@
+#include "detect/birth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace lockstep::collector {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Distances are measured against at least this fraction of the peers' typical element
+// magnitude: a tensor that is noise next to them is not judged by its own scale.
+constexpr double kScaleFloor = 1e-3;
+
+// Precision rank of a float dtype (lower = coarser); -1 for the others.
+int PrecisionRank(DT d) {
+  switch (d) {
+    case DT::kF8E5M2: return 0;
+    case DT::kF8E4M3: return 1;
+    case DT::kBF16: return 2;
+    case DT::kF16: return 3;
+    case DT::kF32: return 4;
+    case DT::kF64: return 5;
+    default: return -1;
+  }
+}
+
+DT Coarser(DT a, DT b) {
+  const int ra = PrecisionRank(a), rb = PrecisionRank(b);
+  if (ra < 0) return b;
+  if (rb < 0) return a;
+  return ra <= rb ? a : b;
+}
+
+}  // namespace
+
+double BirthFinder::UnitRoundoff(DT d) {
+  switch (d) {
+    case DT::kF64: return std::ldexp(1.0, -53);
+    case DT::kF16: return std::ldexp(1.0, -11);
+    case DT::kBF16: return std::ldexp(1.0, -8);
+    case DT::kF8E4M3: return std::ldexp(1.0, -4);
+    case DT::kF8E5M2: return std::ldexp(1.0, -3);
+    default: return std::ldexp(1.0, -24);  // fp32, and what is not a float
+  }
+}
+
+double BirthFinder::RelError(const StepData& bs, const StatRow& b, const StepData& cs, const StatRow& c,
+                             double scale) {
+  if (b.numel != c.numel) return kNaN;
+  const bool nb = b.nonfinite(), nc = c.nonfinite();
+  if (nb != nc) return INFINITY;
+  if (nb) return kNaN;  // both hold NaN/Inf: the nonfinite rule's, not a distance
+  // |l2_c - l2_b| <= ||c - b||: a lower bound that holds without a sketch.
+  double d = std::fabs(c.l2 - b.l2);
+  const float* sb = bs.SketchOf(b);
+  const float* sc = cs.SketchOf(c);
+  if (sb != nullptr && sc != nullptr && b.sketch_k == c.sketch_k) {
+    d = std::max(d, SketchDistance(sb, sc, b.sketch_k));
+  } else {
+    const double n = std::sqrt(static_cast<double>(b.numel));
+    d = std::max({d, std::fabs(c.mean - b.mean) * n, std::fabs(c.std - b.std) * n});
+  }
+  const double denom = std::max(b.l2, kScaleFloor * scale * std::sqrt(static_cast<double>(b.numel)));
+  if (!(denom > 0)) return d == 0 ? 0 : INFINITY;
+  return d / denom;
+}
+
+double BirthFinder::Noise(DT prec, uint64_t width) const {
+  const double w = static_cast<double>(std::max<uint64_t>(width, 1));
+  return UnitRoundoff(prec) * (cfg_->birth_ulps + 2.0 * std::sqrt(w));
+}
+
+int64_t BirthFinder::OpOf(uint32_t name_id, Kind kind) {
+  auto& cache = op_of_[kind == Kind::kActIn ? 0 : 1];
+  if (name_id >= cache.size()) cache.resize(name_id + 1, -2);
+  int64_t& op = cache[name_id];
+  if (op != -2) return op;
+  std::string name = names_->Name(name_id);
+  if (kind == Kind::kActIn) {
+    // "blocks.0.attn[1]": the second input of blocks.0.attn.
+    if (!name.empty() && name.back() == ']') {
+      const auto cut = name.rfind('[');
+      if (cut != std::string::npos) name.resize(cut);
+    }
+  } else {
+    const auto cut = name.rfind('.');  // "fc1.weight" -> "fc1"
+    if (cut == std::string::npos) return op = -1;
+    name.resize(cut);
+  }
+  return op = names_->Find(name);
+}
+
+void BirthFinder::MarkMoved(uint32_t op, std::vector<uint8_t>* moved) {
+  // The op, and every enclosing module (a container's output moves with its child's
+  // weights). Once per op: its ancestors were marked with it.
+  if (Moved(op) || (op < moved->size() && (*moved)[op])) return;
+  auto mark = [&](uint32_t id) {
+    if (id >= moved->size()) moved->resize(id + 1, 0);
+    (*moved)[id] = 1;
+  };
+  mark(op);
+  std::string name = names_->Name(op);
+  for (auto cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
+    name.resize(cut);
+    const int64_t id = names_->Find(name);
+    if (id >= 0) mark(static_cast<uint32_t>(id));
+  }
+}
+
+bool BirthFinder::IsWithin(uint32_t inner, uint32_t outer) const {
+  const std::string& in = names_->Name(inner);
+  const std::string& out = names_->Name(outer);
+  return in.size() > out.size() && in.compare(0, out.size(), out) == 0 && in[out.size()] == '.';
+}
+
+BirthFinder::Acc& BirthFinder::Slot(uint32_t op) {
+  if (op >= slot_of_.size()) {
+    slot_of_.resize(op + 1, 0);
+    slot_stamp_.resize(op + 1, 0);
+  }
+  if (slot_stamp_[op] != stamp_) {
+    slot_stamp_[op] = stamp_;
+    slot_of_[op] = static_cast<uint32_t>(acc_.size());
+    acc_.emplace_back();
+    acc_.back().op = op;
+  }
+  return acc_[slot_of_[op]];
+}
+
+int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vector<BirthRow>& rows,
+                         const PeerScales& peers, std::vector<OpBirth>* ops) {
+  ops->clear();
+  acc_.clear();
+  grads_.clear();
+  ++stamp_;
+  // Weights that got a differing gradient last step differ from this step on.
+  if (moved_.size() < moved_next_.size()) moved_.resize(moved_next_.size(), 0);
+  for (size_t i = 0; i < moved_next_.size(); ++i) moved_[i] |= moved_next_[i];
+
+  for (const BirthRow& r : rows) {
+    const uint64_t key = r.c->key;
+    if (KeyMicroStep(key) != 0) continue;
+    const Kind kind = KeyKind(key);
+    const uint32_t name = KeyNameId(key);
+    const double err = RelError(bs, *r.b, cs, *r.c, peers.Of(kind));
+    const DT prec = Coarser(r.b->dtype, r.c->dtype);
+    switch (kind) {
+      case Kind::kAct: {
+        Acc& a = Slot(name);
+        a.has_out = true;
+        a.out_err = err;
+        a.out_order = r.c->order;
+        a.out_b = r.b;
+        a.out_c = r.c;
+        a.prec = Coarser(a.prec, prec);
+        break;
+      }
+      case Kind::kActIn: {
+        const int64_t op = OpOf(name, kind);
+        if (op < 0) break;
+        Acc& a = Slot(static_cast<uint32_t>(op));
+        a.in_err = a.has_in ? std::max(a.in_err, err) : err;  // NaN stays NaN
+        if (std::isnan(err)) a.in_err = kNaN;
+        a.has_in = true;
+        a.width = std::max(a.width, names_->Width(name));
+        a.prec = Coarser(a.prec, prec);
+        break;
+      }
+      case Kind::kActGrad:
+        grads_.push_back(GradRow{&r, err});
+        break;
+      case Kind::kParamGrad:
+      case Kind::kParam:
+        if (err != 0) {  // NaN and Inf included
+          const int64_t op = OpOf(name, kind);
+          // A parameter recorded at this step (kind param) differs now; a gradient
+          // moves the weights at this step's update.
+          if (op >= 0) MarkMoved(static_cast<uint32_t>(op), kind == Kind::kParam ? &moved_ : &moved_next_);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Forward: inputs -> output.
+  for (const Acc& a : acc_) {
+    if (!a.has_in || !a.has_out || std::isnan(a.in_err) || std::isnan(a.out_err) || Moved(a.op)) continue;
+    OpBirth o;
+    o.op = a.op;
+    o.input_error = a.in_err;
+    o.output_error = a.out_err;
+    o.explained = cfg_->birth_gain * a.in_err + Noise(a.prec == DT::kUnknown ? DT::kF32 : a.prec, a.width);
+    o.ratio = o.output_error / o.explained;
+    o.order = a.out_order;
+    o.out_b = a.out_b;
+    o.out_c = a.out_c;
+    o.born = o.ratio > 1;
+    ops->push_back(o);
+  }
+  // A container is not the birth point when a submodule of it is: the error is the child's.
+  const size_t n_fwd = ops->size();
+  for (size_t i = 0; i < n_fwd; ++i) {
+    if (!((*ops)[i].ratio > 1)) continue;
+    for (size_t j = 0; j < n_fwd; ++j) {
+      if (j != i && (*ops)[j].ratio > 1 && IsWithin((*ops)[j].op, (*ops)[i].op)) {
+        (*ops)[i].born = false;
+        break;
+      }
+    }
+  }
+  const OpBirth* birth = nullptr;
+  for (size_t i = 0; i < n_fwd; ++i) {
+    if ((*ops)[i].born && (birth == nullptr || (*ops)[i].order < birth->order)) birth = &(*ops)[i];
+  }
+  bool birth_backward = false;
+  uint32_t birth_op = birth != nullptr ? birth->op : 0;
+
+  // Backward: the gradient an op received, then the one it passed on (recorded next).
+  std::sort(grads_.begin(), grads_.end(),
+            [](const GradRow& x, const GradRow& y) { return x.row->c->order < y.row->c->order; });
+  int64_t bwd = -1;  // index in ops of the first backward birth point
+  for (size_t i = 1; i < grads_.size(); ++i) {
+    // The op that received grads_[k]: a repeat's producer is the leaf recorded before it.
+    size_t k = i - 1;
+    while (k > 0 && grads_[k].row->c->repeat) --k;
+    const GradRow& got = grads_[k];
+    const GradRow& passed = grads_[i];
+    if (passed.row->c->repeat || std::isnan(got.err) || std::isnan(passed.err)) continue;
+    const uint32_t op = KeyNameId(got.row->c->key);
+    if (Moved(op) || op >= slot_stamp_.size() || slot_stamp_[op] != stamp_) continue;
+    const Acc& a = acc_[slot_of_[op]];
+    const DT prec = Coarser(a.prec, Coarser(Coarser(got.row->b->dtype, got.row->c->dtype),
+                                            Coarser(passed.row->b->dtype, passed.row->c->dtype)));
+    const double noise = Noise(prec == DT::kUnknown ? DT::kF32 : prec, a.width);
+    // Its own forward must agree: a forward difference changes the backward too.
+    if (!a.has_out || !(a.out_err <= noise) || (a.has_in && !(a.in_err <= noise))) continue;
+    OpBirth o;
+    o.op = op;
+    o.backward = true;
+    o.input_error = got.err;
+    o.output_error = passed.err;
+    o.explained = cfg_->birth_gain * got.err + noise;
+    o.ratio = o.output_error / o.explained;
+    o.order = passed.row->c->order;
+    o.out_b = passed.row->b;
+    o.out_c = passed.row->c;
+    o.born = birth == nullptr && o.ratio > 1;
+    ops->push_back(o);
+    if (o.born && bwd < 0) bwd = static_cast<int64_t>(ops->size()) - 1;
+  }
+  if (birth == nullptr && bwd >= 0) {
+    birth_backward = true;
+    birth_op = (*ops)[static_cast<size_t>(bwd)].op;
+  }
+  const bool found = birth != nullptr || bwd >= 0;
+  std::stable_sort(ops->begin(), ops->end(), [](const OpBirth& x, const OpBirth& y) { return x.ratio > y.ratio; });
+  if (!found) return -1;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    if ((*ops)[i].born && (*ops)[i].backward == birth_backward && (*ops)[i].op == birth_op) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace lockstep::collector

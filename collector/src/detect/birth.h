@@ -1,0 +1,134 @@
+// Where an error is born (docs/rules.md "Where the error is born").
+//
+// An operation whose inputs agree between the two runs while its output does not has
+// added error of its own. Each watched module is an op: the agent records what it
+// received (kind act_in, mostly repeats of the output before it, so free) and what it
+// produced (act). At one compared step, for every op:
+//
+//   input_error   the largest relative distance ||c - b|| / ||b|| of its inputs
+//   output_error  the same of its output
+//   explained     birth_gain x input_error + u x (birth_ulps + 2 sqrt(width))
+//
+// with u the unit roundoff of the lowest-precision dtype among its inputs and output
+// in either run (fp32 2^-24, bf16 2^-8, ...) and width the last dimension of its input
+// (a reduction's length: a different summation order rounds differently, growing with
+// it). The gain allows an op to amplify the error it was handed (softmax, a
+// normalization of a small-variance input). An op adds error of its own when
+// output_error > explained; the birth point is the earliest such op in execution
+// order, a container only when none of its submodules is one (the error is born in its
+// own code between them, e.g. a softmax written inline).
+//
+// Backward: the gradients of module outputs (act_grad) arrive in backward order; the
+// gradient an op passed on is the one recorded next (its input's gradient). An op
+// whose received gradient agrees while the next one differs beyond what it explains is
+// a backward birth point (a custom autograd Function with a different backward).
+// Judged only at a step whose forward has no birth point, and only for an op whose own
+// forward agrees.
+//
+// Weights: an op with parameters is judged only while its weights are known to agree:
+// up to the first step after one of its parameters got a differing gradient (or a
+// recorded parameter differs). After that its output differs because its weights
+// moved apart, which is not an op computing differently.
+//
+// Distances come from the count sketches (docs/statistics.md), measured against at
+// least 1e-3 of the peers' typical magnitude (so a noise-level tensor's relative error
+// does not count). Only micro step 0 is judged.
+//
+// Threads: the analyzer's thread.
+#ifndef LOCKSTEP_COLLECTOR_DETECT_BIRTH_H_
+#define LOCKSTEP_COLLECTOR_DETECT_BIRTH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "align/names.h"
+#include "align/pair_metrics.h"
+#include "align/step_data.h"
+#include "detect/rules_config.h"
+
+namespace lockstep::collector {
+
+// One matched row pair of a kind the birth rule reads (act, act_in, act_grad,
+// param_grad, param), repeats included.
+struct BirthRow {
+  const StatRow* b = nullptr;
+  const StatRow* c = nullptr;
+};
+
+// Whether the birth rule reads rows of this kind.
+inline bool IsBirthKind(Kind k) {
+  return k == Kind::kAct || k == Kind::kActIn || k == Kind::kActGrad || k == Kind::kParamGrad ||
+         k == Kind::kParam;
+}
+
+// One op at one step.
+struct OpBirth {
+  uint32_t op = 0;             // the module's name id
+  bool backward = false;       // false: inputs -> output; true: received -> passed-on gradient
+  double input_error = 0;      // what it received
+  double output_error = 0;     // what it produced (backward: the gradient it passed on)
+  double explained = 0;        // gain x input_error + rounding noise
+  double ratio = 0;            // output_error / explained: above 1 it adds error of its own
+  uint32_t order = 0;          // execution order of its output (backward: of the passed-on gradient)
+  const StatRow* out_b = nullptr;  // its output's rows (backward: the passed-on gradient's); valid this step
+  const StatRow* out_c = nullptr;
+  bool born = false;           // adds error of its own (and is not explained by a submodule)
+};
+
+// The rule's state for one (pair, rank): which ops' weights have moved apart.
+class BirthFinder {
+ public:
+  BirthFinder(const NameTable* names, const RulesConfig* cfg) : names_(names), cfg_(cfg) {}
+
+  // Judges one compared step. `rows`: the step's matched rows of IsBirthKind kinds.
+  // Fills `ops` with every op it could judge, ranked by ratio (largest first), and
+  // returns the index of the birth point in it, or -1.
+  int Analyze(const StepData& bs, const StepData& cs, const std::vector<BirthRow>& rows, const PeerScales& peers,
+              std::vector<OpBirth>* ops);
+
+  // The relative distance of one row pair (docs/rules.md): NaN when not judged.
+  static double RelError(const StepData& bs, const StatRow& b, const StepData& cs, const StatRow& c, double scale);
+  // The unit roundoff of a dtype (fp32 2^-24); non-float and unknown dtypes as fp32.
+  static double UnitRoundoff(DT d);
+
+ private:
+  struct Acc {
+    uint32_t op = 0;
+    bool has_in = false, has_out = false, has_grad = false;
+    double in_err = 0, out_err = 0, grad_err = 0;
+    DT prec = DT::kUnknown;  // the coarsest float dtype seen
+    uint64_t width = 0;
+    uint32_t out_order = 0, grad_order = 0;
+    const StatRow *out_b = nullptr, *out_c = nullptr;
+  };
+  // The op a row of `kind` belongs to: the row's own name for act / act_grad, the name
+  // without its "[i]" input suffix for act_in, the owning module for a parameter.
+  int64_t OpOf(uint32_t name_id, Kind kind);
+  Acc& Slot(uint32_t op);
+  void MarkMoved(uint32_t op, std::vector<uint8_t>* moved);
+  bool Moved(uint32_t op) const { return op < moved_.size() && moved_[op] != 0; }
+  double Noise(DT prec, uint64_t width) const;
+  bool IsWithin(uint32_t inner, uint32_t outer) const;  // inner is a submodule of outer
+
+  const NameTable* names_;
+  const RulesConfig* cfg_;
+  std::vector<int64_t> op_of_[2];  // name id -> op id: [0] for act_in, [1] for parameters; -2 unknown, -1 none
+  std::vector<uint8_t> moved_;       // op id -> its weights have moved apart (judged no more)
+  std::vector<uint8_t> moved_next_;  // ... from the next step on
+  struct GradRow {
+    const BirthRow* row;
+    double err;
+  };
+  // op id -> index in acc_, valid where slot_stamp_ is this step's stamp_ (no clearing,
+  // no allocation once the ops are known).
+  std::vector<uint32_t> slot_of_;
+  std::vector<uint64_t> slot_stamp_;
+  uint64_t stamp_ = 0;
+  std::vector<Acc> acc_;
+  std::vector<GradRow> grads_;  // act_grad rows, sorted into backward order (this step)
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_DETECT_BIRTH_H_
