@@ -48,7 +48,7 @@ def test_threaded_records_equal_inline_records_and_settle_before_end_step():
     # gradients go to the thread, parameter gradients stay inline.
     assert counters["tensors_threaded"] == len(fake.jobs) > 0
     kinds = {fake.tensors[job[2]][1] for job in fake.jobs}
-    assert kinds <= {"act", "act_grad"}
+    assert kinds <= {"act", "act_grad", "act_in"}
     assert min(job[0] for job in fake.jobs) == 1
     assert counters["tensors_changed_in_flight"] == 0
     assert fake.kicks == 3  # the end of each backward that handed it gradients
@@ -57,7 +57,7 @@ def test_threaded_records_equal_inline_records_and_settle_before_end_step():
 def test_a_repeat_of_a_tensor_still_in_flight_is_recorded_with_its_result():
     mon, fake = fake_monitor(worker=True)
     model = mlp()
-    mon.watch(model)
+    mon.watch(model, kinds=TENSOR_KINDS)  # outputs' repeats only (act_in: test_watch)
     for _ in range(3):
         train_step(model, torch.randn(3, 4), mon)
     recs = {(r["step"], r["name"], r["kind"]): r["stats"] for r in fake.records}

@@ -52,7 +52,11 @@ def _run(mode):
 
 
 def _stats(rec):
-    return tuple(sorted((k, v) for k, v in rec["stats"].items() if not isinstance(v, list)))
+    # "repeat" is how a record was computed, not what it holds: under checkpointing the
+    # outputs are recorded in backward, so what the next module received in forward
+    # (act_in) is no longer the record just before it, and is computed again.
+    return tuple(sorted((k, v) for k, v in rec["stats"].items()
+                        if not isinstance(v, list) and k != "repeat"))
 
 
 @pytest.mark.parametrize("mode", [None, True, False], ids=["plain", "reentrant", "non-reentrant"])

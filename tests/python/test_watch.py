@@ -464,7 +464,7 @@ class Transposes(nn.Module):
 def test_same_tensor_under_two_names_is_computed_once_and_recorded_twice():
     mon, fake = fake_monitor()
     model = mlp()
-    mon.watch(model)
+    mon.watch(model, kinds=TENSOR_KINDS)  # outputs' repeats only (act_in: below)
     for _ in range(2):
         train_step(model, torch.randn(3, 4), mon)
     recs = {(r["step"], r["name"], r["kind"]): r["stats"] for r in fake.records}
@@ -646,3 +646,58 @@ def test_the_model_does_not_keep_its_monitor_alive_and_its_hooks_become_no_ops()
         assert forward_hook(model[0], (torch.randn(1, 4),), torch.randn(1, 8)) is None
         train_step(model, torch.randn(3, 4), None, opt)
     assert len(fake.records) == recorded
+
+
+class _TwoInputs(nn.Module):
+    """A module called with two tensors and an int: inputs [0] and [1]."""
+
+    def forward(self, a, b, scale=1):
+        return (a * b) * scale
+
+
+class _WithTwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.act = nn.ReLU(inplace=True)  # changes its input: what it received is recorded first
+        self.mul = _TwoInputs()
+
+    def forward(self, x):
+        h = self.act(self.lin(x))
+        return self.mul(h, x + 1, scale=2) + self.mul(h, h)
+
+
+def test_module_inputs_are_recorded_once_and_repeated_when_they_are_the_output_before():
+    mon, fake = fake_monitor()
+    model = _WithTwoInputs()
+    mon.watch(model, kinds=("act", "act_in"))
+    x = torch.randn(3, 4)
+    train_step(model, x, mon)
+    recs = [r for r in fake.records if r["step"] == 0]
+    got = {(r["name"], r["kind"]): r for r in recs}
+    # The root's inputs are kind "input", not act_in; every other module's are act_in.
+    assert ("<root>", "act_in") not in got
+    assert {"lin", "act", "mul[0]", "mul[1]", "mul#1[0]", "mul#1[1]"} == \
+        {n for n, k in got if k == "act_in"}, sorted(got)
+    # What `act` received is lin's output (a repeat, computed once), recorded before the
+    # in-place ReLU changed it; mul's first input is act's output (a repeat again).
+    assert got[("act", "act_in")]["stats"].get("repeat") is True
+    assert plain_stats(got[("act", "act_in")]["stats"]) == plain_stats(got[("lin", "act")]["stats"])
+    assert got[("mul[0]", "act_in")]["stats"].get("repeat") is True
+    # x + 1 is computed in the parent's code: a record of its own, with x + 1's statistics.
+    assert not got[("mul[1]", "act_in")]["stats"].get("repeat", False)
+    assert got[("mul[1]", "act_in")]["stats"]["mean"] == pytest.approx((x + 1).mean().item(), rel=1e-6)
+    # Each module's inputs come before its output in execution order.
+    assert got[("lin", "act_in")]["order"] < got[("lin", "act")]["order"]
+    assert got[("mul#1[1]", "act_in")]["order"] < got[("mul#1", "act")]["order"]
+
+
+def test_module_inputs_are_not_recorded_outside_training():
+    mon, fake = fake_monitor()
+    model = _WithTwoInputs()
+    mon.watch(model, kinds=("act_in",))
+    with torch.no_grad():
+        model(torch.randn(3, 4))
+    model.eval()
+    model(torch.randn(3, 4))
+    assert not fake.records

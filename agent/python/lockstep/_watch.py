@@ -211,7 +211,8 @@ class Watch:
         """A forward pre-hook on a module (not the root): its floating-point tensor
         arguments as kind "act_in", named like its output (``name``, with the call
         suffix the forward hook will give it); several tensors: ``name[0]``, ``name[1]``,
-        ``name[key]``. Not in recomputation inside backward (its forward recorded them)."""
+        ``name[key]``. Recomputation inside backward records only the calls its forward
+        did not (as the forward hook decides)."""
         root = self.model
         rec = self.rec
         kind = KIND["act_in"]
@@ -220,12 +221,18 @@ class Watch:
             sess = ref()
             if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
-            if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
-                return None
             try:
-                if sess.bwd:
-                    sess.new_micro()
-                n = sess.calls.get(name, 0)  # the forward hook counts this call after it
+                # The forward hook counts this call after it; the same decision as its.
+                if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                    # Recomputation inside backward: recorded only if the forward did not
+                    # see this call (reentrant checkpointing runs it under no_grad).
+                    n = sess.recalls.get(name, 0)
+                    if n < sess.calls.get(name, 0):
+                        return None
+                else:
+                    if sess.bwd:
+                        sess.new_micro()
+                    n = sess.calls.get(name, 0)
                 base = name if n == 0 else "%s#%d" % (name, n)
                 items = []
                 for t in args:

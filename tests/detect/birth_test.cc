@@ -1,0 +1,252 @@
+// The birth rule (detect/birth.h) on hand-made steps: which op adds error of its own,
+// judged against its dtype's rounding, and what must stay silent.
+#include "detect/birth.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace lockstep::collector {
+namespace {
+
+constexpr int kK = 16;
+
+// Two steps (baseline, candidate) built row by row; each row's candidate is the
+// baseline's tensor moved by a relative distance `err` (its sketch moved so).
+class Steps {
+ public:
+  explicit Steps(NameTable* names) : names_(names) {}
+
+  // A row of `name`/`kind` whose candidate differs by relative distance `err`.
+  void Add(const std::string& name, Kind kind, double err, DT dtype_c = DT::kF32, bool repeat = false,
+           uint32_t order = 0) {
+    const uint32_t id = names_->Intern(name);
+    AddTo(&b_, id, kind, 0, DT::kF32, repeat, order);
+    AddTo(&c_, id, kind, err, dtype_c, repeat, order);
+  }
+  // Sorted by key (as a closed step is) and the matched pairs the analyzer hands on.
+  std::vector<BirthRow> Rows() {
+    rows_.clear();
+    for (size_t i = 0; i < b_.rows.size(); ++i) rows_.push_back(BirthRow{&b_.rows[i], &c_.rows[i]});
+    return rows_;
+  }
+  const StepData& b() const { return b_; }
+  const StepData& c() const { return c_; }
+
+ private:
+  void AddTo(StepData* s, uint32_t id, Kind kind, double err, DT dtype, bool repeat, uint32_t order) {
+    StatRow r;
+    r.key = MakeKey(id, kind, 0);
+    r.order = order != 0 ? order : static_cast<uint32_t>(s->rows.size() + 1);
+    r.dtype = dtype;
+    r.numel = 1024;
+    r.sketch_k = kK;
+    r.sketch_off = static_cast<uint32_t>(s->sketch.size());
+    r.repeat = repeat;
+    // Sketch of a tensor with norm 32: entries of 8 (16 x 64 = 1024 = 32^2). The
+    // candidate's first entry moves by err x 32, so ||S(c) - S(b)|| / l2 = err.
+    for (int k = 0; k < kK; ++k) s->sketch.push_back(8.0f);
+    s->sketch[r.sketch_off] += static_cast<float>(err * 32.0);
+    r.l2 = 32.0;
+    r.mean = 0;
+    r.std = 1;
+    s->rows.push_back(r);
+  }
+  NameTable* names_;
+  StepData b_, c_;
+  std::vector<BirthRow> rows_;
+};
+
+class BirthTest : public ::testing::Test {
+ protected:
+  int Analyze(Steps& s) {
+    const PeerScales peers(s.b());
+    auto rows = s.Rows();
+    return finder_.Analyze(s.b(), s.c(), rows, peers, &ops_);
+  }
+  std::string BirthName(int i) const { return i < 0 ? "(none)" : names_.Name(ops_[static_cast<size_t>(i)].op); }
+
+  NameTable names_;
+  RulesConfig cfg_;
+  BirthFinder finder_{&names_, &cfg_};
+  std::vector<OpBirth> ops_;
+};
+
+// fc1 -> act -> fc2: each input repeats the output before it.
+void Mlp(Steps& s, double act_out_err, double fc2_out_err) {
+  s.Add("mlp.fc1", Kind::kActIn, 0);
+  s.Add("mlp.fc1", Kind::kAct, 0);
+  s.Add("mlp.act", Kind::kActIn, 0, DT::kF32, true);
+  s.Add("mlp.act", Kind::kAct, act_out_err);
+  s.Add("mlp.fc2", Kind::kActIn, act_out_err, DT::kF32, true);
+  s.Add("mlp.fc2", Kind::kAct, fc2_out_err);
+}
+
+TEST_F(BirthTest, AnOpWhoseInputsAgreeAndOutputDiffersIsTheBirthPoint) {
+  Steps s(&names_);
+  Mlp(s, 2e-4, 3e-4);  // the GELU computes differently; fc2 only carries it on
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "mlp.act");
+  EXPECT_FALSE(ops_[i].backward);
+  EXPECT_NEAR(ops_[i].output_error, 2e-4, 1e-6);
+  EXPECT_EQ(ops_[i].input_error, 0);
+  EXPECT_GT(ops_[i].ratio, 10);
+  // Ranked by ratio: the GELU first; fc2's 3e-4 is explained by its input's 2e-4.
+  EXPECT_EQ(names_.Name(ops_[0].op), "mlp.act");
+  for (const OpBirth& o : ops_) {
+    if (names_.Name(o.op) == "mlp.fc2") EXPECT_FALSE(o.born);
+  }
+}
+
+TEST_F(BirthTest, RoundingOfItsDtypeIsExplained) {
+  Steps s(&names_);
+  // Platform noise: every op adds ~1e-6 in fp32 (about 17 units of roundoff).
+  s.Add("a", Kind::kActIn, 0);
+  s.Add("a", Kind::kAct, 1e-6);
+  s.Add("b", Kind::kActIn, 1e-6, DT::kF32, true);
+  s.Add("b", Kind::kAct, 3e-6);
+  EXPECT_EQ(Analyze(s), -1) << BirthName(Analyze(s));
+  ASSERT_EQ(ops_.size(), 2u);
+  for (const OpBirth& o : ops_) EXPECT_LT(o.ratio, 1) << names_.Name(o.op);
+}
+
+TEST_F(BirthTest, ACoarserDtypeExplainsMore) {
+  Steps s(&names_);
+  // A bf16 output (autocast) differs by bf16 rounding: explained. The same error in
+  // an fp32 output is not.
+  s.Add("lin", Kind::kActIn, 0);
+  s.Add("lin", Kind::kAct, 3e-3, DT::kBF16);
+  EXPECT_EQ(Analyze(s), -1);
+  Steps t(&names_);
+  t.Add("lin", Kind::kActIn, 0);
+  t.Add("lin", Kind::kAct, 3e-3);
+  EXPECT_GE(Analyze(t), 0);
+}
+
+TEST_F(BirthTest, TheNoiseGrowsWithTheReductionWidth) {
+  const double narrow = BirthFinder::UnitRoundoff(DT::kF32) * (cfg_.birth_ulps + 2.0);
+  names_.SetWidth(names_.Intern("wide"), 1 << 20);
+  Steps s(&names_);
+  s.Add("wide", Kind::kActIn, 0);
+  s.Add("wide", Kind::kAct, 4 * narrow);  // beyond an elementwise op's budget, within a 1M-long sum's
+  EXPECT_EQ(Analyze(s), -1);
+  ASSERT_EQ(ops_.size(), 1u);
+  EXPECT_LT(ops_[0].ratio, 1);
+}
+
+TEST_F(BirthTest, AContainerIsNamedOnlyWhenNoSubmoduleExplainsIt) {
+  {
+    Steps s(&names_);
+    s.Add("blk", Kind::kActIn, 0);
+    Mlp(s, 2e-4, 3e-4);
+    s.Add("blk", Kind::kAct, 3e-4, DT::kF32, true);  // the block's output is fc2's
+    const int i = Analyze(s);
+    EXPECT_EQ(BirthName(i), "mlp.act");
+  }
+  {
+    // attn's own code (a softmax written inline) differs: proj receives a differing
+    // input it did not get from a watched module; no submodule adds error.
+    Steps s(&names_);
+    s.Add("attn", Kind::kActIn, 0);
+    s.Add("attn.qkv", Kind::kActIn, 0, DT::kF32, true);
+    s.Add("attn.qkv", Kind::kAct, 0);
+    s.Add("attn.proj", Kind::kActIn, 3e-4);
+    s.Add("attn.proj", Kind::kAct, 3e-4);
+    s.Add("attn", Kind::kAct, 3e-4, DT::kF32, true);
+    EXPECT_EQ(BirthName(Analyze(s)), "attn");
+  }
+}
+
+TEST_F(BirthTest, OneDifferingInputOfSeveralExplainsTheOutput) {
+  Steps s(&names_);
+  s.Add("op[0]", Kind::kActIn, 0);
+  s.Add("op[1]", Kind::kActIn, 1e-3);
+  s.Add("op", Kind::kAct, 1e-3);
+  EXPECT_EQ(Analyze(s), -1);
+  ASSERT_EQ(ops_.size(), 1u);
+  EXPECT_NEAR(ops_[0].input_error, 1e-3, 1e-5);  // the larger of the two
+}
+
+TEST_F(BirthTest, WeightsThatMovedApartAreNoBirthPoint) {
+  auto step = [&](double grad_err, double out_err) {
+    Steps s(&names_);
+    s.Add("net.fc", Kind::kActIn, 0);
+    s.Add("net.fc", Kind::kAct, out_err);
+    s.Add("net", Kind::kActIn, 0);
+    s.Add("net", Kind::kAct, out_err, DT::kF32, true);
+    s.Add("net.fc.weight", Kind::kParamGrad, grad_err);
+    return Analyze(s);
+  };
+  // Step 0: the gradients differ (an op elsewhere); the weights agree still.
+  EXPECT_EQ(step(1e-6, 0), -1);
+  // Step 1: fc's weights moved apart with the update; its output differing is that,
+  // and so is the container's.
+  EXPECT_EQ(step(1e-6, 5e-4), -1);
+  for (const OpBirth& o : ops_) ADD_FAILURE() << "judged " << names_.Name(o.op);
+}
+
+TEST_F(BirthTest, TwinsWithIdenticalGradientsKeepBeingJudged) {
+  for (int k = 0; k < 3; ++k) {
+    Steps s(&names_);
+    s.Add("fc", Kind::kActIn, 0);
+    s.Add("fc", Kind::kAct, 0);
+    s.Add("fc.weight", Kind::kParamGrad, 0);
+    EXPECT_EQ(Analyze(s), -1);
+  }
+  Steps s(&names_);
+  s.Add("fc", Kind::kActIn, 0);
+  s.Add("fc", Kind::kAct, 1e-3);  // at step 3 it computes differently
+  s.Add("fc.weight", Kind::kParamGrad, 0);
+  EXPECT_EQ(BirthName(Analyze(s)), "fc");
+}
+
+TEST_F(BirthTest, ABackwardThatDiffersIsABackwardBirthPoint) {
+  Steps s(&names_);
+  // Forward agrees everywhere. Backward order: fc2's output gradient, then the
+  // custom op's (received, agrees), then fc1's (what the custom op passed on: 1e-3).
+  s.Add("fc1", Kind::kActIn, 0, DT::kF32, false, 1);
+  s.Add("fc1", Kind::kAct, 0, DT::kF32, false, 2);
+  s.Add("custom", Kind::kActIn, 0, DT::kF32, true, 3);
+  s.Add("custom", Kind::kAct, 0, DT::kF32, false, 4);
+  s.Add("fc2", Kind::kActIn, 0, DT::kF32, true, 5);
+  s.Add("fc2", Kind::kAct, 0, DT::kF32, false, 6);
+  s.Add("fc2", Kind::kActGrad, 0, DT::kF32, false, 7);
+  s.Add("custom", Kind::kActGrad, 0, DT::kF32, false, 8);
+  s.Add("fc1", Kind::kActGrad, 1e-3, DT::kF32, false, 9);
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "custom");
+  EXPECT_TRUE(ops_[i].backward);
+  EXPECT_NEAR(ops_[i].output_error, 1e-3, 1e-5);
+}
+
+TEST_F(BirthTest, AForwardBirthPointComesBeforeABackwardOne) {
+  Steps s(&names_);
+  s.Add("a", Kind::kActIn, 0, DT::kF32, false, 1);
+  s.Add("a", Kind::kAct, 1e-3, DT::kF32, false, 2);
+  s.Add("b", Kind::kActIn, 1e-3, DT::kF32, true, 3);
+  s.Add("b", Kind::kAct, 1e-3, DT::kF32, false, 4);
+  s.Add("b", Kind::kActGrad, 0, DT::kF32, false, 5);
+  s.Add("a", Kind::kActGrad, 1e-2, DT::kF32, false, 6);
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "a");
+  EXPECT_FALSE(ops_[i].backward);
+}
+
+TEST_F(BirthTest, NonFiniteOnOneSideIsAnInfiniteError) {
+  StepData b, c;
+  StatRow rb, rc;
+  rb.numel = rc.numel = 4;
+  rb.l2 = rc.l2 = 2;
+  rc.nan_count = 1;
+  EXPECT_TRUE(std::isinf(BirthFinder::RelError(b, rb, c, rc, 1)));
+  rb.nan_count = 1;
+  EXPECT_TRUE(std::isnan(BirthFinder::RelError(b, rb, c, rc, 1)));
+}
+
+}  // namespace
+}  // namespace lockstep::collector
