@@ -91,9 +91,9 @@ class Attention(nn.Module):
     """Causal multi-head attention; the softmax is computed here (no submodule), in fp16
     precision when `softmax_fp16` is set (an attribute, not in extra_repr)."""
 
-    def __init__(self, softmax_fp16=False):
+    def __init__(self, softmax_fp16=False, qkv_bias=True):
         super().__init__()
-        self.qkv = nn.Linear(D_MODEL, 3 * D_MODEL)
+        self.qkv = nn.Linear(D_MODEL, 3 * D_MODEL, bias=qkv_bias)
         self.proj = nn.Linear(D_MODEL, D_MODEL)
         self.softmax_fp16 = softmax_fp16
 
@@ -129,12 +129,12 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, change=None):
+    def __init__(self, change=None, qkv_bias=True):
         super().__init__()
         # Fp32LayerNorm: a plain LayerNorm in fp32 runs; lets the bf16-autocast run work
         # on torch 1.13's CPU (see scenario_lib). Same type in every run.
         self.ln1 = Fp32LayerNorm(D_MODEL)
-        self.attn = Attention(softmax_fp16=change == "softmax-fp16")
+        self.attn = Attention(softmax_fp16=change == "softmax-fp16", qkv_bias=qkv_bias)
         self.ln2 = Fp32LayerNorm(D_MODEL, eps=1e-3 if change == "ln-eps" else 1e-5)
         self.mlp = Mlp(gelu="tanh" if change == "gelu-tanh" else "none",
                        bf16_fc1=change == "linear-bf16",
@@ -146,12 +146,17 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """`change` (a key of CHANGES, or None) applies to block 1 only."""
+    """`change` (a key of CHANGES, or None) applies to block 1 only. qkv_bias=False: the
+    attention's qkv Linear has no bias (as LLaMA-style models). With a bias, the key
+    part's gradient is mathematically zero (softmax ignores a shift common to all keys),
+    rounding noise of ~1e-9 that Adam scales up to full lr-sized steps: under platform
+    noise the key biases of two runs drift apart by ~1 % (measure_birth_noise.py)."""
 
-    def __init__(self, change=None):
+    def __init__(self, change=None, qkv_bias=True):
         super().__init__()
         assert change is None or change in CHANGES, change
-        self.blocks = nn.ModuleList(Block(change if i == 1 else None) for i in range(LAYERS))
+        self.blocks = nn.ModuleList(Block(change if i == 1 else None, qkv_bias)
+                                    for i in range(LAYERS))
         self.head = nn.Linear(D_MODEL, 1)
 
     def forward(self, x):
