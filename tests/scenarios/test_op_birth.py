@@ -42,6 +42,20 @@ distance ||cand - base|| / ||base|| of whole tensors:
   by its own magnitude, so the noise picks the sign of a full lr-sized update. The key
   bias differs by 0.2 % after step 0 and 1.4 % at step 299 (whole weight matrices only
   ~1e-7..6e-7). Any model with a key bias under Adam does this on another platform.
+  Without a qkv bias (qkv_bias=False) the qkv output stays 1.4e-6..1.6e-6 apart over
+  all 300 steps and no parameter differs by more than 5e-6.
+
+Seen with the birth analysis (lockstep build of 2026-11-27 ~11:55, `compare --json`
+births at step 0, ratio = output error / what rounding explains):
+  noise 1e-6: changed op ratio gelu-tanh 16.5, softmax-fp16 12.6, ln-eps 54.5,
+    linear-bf16 267, custom-backward (bwd) 69.7 (without noise: 83, 61, 180, 1093, 375);
+    the best unchanged op 0.40 (blocks.0.ln1: its input is the data, exact, so what
+    rounding explains is the floor, 2.58e-6 ~ 22 fp32 ulps).
+  noise 3e-6 (per op): blocks.0.ln1 is "born" (ratio 1.2) and, coming first in order,
+    is the first_divergence of every case; at 1e-5 it is 4.0, softmax-fp16 drops to 1.5
+    and gelu-tanh to 1.9; at 3e-5 they are no longer born (0.46, 0.65). The backward
+    birth of custom-backward is absent from the step's births as soon as a forward op
+    is born at that step (even blocks.0.ln1 at ratio 1.2 hides the gate's ~70).
 """
 import json
 import subprocess
