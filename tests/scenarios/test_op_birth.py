@@ -229,6 +229,23 @@ def test_birth_point_is_named(tmp_path, case, noise):
     check_birth_alert(alerts, case, noise)
 
 
+def test_birth_bf16_autocast_blames_no_container(tmp_path):
+    """Under bf16 autocast every Linear rounds to bf16, and each one's error is what bf16
+    rounding explains: a container (a Block, an Mlp) that merely sums its submodules'
+    outputs back into fp32 computes nothing differently and must not be "born".
+    (Seen before this was asked: "the error is born in blocks.0 (Block) ... 491x what
+    rounding explains (2.58e-06)": the container's fp32 output got the fp32 floor.)"""
+    alerts, _, _, _ = run_pair(tmp_path, "birth-bf16-container", CHANGE_STEPS,
+                               autocast=torch.bfloat16)
+    text = fmt_alerts(alerts)
+    containers = {n for n, m in TinyGPT().named_modules() if list(m.children())}
+    containers -= {"blocks.%d.attn" % i for i in range(3)}  # computes its own softmax
+    fd = [a for a in alerts if a["rule"] == "first_divergence"]
+    assert all(a["cause"] == "precision" for a in fd), text
+    assert not [a for a in fd if a["tensor"] in containers], \
+        "issue 14: a container is blamed for bf16 rounding its submodules explain\n" + text
+
+
 def test_birth_compare_gives_the_live_answer(tmp_path):
     """`lockstep compare --json` over the two logs: the same first divergence as the live
     alert, and its "births" rank the changed op first at step 0."""
