@@ -3,7 +3,8 @@ Prints, per change case of birth_models, at step 0, the relative L2 distance
 ||cand - base|| / ||base|| at the changed op's input and output (forward), or at the
 gradient it receives and passes on (custom-backward), with and without platform noise;
 the largest output/input ratio of any other op (what the noise alone makes); and the
-drift of blocks.0.attn.qkv's output over a 300-step platform-noise-alone run.
+drift of blocks.0.attn.qkv's output over a 300-step platform-noise-alone run, with and
+without a qkv bias.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 measure_birth_noise.py
 """
@@ -108,10 +109,15 @@ def main():
                     if n.startswith("blocks.1.") or n == "blocks.0.mlp.gate":
                         print("      %-22s fwd in %.3g out %.3g | bwd recv %.3g passed %.3g" % ((n,) + rows[n]))
 
-    # drift over 300 steps with platform noise alone (AdamW, lr 1e-3)
+    drift(qkv_bias=True)
+    drift(qkv_bias=False)
+
+
+def drift(qkv_bias):
+    """Drift over 300 steps with platform noise alone (AdamW, lr 1e-3)."""
     torch.manual_seed(1234)
-    base = TinyGPT()
-    cand = TinyGPT()
+    base = TinyGPT(qkv_bias=qkv_bias)
+    cand = TinyGPT(qkv_bias=qkv_bias)
     cand.load_state_dict(base.state_dict())
     PlatformNoise(cand)
     outs = [{}, {}]
@@ -129,8 +135,12 @@ def main():
             losses[i].append(loss.item())
         if s in (0, 1, 5, 10, 50, 150, 299):
             w = rel(cand.blocks[0].attn.qkv.weight, base.blocks[0].attn.qkv.weight)
-            print("noise-alone step %3d: blocks.0.attn.qkv output rel %.3g, weight rel %.3g, loss %.6g vs %.6g"
-                  % (s, rel(outs[1]["qkv"], outs[0]["qkv"]), w, losses[0][-1], losses[1][-1]))
+            worst = max((rel(pc, pb), n) for (n, pb), (_, pc) in
+                        zip(base.named_parameters(), cand.named_parameters()))
+            print("noise-alone qkv_bias=%d step %3d: blocks.0.attn.qkv output rel %.3g, weight rel %.3g, "
+                  "loss %.6g vs %.6g, most distant parameter %s %.3g"
+                  % (qkv_bias, s, rel(outs[1]["qkv"], outs[0]["qkv"]), w, losses[0][-1], losses[1][-1],
+                     worst[1], worst[0]))
 
 
 if __name__ == "__main__":
