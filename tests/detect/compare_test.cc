@@ -213,6 +213,8 @@ TEST(CompareCommand, SettingsFileRoundTripsEveryRuleFlag) {
   c.spike_loss_ratio = 2.5;
   c.spike_grad_ratio = 6;
   c.stall_s = 30;
+  c.birth_gain = 4;
+  c.birth_ulps = 64;
   auto want = RuleFlagValues(c);
   // Every value differs from its default, so a field left out of the list shows.
   auto defaults = RuleFlagValues(RulesConfig{});

@@ -42,6 +42,10 @@ BENCH torch_overhead_ratio_inline  the same for a second Monitor with host_stats
                                "off" (all statistics on the training thread), measured
                                in the same rounds
 BENCH torch_overhead_ratio_inline_process_cpu  its whole-process CPU ratio
+BENCH torch_overhead_ratio_without_act_in  the same for a third Monitor whose watch leaves
+                               out "act_in" (modules' inputs, issue 14), same rounds
+BENCH torch_act_in_added_ms    median of lockstep step time - that Monitor's: what
+                               recording what each module received adds
 BENCH torch_overhead_vs_naive  median(lockstep - plain) / median(naive - plain) (target <= 0.33)
 BENCH torch_hooks_floor_ratio  median of floor step time / plain step time: the part of
                                torch_overhead_ratio that is torch's hook machinery
@@ -168,22 +172,26 @@ def main():
     # The same, computing every statistic on the training thread.
     mon_inline = lockstep.Monitor(run="torch-overhead-bench-inline", endpoint=endpoint,
                                   host_stats_thread="off")
-    monitors = {"lockstep": mon, "inline": mon_inline}
+    # The defaults without "act_in" (what each module received, issue 14): what
+    # recording modules' inputs adds, measured in the same rounds.
+    mon_no_in = lockstep.Monitor(run="torch-overhead-bench-no-act-in", endpoint=endpoint)
+    monitors = {"lockstep": mon, "inline": mon_inline, "no_act_in": mon_no_in}
 
     # The default kinds but "init": initial weights are recorded once per run (at the
     # first watch()), and this bench watches again every step, which would count every
     # parameter every step. Inputs ("input") are per step and stay in.
     per_step_kinds = tuple(k for k in _watch.DEFAULT_KINDS if k != "init")
 
-    def attacher(m_):
+    def attacher(m_, kinds=per_step_kinds):
         def attach_lockstep(m):
-            m_.watch(m, kinds=per_step_kinds)
+            m_.watch(m, kinds=kinds)
             w = m_._watches.pop()  # the bench removes it again after the step
             return [w]
         return attach_lockstep
 
     attach = {"plain": lambda m: [], "floor": attach_floor, "lockstep": attacher(mon),
-              "inline": attacher(mon_inline), "naive": attach_naive}
+              "inline": attacher(mon_inline), "naive": attach_naive,
+              "no_act_in": attacher(mon_no_in, tuple(k for k in per_step_kinds if k != "act_in"))}
     kinds = list(attach)
     x = torch.randn(BATCH, SEQ, SHAPE["d_in"])
     y = torch.randn(BATCH, SEQ)
@@ -231,6 +239,7 @@ def main():
     per_step = counters["tensors_recorded"] / lockstep_steps
     mon.close(timeout=5.0)
     mon_inline.close(timeout=5.0)
+    mon_no_in.close(timeout=5.0)
     if proc is not None:
         proc.terminate()
         proc.wait(timeout=10)
@@ -242,17 +251,19 @@ def main():
         rounds = list(zip(*(t[k] for k in kinds)))
         col = {k: i for i, k in enumerate(kinds)}
         pl, fl, lk, nv = (col[k] for k in ("plain", "floor", "lockstep", "naive"))
-        il = col["inline"]
+        il, ni = col["inline"], col["no_act_in"]
         ratio = statistics.median(r[lk] / r[pl] for r in rounds)
+        no_in = statistics.median(r[ni] / r[pl] for r in rounds)
+        in_added = statistics.median(r[lk] - r[ni] for r in rounds)
         inline = statistics.median(r[il] / r[pl] for r in rounds)
         floor = statistics.median(r[fl] / r[pl] for r in rounds)
         added = statistics.median(r[lk] - r[pl] for r in rounds)
         naive = statistics.median(r[nv] - r[pl] for r in rounds)
-        return ratio, floor, added, added / max(1e-12, naive), inline
+        return ratio, floor, added, added / max(1e-12, naive), inline, no_in, in_added
 
-    ratio, floor, ours, vs_naive, inline_ratio = figures(times)
-    cpu_ratio, cpu_floor, _, cpu_vs_naive, _ = figures(cpu_times)
-    proc_ratio, _, _, _, inline_proc_ratio = figures(proc_times)
+    ratio, floor, ours, vs_naive, inline_ratio, no_in_ratio, in_added = figures(times)
+    cpu_ratio, cpu_floor, _, cpu_vs_naive, _, _, _ = figures(cpu_times)
+    proc_ratio, _, _, _, inline_proc_ratio, _, _ = figures(proc_times)
     med = {k: statistics.median(v) for k, v in times.items()}
     print("collector: %s; steps: %d; threads: %d; OPENBLAS_NUM_THREADS=%s; host statistics "
           "thread: %s (%d of %d records; measured ratio %s); GLIBC_TUNABLES=%s; "
@@ -281,6 +292,8 @@ def main():
     print("BENCH torch_hooks_floor_ratio %.4f ratio" % floor)
     print("BENCH torch_overhead_ratio_inline %.4f ratio" % inline_ratio)
     print("BENCH torch_overhead_ratio_inline_process_cpu %.4f ratio" % inline_proc_ratio)
+    print("BENCH torch_overhead_ratio_without_act_in %.4f ratio" % no_in_ratio)
+    print("BENCH torch_act_in_added_ms %.3f ms" % (in_added * 1e3))
     print("BENCH torch_overhead_ratio %.4f ratio" % ratio)
     print("BENCH torch_overhead_vs_naive %.4f ratio" % vs_naive)
 

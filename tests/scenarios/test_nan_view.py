@@ -75,7 +75,7 @@ def test_top_and_compare_after_a_nan(tmp_path):
     rows = lines[hdr + 1:hdr + 11]
     assert sum("nonfinite" in r for r in rows) >= 5, text
     # KIND is never cut ("param_gra"): each row's kind is a whole kind name.
-    kinds = {"act", "act_grad", "param_grad", "param", "optim", "loss"}
+    kinds = {"act", "act_grad", "act_in", "param_grad", "param", "optim", "loss", "input"}
     assert all(r.split()[1] in kinds for r in rows if r.strip()), text
     # Times in ms, whole: no "7.8e-0".
     run_rows = {l.split()[0]: l for l in lines if l.startswith(("nanview-", "noloss-"))}

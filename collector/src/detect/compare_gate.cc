@@ -216,11 +216,13 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
   }
   v.lines.push_back(head);
 
-  // First divergence and its cause: the earliest tensor in execution order that drifts.
+  // First divergence and its cause: the op where the error is born, else the earliest
+  // tensor in execution order that drifts.
   if (r.diverged) {
     const auto& a = r.first_divergence;
     v.lines.push_back("first divergence (" + std::string(alerting::SeverityName(a.severity)) +
-                      "): " + Tail(WithWhere(a.message, a, onsets), "first divergent tensor "));
+                      "): " + Tail(Tail(WithWhere(a.message, a, onsets), "first divergent tensor "),
+                                   "the error is born in "));
   } else {
     v.lines.push_back("first divergence: none (no tensor drifted beyond its tolerance)");
   }

@@ -215,7 +215,9 @@ alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const
   a.metric = "added_error";
   a.error = b.output_error;
   a.threshold = b.explained;
-  const std::string label = ctx_->names->Label(b.op, static_cast<uint8_t>(Kind::kAct));
+  // As every tensor is named in messages: "name (Type, = alias) (kind, order N)".
+  const std::string label = ctx_->names->Label(b.op, static_cast<uint8_t>(Kind::kAct)) + " (" + a.kind +
+                            ", order " + std::to_string(b.out_c->order) + ")";
   const std::string at = " at step " + std::to_string(v.step) + " rank " + std::to_string(v.rank) + ": ";
   a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: the error is born in ";
   if (b.backward) {
