@@ -160,6 +160,17 @@ TEST_F(BirthTest, AContainerIsNamedOnlyWhenNoSubmoduleExplainsIt) {
   }
 }
 
+TEST_F(BirthTest, AContainerRoundsLikeItsCoarsestSubmodule) {
+  // bf16 autocast: the block's matmul rounds to bf16 (explained), and the block's fp32
+  // output (a residual add of it) carries that rounding: explained too.
+  Steps s(&names_);
+  s.Add("blk", Kind::kActIn, 0);
+  s.Add("blk.lin", Kind::kActIn, 0, DT::kF32, true);
+  s.Add("blk.lin", Kind::kAct, 3e-3, DT::kBF16);
+  s.Add("blk", Kind::kAct, 2e-3);
+  EXPECT_EQ(Analyze(s), -1) << BirthName(Analyze(s));
+}
+
 TEST_F(BirthTest, OneDifferingInputOfSeveralExplainsTheOutput) {
   Steps s(&names_);
   s.Add("op[0]", Kind::kActIn, 0);

@@ -152,22 +152,31 @@ def test_twins_are_silent(tmp_path):
     assert alerts == [], fmt_alerts(alerts)
 
 
-@pytest.mark.parametrize("qkv_bias", [False, True], ids=["no-qkv-bias", "qkv-bias"])
-def test_platform_noise_alone_is_silent_for_300_steps(tmp_path, qkv_bias):
+def test_platform_noise_alone_is_silent_for_300_steps(tmp_path):
     """Rounding-level noise on every op of the candidate (what another platform's kernels
-    do) is no divergence: no alert of any rule over 300 steps.
-
-    no-qkv-bias: the runs stay ~1.5e-6 apart for 300 steps (pure noise, no growth).
-    qkv-bias: the key bias's gradient is pure rounding noise that Adam turns into
-    lr-sized steps of random sign, so the key biases drift apart by ~1 % and
-    blocks.*.attn.qkv's output by ~1.5e-3 relative by step 299 (see the top). The
-    current rules (before issue 14) fire on this one: trend at step 7, first_divergence
-    "cause: op ... blocks.2.attn.qkv computes differently" at step 39, tensor_drift."""
-    exp = "birth-noise300-" + ("bias" if qkv_bias else "nobias")
-    alerts, _, b, c = run_pair(tmp_path, exp, LONG_STEPS, noise=True, qkv_bias=qkv_bias)
+    do) is no divergence: no alert of any rule over 300 steps. The runs stay ~1.5e-6
+    apart for 300 steps (pure noise, no growth). Before issue 14 the trend rule fired at
+    step 118 on head.bias's and blocks.2.mlp.fc2.bias's gradients: converging towards
+    zero, they scored more and more for the same rounding difference."""
+    alerts, _, b, c = run_pair(tmp_path, "birth-noise300", LONG_STEPS, noise=True, qkv_bias=False)
     assert b.losses != c.losses  # the noise is there
     assert max(abs(x - y) / abs(x) for x, y in zip(b.losses, c.losses)) < 1e-3
     assert alerts == [], "platform noise alone raised alerts:\n" + fmt_alerts(alerts)
+
+
+def test_platform_noise_with_a_key_bias_blames_the_weights_not_an_op(tmp_path):
+    """With a qkv bias the same noise is not harmless to the weights: the key bias's
+    gradient is mathematically zero, only rounding, and Adam turns it into lr-sized
+    steps of random sign, so the key biases drift ~1 % apart and blocks.*.attn.qkv's
+    output ~1.5e-3 relative by step 299 (see the top) -- a real difference in a tensor
+    (its key part; softmax ignores it). It may be reported, never as an op computing
+    differently and never as critical: the first divergence's cause is the weights."""
+    alerts, _, _, _ = run_pair(tmp_path, "birth-noise300-bias", LONG_STEPS, noise=True, qkv_bias=True)
+    text = fmt_alerts(alerts)
+    assert not [a for a in alerts if a["severity"] == "critical"], text
+    for a in alerts:
+        if a["rule"] == "first_divergence":
+            assert a["cause"] == "weights" and "computes differently" not in a["message"], text
 
 
 def test_bf16_autocast_candidate_is_not_critical(tmp_path):
@@ -261,8 +270,10 @@ def test_birth_compare_gives_the_live_answer(tmp_path):
     first = [x for x in rep["births"] if x["step"] == 0 and x["rank"] == 0]
     assert len(first) == 1, rep["births"]
     ops, op = first[0]["ops"], CHANGES[case][0]
-    ratios = [o["ratio"] for o in ops]
-    assert ratios == sorted(ratios, reverse=True), ops
+    # Ranked: the ops that add error of their own first, then by ratio.
+    key = [(o["born"], o["ratio"]) for o in ops]
+    assert key == sorted(key, reverse=True), ops
+    assert ops[0]["name"] == op and ops[0]["born"], ops
     assert all(o["pass"] in ("forward", "backward") for b in rep["births"] for o in b["ops"]), rep["births"]
     # The containers of the op (blocks.1.mlp, blocks.1) see the same error born inside
     # them and may rank above it (on this run blocks.1.mlp's ratio is ~18, the GELU's
@@ -272,5 +283,4 @@ def test_birth_compare_gives_the_live_answer(tmp_path):
     top = [o for o in ops if o["name"] not in containers]
     assert top and top[0]["name"] == op and top[0]["pass"] == "forward", ops
     assert top[0]["output_error"] > top[0]["input_error"] >= 0, ops
-    if any("born" in o for o in ops):  # a key the brief did not name; checked where present
-        assert [o["name"] for o in ops if o["born"]] == [op], ops
+    assert [o["name"] for o in ops if o["born"]] == [op], ops

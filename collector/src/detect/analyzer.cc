@@ -246,6 +246,7 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
     if (!finder) finder = std::make_unique<BirthFinder>(&names_, &opt_.rules);
     v.birth = finder->Analyze(bs, cs, p->birth_rows, peers, &p->births);
     v.births = &p->births;
+    v.birth_state = finder.get();
     if (p->birth_log.size() < kMaxBirthSteps && !p->births.empty()) {
       StepBirths sb;
       sb.step = cs.step;

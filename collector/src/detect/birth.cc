@@ -91,6 +91,21 @@ int64_t BirthFinder::OpOf(uint32_t name_id, Kind kind) {
   return op = names_->Find(name);
 }
 
+const std::vector<uint32_t>& BirthFinder::Ancestors(uint32_t op) {
+  if (op >= ancestors_.size()) ancestors_.resize(op + 1);
+  auto& [known, ids] = ancestors_[op];
+  if (!known) {
+    known = true;
+    std::string name = names_->Name(op);
+    for (auto cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
+      name.resize(cut);
+      const int64_t id = names_->Find(name);
+      if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
+    }
+  }
+  return ids;
+}
+
 void BirthFinder::MarkMoved(uint32_t op, std::vector<uint8_t>* moved) {
   // The op, and every enclosing module (a container's output moves with its child's
   // weights). Once per op: its ancestors were marked with it.
@@ -100,12 +115,7 @@ void BirthFinder::MarkMoved(uint32_t op, std::vector<uint8_t>* moved) {
     (*moved)[id] = 1;
   };
   mark(op);
-  std::string name = names_->Name(op);
-  for (auto cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
-    name.resize(cut);
-    const int64_t id = names_->Find(name);
-    if (id >= 0) mark(static_cast<uint32_t>(id));
-  }
+  for (uint32_t up : Ancestors(op)) mark(up);
 }
 
 bool BirthFinder::IsWithin(uint32_t inner, uint32_t outer) const {
@@ -184,6 +194,22 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
     }
   }
 
+  // A container computes with its submodules: their dtypes round its output too (a
+  // block whose bf16 matmuls feed an fp32 residual add), so it gets the coarsest.
+  for (const Acc& a : acc_) {
+    for (uint32_t up : Ancestors(a.op)) {
+      if (up < slot_stamp_.size() && slot_stamp_[up] == stamp_) {
+        Acc& c = acc_[slot_of_[up]];
+        c.prec = Coarser(c.prec, a.prec);
+      }
+    }
+  }
+
+  if (moved_since_.size() < moved_.size()) moved_since_.resize(moved_.size(), -1);
+  for (size_t i = 0; i < moved_.size(); ++i) {
+    if (moved_[i] && moved_since_[i] < 0) moved_since_[i] = static_cast<int64_t>(cs.step);
+  }
+
   // Forward: inputs -> output.
   for (const Acc& a : acc_) {
     if (!a.has_in || !a.has_out || std::isnan(a.in_err) || std::isnan(a.out_err) || Moved(a.op)) continue;
@@ -246,7 +272,7 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
     o.order = passed.row->c->order;
     o.out_b = passed.row->b;
     o.out_c = passed.row->c;
-    o.born = birth == nullptr && o.ratio > 1;
+    o.born = o.ratio > 1;
     ops->push_back(o);
     if (o.born && bwd < 0) bwd = static_cast<int64_t>(ops->size()) - 1;
   }
@@ -255,7 +281,11 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
     birth_op = (*ops)[static_cast<size_t>(bwd)].op;
   }
   const bool found = birth != nullptr || bwd >= 0;
-  std::stable_sort(ops->begin(), ops->end(), [](const OpBirth& x, const OpBirth& y) { return x.ratio > y.ratio; });
+  // Ranked: the ops that add error of their own first (a container explained by its
+  // child carries the child's error, not its own), then by ratio.
+  std::stable_sort(ops->begin(), ops->end(), [](const OpBirth& x, const OpBirth& y) {
+    return x.born != y.born ? x.born : x.ratio > y.ratio;
+  });
   if (!found) return -1;
   for (size_t i = 0; i < ops->size(); ++i) {
     if ((*ops)[i].born && (*ops)[i].backward == birth_backward && (*ops)[i].op == birth_op) return static_cast<int>(i);

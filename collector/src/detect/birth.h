@@ -16,14 +16,15 @@
 // normalization of a small-variance input). An op adds error of its own when
 // output_error > explained; the birth point is the earliest such op in execution
 // order, a container only when none of its submodules is one (the error is born in its
-// own code between them, e.g. a softmax written inline).
+// own code between them, e.g. a softmax written inline). A container's dtype is the
+// coarsest of its own and its submodules' (their rounding is in its output).
 //
 // Backward: the gradients of module outputs (act_grad) arrive in backward order; the
 // gradient an op passed on is the one recorded next (its input's gradient). An op
 // whose received gradient agrees while the next one differs beyond what it explains is
-// a backward birth point (a custom autograd Function with a different backward).
-// Judged only at a step whose forward has no birth point, and only for an op whose own
-// forward agrees.
+// a backward birth point (a custom autograd Function with a different backward). Judged
+// only for an op whose own forward agrees; named only at a step whose forward has no
+// birth point.
 //
 // Weights: an op with parameters is judged only while its weights are known to agree:
 // up to the first step after one of its parameters got a differing gradient (or a
@@ -40,6 +41,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "align/names.h"
@@ -87,6 +89,10 @@ class BirthFinder {
   int Analyze(const StepData& bs, const StepData& cs, const std::vector<BirthRow>& rows, const PeerScales& peers,
               std::vector<OpBirth>* ops);
 
+  // The step from which module `op`'s weights (or a submodule's) are known to differ,
+  // or -1: its output differing since then is not the op computing differently.
+  int64_t WeightsMovedSince(uint32_t op) const { return op < moved_since_.size() ? moved_since_[op] : -1; }
+
   // The relative distance of one row pair (docs/rules.md): NaN when not judged.
   static double RelError(const StepData& bs, const StatRow& b, const StepData& cs, const StatRow& c, double scale);
   // The unit roundoff of a dtype (fp32 2^-24); non-float and unknown dtypes as fp32.
@@ -107,6 +113,8 @@ class BirthFinder {
   int64_t OpOf(uint32_t name_id, Kind kind);
   Acc& Slot(uint32_t op);
   void MarkMoved(uint32_t op, std::vector<uint8_t>* moved);
+  // The interned modules enclosing `op`, innermost first (cached).
+  const std::vector<uint32_t>& Ancestors(uint32_t op);
   bool Moved(uint32_t op) const { return op < moved_.size() && moved_[op] != 0; }
   double Noise(DT prec, uint64_t width) const;
   bool IsWithin(uint32_t inner, uint32_t outer) const;  // inner is a submodule of outer
@@ -114,8 +122,10 @@ class BirthFinder {
   const NameTable* names_;
   const RulesConfig* cfg_;
   std::vector<int64_t> op_of_[2];  // name id -> op id: [0] for act_in, [1] for parameters; -2 unknown, -1 none
+  std::vector<std::pair<bool, std::vector<uint32_t>>> ancestors_;  // op id -> (known, ids)
   std::vector<uint8_t> moved_;       // op id -> its weights have moved apart (judged no more)
   std::vector<uint8_t> moved_next_;  // ... from the next step on
+  std::vector<int64_t> moved_since_; // op id -> the step moved_ was first set, or -1
   struct GradRow {
     const BirthRow* row;
     double err;

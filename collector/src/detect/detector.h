@@ -97,6 +97,7 @@ struct TensorTrack {
   uint32_t floor_n = 0;        // steps learned so far
   double floor = 0;            // max normalized score over the learning steps
   std::vector<float> recent;   // ring of the last trend_window scores
+  std::vector<float> recent_raw;  // and of score x l2 (the difference itself, not scaled by the tensor)
   uint32_t recent_pos = 0;
   uint8_t drift_level = 0;     // 0 none, 1 warned, 2 critical sent
   bool trend_fired = false;
@@ -134,6 +135,7 @@ struct PairStepView {
   // act_in records, or --birth-ulps 0).
   const std::vector<OpBirth>* births = nullptr;
   int birth = -1;
+  const BirthFinder* birth_state = nullptr;  // this rank's (weights moved apart), or null
 };
 
 class RunDetector {

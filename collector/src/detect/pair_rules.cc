@@ -290,6 +290,20 @@ std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedT
     inputs_agree = inputs_agree && !m.drifting();
   }
   if (std::string why = SetupCause(v, a, false); !why.empty()) return why;
+  // Its module's weights moved apart during training (a parameter's gradient differed
+  // earlier, even by rounding: Adam turns a gradient that is only rounding into full
+  // steps): that, not the op, makes its output differ.
+  const Kind kind = KeyKind(first.c->key);
+  if (v.birth_state != nullptr && (kind == Kind::kAct || kind == Kind::kActGrad)) {
+    const int64_t since = v.birth_state->WeightsMovedSince(KeyNameId(first.c->key));
+    if (since >= 0 && since <= static_cast<int64_t>(v.step)) {
+      a->cause = "weights";
+      return "the weights of " + ctx_->names->Display(KeyNameId(first.c->key)) + " have differed since step " +
+             std::to_string(since) +
+             " (a gradient of its parameters differed before: training moved them apart), so its output "
+             "differs without the op computing differently";
+    }
+  }
   if (inputs && inputs_agree) {
     a->cause = "op";
     return "the inputs and the setup agree: " + ctx_->names->Display(KeyNameId(first.c->key)) +
@@ -351,18 +365,27 @@ void TrendDetector::OnPairStep(const PairStepView& v) {
   for (MatchedTensor& m : *v.matched) {
     TensorTrack& t = *m.track;
     const float s = std::isfinite(m.eval.score) ? static_cast<float>(m.eval.score) : 1e30f;
+    // The score is the difference over the tensor's scale: a gradient converging to
+    // zero scores more and more while its rounding differences stay as they were. A
+    // growing divergence is a difference that grows, so both must grow.
+    const double l2 = std::isfinite(m.b->l2) ? m.b->l2 : 0.0;
+    const float raw = static_cast<float>(std::min(1e30, static_cast<double>(s) * l2));
     if (t.recent.size() < w) {
       t.recent.push_back(s);
+      t.recent_raw.push_back(raw);
       t.recent_pos = static_cast<uint32_t>(t.recent.size() % w);
       if (t.recent.size() < w) continue;
     } else {
       t.recent[t.recent_pos] = s;
+      t.recent_raw[t.recent_pos] = raw;
       t.recent_pos = static_cast<uint32_t>((t.recent_pos + 1) % w);
     }
     if (t.trend_fired || t.drift_level > 0 || m.drifting()) continue;
     // Oldest is at recent_pos (the slot to be overwritten next).
     const float oldest = t.recent[t.recent_pos];
     if (!(s >= cfg.trend_min * m.threshold) || !(oldest > 0) || s < cfg.trend_growth * oldest) continue;
+    const float oldest_raw = t.recent_raw[t.recent_pos];
+    if (oldest_raw > 0 && raw < cfg.trend_growth * oldest_raw) continue;
     size_t ups = 0;
     for (size_t i = 1; i < w; ++i) {
       if (t.recent[(t.recent_pos + i) % w] >= t.recent[(t.recent_pos + i - 1) % w]) ++ups;
