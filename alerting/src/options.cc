@@ -143,7 +143,8 @@ Status ValidateOptions(const AlertingOptions& o) {
       return Status::InvalidArgument(who + ": backoff base must be positive and not above its maximum");
     if (s.rate_per_min > 0 && s.burst < 1)
       return Status::InvalidArgument(who + ": rate-limit burst must be at least 1");
-    if (!s.ca_file.empty() && !std::filesystem::is_regular_file(s.ca_file))
+    std::error_code ec;  // the overload that cannot throw (a name too long, a loop...)
+    if (!s.ca_file.empty() && !std::filesystem::is_regular_file(s.ca_file, ec))
       return Status::InvalidArgument(who + ": CA file '" + s.ca_file +
                                      "' does not exist or is not a file");
     if (!s.secret.empty() && s.kind != SinkKind::kFeishu && s.kind != SinkKind::kDingTalk)

@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, uint64_t ma
   if (dir.empty()) return s;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
+  if (ec || !fs::is_directory(dir, ec))
     return Status::IOError("cannot create alert spool directory '" + dir +
                            "': " + (ec ? ec.message() : "not a directory") +
                            " (choose a writable --alert-spool-dir)");

@@ -237,7 +237,8 @@ Status Collector::Impl::Rebuild() {
   uint64_t files = 0, messages = 0, skipped = 0;
   for (const auto& entry : fs::directory_iterator(opts.data_dir, ec)) {
     const fs::path& p = entry.path();
-    if (p.extension() != runlog::kLogSuffix || !entry.is_regular_file()) continue;
+    std::error_code type_ec;  // not the listing's: an entry that cannot be stat-ed is skipped
+    if (p.extension() != runlog::kLogSuffix || !entry.is_regular_file(type_ec)) continue;
     std::string run = p.stem().string();
     if (!IsValidRunId(run)) continue;
     auto rec = LogWriter::Recover(p.string(), [&](const LogReader::Record& r) {

@@ -25,7 +25,8 @@ StatusOr<ReplayStats> ReplayLogs(const std::string& data_dir, MessageSink* sink,
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(data_dir, ec)) {
     const fs::path& p = entry.path();
-    if (p.extension() != runlog::kLogSuffix || !entry.is_regular_file()) continue;
+    std::error_code type_ec;  // not the listing's: an entry that cannot be stat-ed is skipped
+    if (p.extension() != runlog::kLogSuffix || !entry.is_regular_file(type_ec)) continue;
     if (!IsValidRunId(p.stem().string())) continue;
     auto r = LogReader::Open(p.string());
     if (!r.ok()) {
