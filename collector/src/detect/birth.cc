@@ -32,6 +32,13 @@ DT Coarser(DT a, DT b) {
   return ra <= rb ? a : b;
 }
 
+DT Finer(DT a, DT b) {
+  const int ra = PrecisionRank(a), rb = PrecisionRank(b);
+  if (ra < 0) return b;
+  if (rb < 0) return a;
+  return ra >= rb ? a : b;
+}
+
 }  // namespace
 
 double BirthFinder::UnitRoundoff(DT d) {
@@ -175,6 +182,8 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
         a.has_in = true;
         a.width = std::max(a.width, names_->Width(name));
         a.prec = Coarser(a.prec, prec);
+        a.in_b = Coarser(a.in_b, r.b->dtype);
+        a.in_c = Coarser(a.in_c, r.c->dtype);
         break;
       }
       case Kind::kActGrad:
@@ -217,7 +226,17 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
     o.op = a.op;
     o.input_error = a.in_err;
     o.output_error = a.out_err;
-    o.explained = cfg_->birth_gain * a.in_err + Noise(a.prec == DT::kUnknown ? DT::kF32 : a.prec, a.width);
+    o.dtype_b = a.out_b->dtype;
+    o.dtype_c = a.out_c->dtype;
+    // An op that hands on another float dtype in one run than in the other, from
+    // inputs of the same dtypes, changed the precision itself (a kernel with an fp16
+    // output): judged by the finer one, so its own rounding is what it adds.
+    DT prec = a.prec;
+    if (o.dtype_b != o.dtype_c && PrecisionRank(o.dtype_b) >= 0 && PrecisionRank(o.dtype_c) >= 0 && a.in_b == a.in_c) {
+      o.precision = true;
+      prec = Coarser(a.in_b, Finer(o.dtype_b, o.dtype_c));
+    }
+    o.explained = cfg_->birth_gain * a.in_err + Noise(prec == DT::kUnknown ? DT::kF32 : prec, a.width);
     o.ratio = o.output_error / o.explained;
     o.order = a.out_order;
     o.out_b = a.out_b;

@@ -12,7 +12,10 @@
 // with u the unit roundoff of the lowest-precision dtype among its inputs and output
 // in either run (fp32 2^-24, bf16 2^-8, ...) and width the last dimension of its input
 // (a reduction's length: a different summation order rounds differently, growing with
-// it). The gain allows an op to amplify the error it was handed (softmax, a
+// it). An op whose output has another dtype in one run than in the other, from inputs
+// of the same dtypes, changed the precision itself: it is judged by the finer dtype,
+// so the rounding to the coarser one is the error it adds (cause "precision"). The
+// gain allows an op to amplify the error it was handed (softmax, a
 // normalization of a small-variance input). An op adds error of its own when
 // output_error > explained; the birth point is the earliest such op in execution
 // order, a container only when none of its submodules is one (the error is born in its
@@ -76,6 +79,8 @@ struct OpBirth {
   const StatRow* out_b = nullptr;  // its output's rows (backward: the passed-on gradient's); valid this step
   const StatRow* out_c = nullptr;
   bool born = false;           // adds error of its own (and is not explained by a submodule)
+  bool precision = false;      // its output's dtype differs between the runs, its inputs' do not
+  DT dtype_b = DT::kUnknown, dtype_c = DT::kUnknown;  // its output's dtypes
 };
 
 // The rule's state for one (pair, rank): which ops' weights have moved apart.
@@ -104,6 +109,7 @@ class BirthFinder {
     bool has_in = false, has_out = false, has_grad = false;
     double in_err = 0, out_err = 0, grad_err = 0;
     DT prec = DT::kUnknown;  // the coarsest float dtype seen
+    DT in_b = DT::kUnknown, in_c = DT::kUnknown;  // the coarsest input dtype of each run
     uint64_t width = 0;
     uint32_t out_order = 0, grad_order = 0;
     const StatRow *out_b = nullptr, *out_c = nullptr;

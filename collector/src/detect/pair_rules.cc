@@ -226,12 +226,20 @@ alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const
                  G(b.ratio) + "x what rounding explains (" + G(b.explained) + "): its backward computes differently";
   } else {
     a.message += label + at + "its inputs agree (rel. distance " + G(b.input_error) + "), its output differs by " +
-                 G(b.output_error) + ", " + G(b.ratio) + "x what rounding explains (" + G(b.explained) +
-                 "): this operation computes differently";
+                 G(b.output_error) + ", " + G(b.ratio) + "x what rounding explains (" + G(b.explained) + "): ";
+    if (b.precision) {
+      a.message += std::string("it hands on ") + DTypeName(b.dtype_c) + " in " + ctx_->candidate + ", " +
+                   DTypeName(b.dtype_b) + " in " + ctx_->baseline + ": this operation rounds to another precision";
+    } else {
+      a.message += "this operation computes differently";
+    }
   }
   if (drifting > 0) a.message += "; " + std::to_string(drifting) + " tensor(s) beyond the tolerance at this step";
   const std::string why = SetupCause(v, &a, true);
-  if (why.empty()) {
+  if (b.precision) {
+    a.cause = "precision";
+    a.message += "; cause: precision" + (why.empty() ? std::string() : " (" + why + ")");
+  } else if (why.empty()) {
     a.cause = "op";
     a.message += "; cause: op";
   } else {
