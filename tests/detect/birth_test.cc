@@ -174,7 +174,10 @@ TEST_F(BirthTest, AContainerIsNamedOnlyWhenNoSubmoduleExplainsIt) {
     s.Add("attn.proj", Kind::kActIn, 3e-4);
     s.Add("attn.proj", Kind::kAct, 3e-4);
     s.Add("attn", Kind::kAct, 3e-4, DT::kF32, true);
-    EXPECT_EQ(BirthName(Analyze(s)), "attn");
+    const int i = Analyze(s);
+    EXPECT_EQ(BirthName(i), "attn");
+    ASSERT_GE(i, 0);
+    EXPECT_TRUE(ops_[i].container);  // "in its own code" in the message
   }
 }
 

@@ -248,6 +248,12 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
   const size_t n_fwd = ops->size();
   for (size_t i = 0; i < n_fwd; ++i) {
     if (!((*ops)[i].ratio > 1)) continue;
+    for (const Acc& a : acc_) {
+      if (a.op != (*ops)[i].op && IsWithin(a.op, (*ops)[i].op)) {
+        (*ops)[i].container = true;
+        break;
+      }
+    }
     for (size_t j = 0; j < n_fwd; ++j) {
       if (j != i && (*ops)[j].ratio > 1 && IsWithin((*ops)[j].op, (*ops)[i].op)) {
         (*ops)[i].born = false;

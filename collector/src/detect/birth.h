@@ -80,6 +80,7 @@ struct OpBirth {
   const StatRow* out_c = nullptr;
   bool born = false;           // adds error of its own (and is not explained by a submodule)
   bool precision = false;      // its output's dtype differs between the runs, its inputs' do not
+  bool container = false;      // has watched submodules (set for ops that add error)
   DT dtype_b = DT::kUnknown, dtype_c = DT::kUnknown;  // its output's dtypes
 };
 

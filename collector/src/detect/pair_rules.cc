@@ -232,6 +232,7 @@ alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const
                    DTypeName(b.dtype_b) + " in " + ctx_->baseline + ": this operation rounds to another precision";
     } else {
       a.message += "this operation computes differently";
+      if (b.container) a.message += " (in its own code: none of its submodules does)";
     }
   }
   if (drifting > 0) a.message += "; " + std::to_string(drifting) + " tensor(s) beyond the tolerance at this step";
