@@ -64,7 +64,7 @@ from torch import nn
 
 import lockstep
 from birth_models import CHANGES, PlatformNoise, TinyGPT, batches
-from scenario_lib import Collector, fmt_alerts
+from scenario_lib import Collector, Run, fmt_alerts
 
 CHANGE_STEPS = 4     # the birth is at step 0; a few more steps to see nothing else fires
 LONG_STEPS = 300     # platform noise alone: long enough for the weights to drift apart
@@ -73,42 +73,24 @@ DRIFT_RULES = {"first_divergence", "tensor_drift", "trend", "loss_drift"}
 SETUP_KEY = {"gelu-tanh": "module.blocks.1.mlp.act.approximate", "ln-eps": "module.blocks.1.ln2.eps"}
 
 
-class BirthRun:
-    """One watched training run of TinyGPT (as scenario_lib.Run, for this model)."""
+class BirthRun(Run):
+    """One watched training run of TinyGPT: scenario_lib.Run (its train_step and close),
+    for this model, with platform noise on the candidate."""
 
     def __init__(self, endpoint, run, role, experiment, state, change=None, noise=False,
-                 autocast=None, qkv_bias=True):
+                 autocast=None, qkv_bias=True):  # pylint: disable=super-init-not-called
         self.model = TinyGPT(change, qkv_bias=qkv_bias)
         self.model.load_state_dict(state)
         # before watch(): lockstep's hooks then see the noisy outputs (see PlatformNoise)
         self.noise = PlatformNoise(self.model) if noise else None
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.autocast = autocast
+        self.step_no = 0
         self.losses = []
         self.mon = lockstep.Monitor(run=run, role=role, experiment=experiment, endpoint=endpoint,
                                     strict=True)
         assert self.mon.enabled
         self.mon.watch(self.model, optimizer=self.opt)
-
-    def train_step(self, x, y):
-        if self.autocast is not None:
-            with torch.autocast("cpu", dtype=self.autocast):
-                out = self.model(x)
-            loss = nn.functional.mse_loss(out.float(), y)
-        else:
-            loss = nn.functional.mse_loss(self.model(x), y)
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad()
-        self.mon.step(loss=loss, lr=self.opt.param_groups[0]["lr"])
-        self.losses.append(loss.item())
-
-    def close(self):
-        ok = self.mon.close(timeout=10.0)
-        counters = self.mon.counters()
-        assert counters["python_errors"] == 0, counters["last_python_error"]
-        assert counters["records_dropped"] == 0, counters
-        return ok
 
 
 def run_pair(tmp_path, exp, steps, change=None, noise=False, autocast=None, extra_args=(),

@@ -56,6 +56,15 @@ def _eager(fn):
         return fn
 
 
+def _pre_hook(module, fn):
+    """Registers fn(module, args, kwargs=None) as a forward pre-hook (run eagerly under
+    torch.compile); torch < 2.0 has no kwargs there, and fn gets the positional ones."""
+    try:  # torch >= 2.0: kwargs too
+        return module.register_forward_pre_hook(_eager(fn), with_kwargs=True)
+    except TypeError:
+        return module.register_forward_pre_hook(_eager(lambda m, args: fn(m, args)))
+
+
 # torch < 2.0 keeps a tensor's hooks on the graph node it had when its first hook was
 # registered: a hook registered after an in-place op (``nn.ReLU(inplace=True)``'s output,
 # a block ending in ``out += identity``) then gets the gradient of the value before the
@@ -254,12 +263,7 @@ class Watch:
                 sess.guard.fail("the input hook of " + name, e)
             return None
 
-        hook = _eager(pre_hook)
-        try:  # torch >= 2.0: kwargs too
-            self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-        except TypeError:
-            self.handles.append(module.register_forward_pre_hook(
-                _eager(lambda m, args: pre_hook(m, args))))
+        self.handles.append(_pre_hook(module, pre_hook))
 
     def _hook_inputs(self, ref, n, model, want_input):
         """A forward pre-hook on the root: the data fed to the model (its tensor args
@@ -304,12 +308,7 @@ class Watch:
                 sess.guard.fail("the input hook of the watched model", e)
             return None
 
-        hook = _eager(pre_hook)
-        try:  # torch >= 2.0: kwargs too
-            self.handles.append(model.register_forward_pre_hook(hook, with_kwargs=True))
-        except TypeError:
-            self.handles.append(model.register_forward_pre_hook(
-                _eager(lambda m, args: pre_hook(m, args))))
+        self.handles.append(_pre_hook(model, pre_hook))
 
     def record_initial(self):
         """Every parameter once, before the first update (kind "param" at the current
