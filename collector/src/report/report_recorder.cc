@@ -13,11 +13,13 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// The heatmap groups rows as the job runs: forward activations, backward activation
+// The heatmap groups rows as the job runs: forward activations (what modules produced
+// and, among them, what they received that no module produced), backward activation
 // gradients, parameter gradients, then anything else.
 int GroupOf(Kind k) {
   switch (k) {
-    case Kind::kAct: return 0;
+    case Kind::kAct:
+    case Kind::kActIn: return 0;
     case Kind::kActGrad: return 1;
     case Kind::kParamGrad: return 2;
     default: return 3;
