@@ -224,7 +224,7 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
                       "): " + Tail(Tail(WithWhere(a.message, a, onsets), "first divergent tensor "),
                                    "the error is born in "));
   } else {
-    v.lines.push_back("first divergence: none (no tensor drifted beyond its tolerance)");
+    v.lines.push_back("first divergence: none (no tensor drifted beyond its tolerance, no op added error of its own)");
   }
   // First NaN/Inf and the tensor that produced it (the earliest non-finite in order).
   const alerting::Alert* nf = nullptr;
