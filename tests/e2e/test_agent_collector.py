@@ -139,8 +139,11 @@ def test_collector_killed_and_restarted_counts_the_gap_exactly(tmp_path):
     endpoint = f"tcp://127.0.0.1:{port}"
     col = Collector(tmp_path, listen=endpoint)
     # Scaled: the run must outlast the kill and a (slower, sanitized) collector's restart.
+    # A send HWM that outlasts the downtime (freeze, kill, a sanitized collector's restart
+    # on a loaded 2-core machine: several seconds at ~600 messages/s), so what is lost is
+    # only what sat in the kernel's socket buffers, never a refusal.
     proc = loadgen(endpoint, "e2e-kill", "--tensors", 20, "--steps", 600 * TIME_SCALE, "--steps-per-s", 200,
-                   "--close-timeout-ms", 10000)
+                   "--close-timeout-ms", 10000, "--send-hwm", 50000)
     log_path = col.log("e2e-kill")
     deadline = time.monotonic() + 20
     while not (log_path.exists() and log_path.stat().st_size > 50_000):
