@@ -242,6 +242,83 @@ TEST(Analyzer, FirstDivergenceNamesEarliestDriftingTensorWithBothValues) {
   EXPECT_EQ(r[0].tensors[2].first_drift_step, 7);
 }
 
+// Issue 14: a chain of ops layers.0 -> ... -> layers.4, each recording what it received
+// (act_in: the data for layers.0, a repeat of the previous op's output after it). From
+// step 3 the candidate's layers.2 computes 2e-4 differently, under the fp32 tolerance,
+// and every op after it inherits the error.
+std::vector<uint8_t> ChainStepMsg(StreamBuilder& sb, uint64_t step, bool cand) {
+  auto out = [&](int i) {
+    auto v = Values(i < 0 ? 99 : i, step);
+    if (cand && step >= 3 && i >= 2)
+      for (double& x : v) x *= 1 + 2e-4;
+    return v;
+  };
+  std::vector<FakeStat> stats;
+  for (int i = 0; i < kTensors; ++i) {
+    auto in = FakeStat::Vec(kTensors + i, out(i - 1));
+    in.order = 2 * i;
+    if (i > 0) in.flags = static_cast<uint8_t>(wire::StatFlags::kRepeat);
+    stats.push_back(in);
+    auto o = FakeStat::Vec(i, out(i));
+    o.order = 2 * i + 1;
+    stats.push_back(o);
+  }
+  return sb.Stats(step, stats);
+}
+
+TEST(Analyzer, FirstDivergenceNamesTheOpWhereTheErrorIsBornBelowTheTolerance) {
+  Harness h;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  auto dir = Model();
+  for (int i = 0; i < kTensors; ++i) {
+    dir.push_back(FakeTensor{"layers." + std::to_string(i), wire::TensorKind::ActIn, wire::DType::F32,
+                             static_cast<uint32_t>(kTensors + i)});
+  }
+  for (StreamBuilder* sb : {&b, &c}) {
+    h.Feed(sb->Hello());
+    h.Feed(sb->Directory(dir));
+  }
+  constexpr uint64_t kSteps = 8;
+  for (uint64_t s = 0; s < kSteps; ++s) {
+    FakeScalars sc;
+    sc.loss = 2.0;
+    h.Feed(ChainStepMsg(b, s, false));
+    h.Feed(b.Scalars(s, sc));
+    h.Feed(ChainStepMsg(c, s, true));
+    h.Feed(c.Scalars(s, sc));
+  }
+  h.Feed(b.Goodbye(kSteps - 1));
+  h.Feed(c.Goodbye(kSteps - 1));
+  h.an->Finish();
+
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(h.Count("first_divergence"), 1u);
+  EXPECT_EQ(fd->step, 3u);
+  EXPECT_EQ(fd->tensor, "layers.2");  // not layers.3/4, which only carry it on
+  EXPECT_EQ(fd->kind, "act");
+  EXPECT_EQ(fd->severity, alerting::Severity::kWarning);  // 2e-4: under the tolerance
+  EXPECT_EQ(fd->cause, "op");
+  EXPECT_EQ(fd->metric, "added_error");
+  EXPECT_NEAR(fd->error, 2e-4, 2e-5);
+  EXPECT_NE(fd->message.find("the error is born in layers.2"), std::string::npos) << fd->message;
+  EXPECT_NE(fd->message.find("its inputs agree (rel. distance 0)"), std::string::npos) << fd->message;
+  EXPECT_EQ(h.Count("tensor_drift"), 0u) << h.Dump();
+
+  // The report ranks each step's ops: at step 3 layers.2 first, the only one born.
+  auto r = h.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(r[0].births.size(), kSteps);
+  const BirthReport& at3 = r[0].births[3];
+  EXPECT_EQ(at3.step, 3u);
+  ASSERT_FALSE(at3.ops.empty());
+  EXPECT_EQ(at3.ops[0].name, "layers.2");
+  EXPECT_EQ(at3.ops[0].pass, "forward");
+  EXPECT_TRUE(at3.ops[0].born);
+  for (size_t i = 1; i < at3.ops.size(); ++i) EXPECT_FALSE(at3.ops[i].born) << at3.ops[i].name;
+  for (const auto& o : r[0].births[2].ops) EXPECT_EQ(o.output_error, 0) << o.name;  // before: identical
+}
+
 TEST(Analyzer, WrapperPrefixesAreStrippedBeforeMatching) {
   Harness h;
   RunPair(h, 10, nullptr, "module._orig_mod.");
