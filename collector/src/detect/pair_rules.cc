@@ -202,10 +202,11 @@ void FirstDivergenceDetector::Decide(bool force) {
 
 alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const {
   // Critical when the op's own output (its passed-on gradient) is also beyond the hard
-  // tolerance; a repeat row (a container's output) is judged as its producer.
+  // tolerance. A repeat row is not among the matched (it is not judged twice): an op
+  // whose output repeats another's stays a warning here.
   bool crosses = false;
   for (const MatchedTensor& m : *v.matched) {
-    if (m.c == b.out_c) crosses = m.eval.score >= ctx_->cfg->critical_factor * m.threshold || m.drifting();
+    if (m.c == b.out_c) crosses = m.drifting();
   }
   auto a = ctx_->Make(rule(), crosses ? Severity::kCritical : Severity::kWarning, v.step, v.rank);
   a.tensor = ctx_->names->Name(b.op);
