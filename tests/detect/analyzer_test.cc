@@ -414,6 +414,21 @@ TEST(Analyzer, OverflowPastFp16RangeWarnsBeforeAnyNan) {
   EXPECT_EQ(h.Count("overflow"), 1u);  // once per tensor
 }
 
+TEST(Analyzer, AnAdditiveMaskAtFp32sOwnMinimumIsNoOverflow) {
+  // transformers' eager attention mask: torch.finfo(float32).min where masked. In an fp16
+  // run it is fp16's own minimum, so "would overflow fp16" would be a false alarm on
+  // every step of every such model; a value past fp16's range that is not the dtype's
+  // extreme still warns.
+  Harness h;
+  RunPair(h, 6, [](uint64_t s, int t, std::vector<double>* v) {
+    if (t == 2) (*v)[0] = (*v)[1] = -3.4028234663852886e38;
+    if (s >= 3 && t == 3) (*v)[0] = 70000.0;
+  });
+  ASSERT_EQ(h.Count("overflow"), 1u) << h.Dump();
+  EXPECT_EQ(h.First("overflow")->tensor, "layers.3");
+  EXPECT_EQ(h.First("overflow")->step, 3u);
+}
+
 TEST(Analyzer, SaturatedLowPrecisionTensorIsCritical) {
   Harness h;
   StreamBuilder a("solo1", "exp", wire::Role::Solo);

@@ -25,6 +25,15 @@ std::string TensorLabel(const RunCtx& ctx, const StatRow& r) {
   return s;
 }
 
+// A tensor holding its own dtype's extreme finite value on purpose: an additive attention
+// mask (transformers' causal mask is torch.finfo(dtype).min where a position is masked).
+// A run in fp16 builds it with fp16's own minimum, so it does not overflow there; and in
+// fp32 or fp64 nothing computed lands exactly on the extreme (an overflow gives inf).
+bool HoldsOwnExtreme(const StatRow& r) {
+  const double m = DTypeMaxFinite(r.dtype);
+  return m > 0 && !IsLowPrecisionFloat(r.dtype) && (r.min == -m || r.max == m);
+}
+
 void FillTensor(const RunCtx& ctx, const StatRow& r, alerting::Alert* a) {
   a->tensor = ctx.names->Name(KeyNameId(r.key));
   a->kind = KindName(KeyKind(r.key));
@@ -109,7 +118,7 @@ void OverflowDetector::OnStep(const StepData& s) {
       sev = Severity::kCritical;
       limit = DTypeMaxFinite(r->limit_dtype);
       why = std::to_string(r->sat_count) + " value(s) past " + DTypeName(r->limit_dtype) + "'s range";
-    } else if (r->sat_count > 0 && cfg.overflow_fp32_limit) {
+    } else if (r->sat_count > 0 && cfg.overflow_fp32_limit && !HoldsOwnExtreme(*r)) {
       limit = DTypeMaxFinite(r->limit_dtype);
       why = std::to_string(r->sat_count) + " value(s) would overflow " + DTypeName(r->limit_dtype) +
             " (|x| > " + Fmt("%g", limit) + ")";
