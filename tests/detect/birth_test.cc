@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -272,6 +273,130 @@ TEST_F(BirthTest, AForwardBirthPointComesBeforeABackwardOne) {
   ASSERT_GE(i, 0);
   EXPECT_EQ(BirthName(i), "a");
   EXPECT_FALSE(ops_[i].backward);
+}
+
+// A block around a module with three inputs and two outputs (nn.MultiheadAttention:
+// query, key, value -> (output, weights)), named as the agent names them: inputs
+// `in(i)` (in(0) = "blk.attn(0)"; older logs: "blk.attn[0]"), outputs "blk.attn[i]".
+// The types are those the agent declares (an input's and an element's are the module's).
+void TupleBlock(NameTable* names, Steps& s, const std::string& in0, const std::string& in1,
+                const std::string& in2, double out0_err, double out1_err) {
+  for (const auto& n : {in0, in1, in2, std::string("blk.attn[0]"), std::string("blk.attn[1]")}) {
+    names->SetModuleType(names->Intern(n), "MultiheadAttention");
+  }
+  names->SetModuleType(names->Intern("blk"), "Block");
+  s.Add("blk", Kind::kActIn, 0);
+  s.Add(in0, Kind::kActIn, 0, DT::kF32, true);
+  s.Add(in1, Kind::kActIn, 0, DT::kF32, true);
+  s.Add(in2, Kind::kActIn, 0, DT::kF32, true);
+  s.Add("blk.attn[0]", Kind::kAct, out0_err);
+  s.Add("blk.attn[1]", Kind::kAct, out1_err);
+  s.Add("blk", Kind::kAct, std::max(out0_err, out1_err));  // a residual add of attn[0]
+}
+
+TEST_F(BirthTest, AModuleWithSeveralInputsAndATupleOutputIsJudged) {
+  Steps s(&names_);
+  TupleBlock(&names_, s, "blk.attn(0)", "blk.attn(1)", "blk.attn(2)", 3e-4, 0);
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "blk.attn");
+  EXPECT_EQ(names_.Display(ops_[i].op), "blk.attn (MultiheadAttention)");
+  EXPECT_FALSE(ops_[i].container);  // the block is explained by it, not "in its own code"
+  EXPECT_NEAR(ops_[i].output_error, 3e-4, 1e-6);
+  EXPECT_EQ(ops_[i].input_error, 0);
+  ASSERT_NE(ops_[i].out_c, nullptr);
+  EXPECT_EQ(names_.Name(KeyNameId(ops_[i].out_c->key)), "blk.attn[0]");
+  EXPECT_EQ(ops_[i].order, ops_[i].out_c->order);
+  for (const OpBirth& o : ops_) {
+    EXPECT_NE(names_.Name(o.op), "blk.attn[0]");  // an element is no op of its own
+    if (names_.Name(o.op) == "blk") EXPECT_FALSE(o.born);
+  }
+}
+
+TEST_F(BirthTest, TheLargestErrorAmongTheOutputsIsTheOutputError) {
+  // Only the second output (the attention weights) differs: it is the op's output too.
+  Steps s(&names_);
+  TupleBlock(&names_, s, "blk.attn(0)", "blk.attn(1)", "blk.attn(2)", 0, 5e-4);
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "blk.attn");
+  EXPECT_NEAR(ops_[i].output_error, 5e-4, 1e-6);
+  EXPECT_EQ(names_.Name(KeyNameId(ops_[i].out_c->key)), "blk.attn[1]");
+  // Its order is the first output's: it comes before anything computed from either.
+  EXPECT_LT(ops_[i].order, ops_[i].out_c->order);
+}
+
+TEST_F(BirthTest, OlderLogsNameSeveralInputsWithBrackets) {
+  // Before inputs were named "attn(0)", they were "attn[0]": the same string as the
+  // first output element (another kind). The act_in row is still an input of blk.attn.
+  Steps s(&names_);
+  TupleBlock(&names_, s, "blk.attn[0]", "blk.attn[1]", "blk.attn[2]", 3e-4, 0);
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "blk.attn");
+  EXPECT_NEAR(ops_[i].output_error, 3e-4, 1e-6);
+}
+
+TEST_F(BirthTest, KeywordAndNestedInputsBelongToTheModule) {
+  // torch >= 2.0: keyword inputs (attn(attention_mask)) and the elements of a tuple
+  // argument (attn(position_embeddings)[0]); one of them differing explains the output.
+  Steps s(&names_);
+  s.Add("attn(hidden_states)", Kind::kActIn, 0);
+  s.Add("attn(position_embeddings)[0]", Kind::kActIn, 1e-3);
+  s.Add("attn(position_embeddings)[1]", Kind::kActIn, 0);
+  s.Add("attn[0]", Kind::kAct, 1e-3);
+  EXPECT_EQ(Analyze(s), -1);
+  ASSERT_EQ(ops_.size(), 1u);
+  EXPECT_EQ(names_.Name(ops_[0].op), "attn");
+  EXPECT_NEAR(ops_[0].input_error, 1e-3, 1e-5);
+  Steps t(&names_);
+  t.Add("attn(hidden_states)", Kind::kActIn, 0);
+  t.Add("attn(position_embeddings)[0]", Kind::kActIn, 0);
+  t.Add("attn(position_embeddings)[1]", Kind::kActIn, 0);
+  t.Add("attn[0]", Kind::kAct, 1e-3);
+  EXPECT_EQ(BirthName(Analyze(t)), "attn");
+}
+
+TEST_F(BirthTest, RoundingInEveryOutputIsExplained) {
+  // Platform noise: each output differs by a few units of fp32 roundoff.
+  Steps s(&names_);
+  TupleBlock(&names_, s, "blk.attn(0)", "blk.attn(1)", "blk.attn(2)", 1e-6, 1.5e-6);
+  EXPECT_EQ(Analyze(s), -1) << BirthName(Analyze(s));
+  bool judged = false;
+  for (const OpBirth& o : ops_) judged = judged || names_.Name(o.op) == "blk.attn";
+  EXPECT_TRUE(judged);
+}
+
+TEST_F(BirthTest, ATupleOutputModuleWhoseWeightsMovedIsNoBirthPoint) {
+  // Its parameter's row comes first in the step (before the input that interns
+  // "blk.attn"): the weights are still its.
+  auto step = [&](double grad_err, double out_err) {
+    Steps s(&names_);
+    s.Add("blk.attn.in_proj_weight", Kind::kParamGrad, grad_err);
+    TupleBlock(&names_, s, "blk.attn(0)", "blk.attn(1)", "blk.attn(2)", out_err, 0);
+    return Analyze(s);
+  };
+  EXPECT_EQ(step(1e-6, 0), -1);
+  EXPECT_EQ(step(0, 5e-4), -1);
+  for (const OpBirth& o : ops_) ADD_FAILURE() << "judged " << names_.Name(o.op);
+  EXPECT_GE(finder_.WeightsMovedSince(static_cast<uint32_t>(names_.Find("blk.attn"))), 0);
+}
+
+TEST_F(BirthTest, NamedtupleFieldsAreOutputsAndChildModulesAreNot) {
+  // heads returns a namedtuple (heads.logits, heads.aux); heads.proj is a submodule
+  // with its own type (an int input: no act_in) that differs too.
+  for (const char* n : {"heads", "heads.logits", "heads.aux"}) names_.SetModuleType(names_.Intern(n), "Heads");
+  names_.SetModuleType(names_.Intern("heads.proj"), "Embedding");
+  Steps s(&names_);
+  s.Add("heads", Kind::kActIn, 0);
+  s.Add("heads.proj", Kind::kAct, 1e-2);
+  s.Add("heads.logits", Kind::kAct, 2e-4);
+  s.Add("heads.aux", Kind::kAct, 0);
+  const int i = Analyze(s);
+  ASSERT_GE(i, 0);
+  EXPECT_EQ(BirthName(i), "heads");
+  EXPECT_NEAR(ops_[i].output_error, 2e-4, 1e-6);  // not heads.proj's 1e-2
+  EXPECT_TRUE(ops_[i].container);  // heads.proj is a submodule
 }
 
 TEST_F(BirthTest, NonFiniteOnOneSideIsAnInfiniteError) {

@@ -649,7 +649,7 @@ def test_the_model_does_not_keep_its_monitor_alive_and_its_hooks_become_no_ops()
 
 
 class _TwoInputs(nn.Module):
-    """A module called with two tensors and an int: inputs [0] and [1]."""
+    """A module called with two tensors and an int: inputs (0) and (1)."""
 
     def forward(self, a, b, scale=1):
         return (a * b) * scale
@@ -677,19 +677,20 @@ def test_module_inputs_are_recorded_once_and_repeated_when_they_are_the_output_b
     got = {(r["name"], r["kind"]): r for r in recs}
     # The root's inputs are kind "input", not act_in; every other module's are act_in.
     assert ("<root>", "act_in") not in got
-    assert {"lin", "act", "mul[0]", "mul[1]", "mul#1[0]", "mul#1[1]"} == \
+    # Several inputs are named by position (mul(0)), never like an output element (mul[0]).
+    assert {"lin", "act", "mul(0)", "mul(1)", "mul#1(0)", "mul#1(1)"} == \
         {n for n, k in got if k == "act_in"}, sorted(got)
     # What `act` received is lin's output (a repeat, computed once), recorded before the
     # in-place ReLU changed it; mul's first input is act's output (a repeat again).
     assert got[("act", "act_in")]["stats"].get("repeat") is True
     assert plain_stats(got[("act", "act_in")]["stats"]) == plain_stats(got[("lin", "act")]["stats"])
-    assert got[("mul[0]", "act_in")]["stats"].get("repeat") is True
+    assert got[("mul(0)", "act_in")]["stats"].get("repeat") is True
     # x + 1 is computed in the parent's code: a record of its own, with x + 1's statistics.
-    assert not got[("mul[1]", "act_in")]["stats"].get("repeat", False)
-    assert got[("mul[1]", "act_in")]["stats"]["mean"] == pytest.approx((x + 1).mean().item(), rel=1e-6)
+    assert not got[("mul(1)", "act_in")]["stats"].get("repeat", False)
+    assert got[("mul(1)", "act_in")]["stats"]["mean"] == pytest.approx((x + 1).mean().item(), rel=1e-6)
     # Each module's inputs come before its output in execution order.
     assert got[("lin", "act_in")]["order"] < got[("lin", "act")]["order"]
-    assert got[("mul#1[1]", "act_in")]["order"] < got[("mul#1", "act")]["order"]
+    assert got[("mul#1(1)", "act_in")]["order"] < got[("mul#1", "act")]["order"]
 
 
 def test_module_inputs_are_not_recorded_outside_training():

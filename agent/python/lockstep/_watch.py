@@ -26,7 +26,7 @@ import importlib
 import torch
 
 from lockstep import _session
-from lockstep._names import NameFilter, module_name, output_tensors
+from lockstep._names import NameFilter, input_names, module_name, output_tensors
 from lockstep._recorder import KIND
 
 _DISABLE = []  # [torch.compiler.disable or None], looked up once
@@ -219,8 +219,9 @@ class Watch:
     def _hook_module_inputs(self, ref, module, name):
         """A forward pre-hook on a module (not the root): its floating-point tensor
         arguments as kind "act_in", named like its output (``name``, with the call
-        suffix the forward hook will give it); several tensors: ``name[0]``, ``name[1]``,
-        ``name[key]``. Recomputation inside backward records only the calls its forward
+        suffix the forward hook will give it); several tensors by where they were passed:
+        ``name(0)``, ``name(1)``, ``name(key)`` (_names.input_names; keywords on torch
+        >= 2.0 only). Recomputation inside backward records only the calls its forward
         did not (as the forward hook decides)."""
         root = self.model
         rec = self.rec
@@ -243,22 +244,8 @@ class Watch:
                         sess.new_micro()
                     n = sess.calls.get(name, 0)
                 base = name if n == 0 else "%s#%d" % (name, n)
-                items = []
-                for t in args:
-                    if isinstance(t, torch.Tensor):
-                        if t.is_floating_point():
-                            items.append(t)
-                    elif isinstance(t, (tuple, list)):  # e.g. one tuple of tensors
-                        items.extend(x for x in t if isinstance(x, torch.Tensor)
-                                     and x.is_floating_point())
-                if kwargs:
-                    items.extend(x for x in kwargs.values() if isinstance(x, torch.Tensor)
-                                 and x.is_floating_point())
-                if len(items) == 1:
-                    rec.record(base, kind, items[0])
-                else:
-                    for i, t in enumerate(items):
-                        rec.record("%s[%d]" % (base, i), kind, t)
+                for item_name, t in input_names(base, args, kwargs):
+                    rec.record(item_name, kind, t)
             except Exception as e:  # pylint: disable=broad-except
                 sess.guard.fail("the input hook of " + name, e)
             return None

@@ -79,30 +79,87 @@ double BirthFinder::Noise(DT prec, uint64_t width) const {
 }
 
 int64_t BirthFinder::OpOf(uint32_t name_id, Kind kind) {
-  auto& cache = op_of_[kind == Kind::kActIn ? 0 : 1];
-  if (name_id >= cache.size()) cache.resize(name_id + 1, -2);
+  const int which = kind == Kind::kActIn ? 0 : 1;
+  auto& cache = op_of_[which];
+  auto& none_since = no_since_[which];
+  if (name_id >= cache.size()) {
+    cache.resize(name_id + 1, -2);
+    none_since.resize(name_id + 1, 0);
+  }
   int64_t& op = cache[name_id];
-  if (op != -2) return op;
+  if (op >= 0 || (op == -1 && none_since[name_id] == Known())) return op;
   std::string name = names_->Name(name_id);
   if (kind == Kind::kActIn) {
-    // "blocks.0.attn[1]": the second input of blocks.0.attn.
-    if (!name.empty() && name.back() == ']') {
-      const auto cut = name.rfind('[');
-      if (cut != std::string::npos) name.resize(cut);
+    // "blocks.0.attn(1)", "blocks.0.attn(mask)[0]": inputs of blocks.0.attn; so is
+    // "blocks.0.attn[1]" in logs written before that naming. Neither "(" nor "[" occurs
+    // in a module path.
+    auto cut = name.find('(');
+    if (cut == std::string::npos && !name.empty() && name.back() == ']') cut = name.find('[');
+    if (cut != std::string::npos) {
+      name.resize(cut);
+      if (names_->Find(name) < 0) {
+        // A module with several inputs and several outputs: no tensor has its name.
+        const std::string type = names_->ModuleType(name_id);
+        const uint32_t id = names_->Intern(name);
+        if (!type.empty()) names_->SetModuleType(id, type);
+      }
     }
   } else {
     const auto cut = name.rfind('.');  // "fc1.weight" -> "fc1"
-    if (cut == std::string::npos) return op = -1;
+    if (cut == std::string::npos) {
+      none_since[name_id] = Known();
+      return op = -1;
+    }
     name.resize(cut);
   }
-  return op = names_->Find(name);
+  op = names_->Find(name);
+  if (op < 0) none_since[name_id] = Known();
+  return op;
+}
+
+int64_t BirthFinder::ElementOf(uint32_t name_id) {
+  auto& cache = op_of_[2];
+  auto& none_since = no_since_[2];
+  if (name_id >= cache.size()) {
+    cache.resize(name_id + 1, -2);
+    none_since.resize(name_id + 1, 0);
+  }
+  int64_t& op = cache[name_id];
+  if (op >= 0 || (op == -1 && none_since[name_id] == Known())) return op;
+  auto with_inputs = [&](const std::string& n) -> int64_t {
+    const int64_t id = names_->Find(n);
+    return id >= 0 && static_cast<size_t>(id) < has_inputs_.size() && has_inputs_[static_cast<size_t>(id)] ? id : -1;
+  };
+  // "heads.logits": a namedtuple field of heads, unless it is a module of its own (it
+  // has inputs, or a module type other than heads': a field's type is its module's).
+  auto field_of = [&](const std::string& n) -> int64_t {
+    const auto cut = n.rfind('.');
+    if (cut == std::string::npos) return -1;
+    const int64_t id = with_inputs(n.substr(0, cut));
+    if (id < 0 || with_inputs(n) >= 0) return -1;
+    const std::string& type = names_->ModuleType(name_id);
+    return !type.empty() && type == names_->ModuleType(static_cast<uint32_t>(id)) ? id : -1;
+  };
+  const std::string name = names_->Name(name_id);
+  const auto bracket = name.find('[');  // "attn[0]", "out[logits]", "heads.out[0]"
+  if (bracket != std::string::npos) {
+    const std::string base = name.substr(0, bracket);
+    op = with_inputs(base);
+    if (op < 0) op = field_of(base);
+  } else {
+    op = field_of(name);
+  }
+  if (op < 0) none_since[name_id] = Known();
+  return op;
 }
 
 const std::vector<uint32_t>& BirthFinder::Ancestors(uint32_t op) {
   if (op >= ancestors_.size()) ancestors_.resize(op + 1);
   auto& [known, ids] = ancestors_[op];
-  if (!known) {
-    known = true;
+  // Looked up again when names were added since (an op interned by OpOf).
+  if (known != names_->size() + 1) {
+    known = names_->size() + 1;
+    ids.clear();
     std::string name = names_->Name(op);
     for (auto cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
       name.resize(cut);
@@ -150,6 +207,7 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
   ops->clear();
   acc_.clear();
   grads_.clear();
+  params_.clear();
   ++stamp_;
   // Weights that got a differing gradient last step differ from this step on.
   if (moved_.size() < moved_next_.size()) moved_.resize(moved_next_.size(), 0);
@@ -176,6 +234,11 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
       case Kind::kActIn: {
         const int64_t op = OpOf(name, kind);
         if (op < 0) break;
+        if (static_cast<size_t>(op) >= has_inputs_.size()) has_inputs_.resize(static_cast<size_t>(op) + 1, 0);
+        if (!has_inputs_[static_cast<size_t>(op)]) {
+          has_inputs_[static_cast<size_t>(op)] = 1;
+          ++n_input_ops_;
+        }
         Acc& a = Slot(static_cast<uint32_t>(op));
         a.in_err = a.has_in ? std::max(a.in_err, err) : err;  // NaN stays NaN
         if (std::isnan(err)) a.in_err = kNaN;
@@ -191,16 +254,46 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
         break;
       case Kind::kParamGrad:
       case Kind::kParam:
-        if (err != 0) {  // NaN and Inf included
-          const int64_t op = OpOf(name, kind);
-          // A parameter recorded at this step (kind param) differs now; a gradient
-          // moves the weights at this step's update.
-          if (op >= 0) MarkMoved(static_cast<uint32_t>(op), kind == Kind::kParam ? &moved_ : &moved_next_);
-        }
+        if (err != 0) params_.push_back(&r);  // NaN and Inf included; after the ops are known
         break;
       default:
         break;
     }
+  }
+
+  // A parameter recorded at this step (kind param) differs now; a gradient moves the
+  // weights at this step's update. (After the act_in rows: they intern the modules
+  // that have no tensor of their name.)
+  for (const BirthRow* r : params_) {
+    const Kind kind = KeyKind(r->c->key);
+    const int64_t op = OpOf(KeyNameId(r->c->key), kind);
+    if (op >= 0) MarkMoved(static_cast<uint32_t>(op), kind == Kind::kParam ? &moved_ : &moved_next_);
+  }
+
+  // A module with several outputs (tuple, dict, ...) has rows for its elements only:
+  // together they are its output, the largest error among them, the first recorded's
+  // order. An element that cannot be measured (NaN: both nonfinite) is left out.
+  const size_t n_acc = acc_.size();
+  for (size_t i = 0; i < n_acc; ++i) {
+    if (!acc_[i].has_out || acc_[i].has_in) continue;
+    const int64_t id = ElementOf(acc_[i].op);
+    if (id < 0) continue;
+    const auto op = static_cast<uint32_t>(id);
+    if (op >= slot_stamp_.size() || slot_stamp_[op] != stamp_) continue;
+    Acc& e = acc_[i];
+    Acc& p = acc_[slot_of_[op]];
+    if (!p.has_in || (p.has_out && !p.from_elements)) continue;  // its output is a tensor
+    e.element = true;
+    if (std::isnan(e.out_err)) continue;
+    if (!p.has_out || e.out_err > p.out_err) {
+      p.out_err = e.out_err;
+      p.out_b = e.out_b;
+      p.out_c = e.out_c;
+    }
+    p.out_order = p.has_out ? std::min(p.out_order, e.out_order) : e.out_order;
+    p.has_out = true;
+    p.from_elements = true;
+    p.prec = Coarser(p.prec, e.prec);
   }
 
   // A container computes with its submodules: their dtypes round its output too (a
@@ -249,7 +342,7 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
   for (size_t i = 0; i < n_fwd; ++i) {
     if (!((*ops)[i].ratio > 1)) continue;
     for (const Acc& a : acc_) {
-      if (a.op != (*ops)[i].op && IsWithin(a.op, (*ops)[i].op)) {
+      if (!a.element && a.op != (*ops)[i].op && IsWithin(a.op, (*ops)[i].op)) {
         (*ops)[i].container = true;
         break;
       }
@@ -281,7 +374,13 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
     if (passed.row->c->repeat || std::isnan(got.err) || std::isnan(passed.err)) continue;
     const uint32_t op = KeyNameId(got.row->c->key);
     if (Moved(op) || op >= slot_stamp_.size() || slot_stamp_[op] != stamp_) continue;
-    const Acc& a = acc_[slot_of_[op]];
+    const Acc* fwd = &acc_[slot_of_[op]];
+    if (fwd->element) {  // an output element's forward is its module's
+      const auto parent = static_cast<uint32_t>(ElementOf(op));
+      if (Moved(parent)) continue;
+      fwd = &acc_[slot_of_[parent]];
+    }
+    const Acc& a = *fwd;
     const DT prec = Coarser(a.prec, Coarser(Coarser(got.row->b->dtype, got.row->c->dtype),
                                             Coarser(passed.row->b->dtype, passed.row->c->dtype)));
     const double noise = Noise(prec == DT::kUnknown ? DT::kF32 : prec, a.width);

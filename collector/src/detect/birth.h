@@ -22,6 +22,19 @@
 // own code between them, e.g. a softmax written inline). A container's dtype is the
 // coarsest of its own and its submodules' (their rounding is in its output).
 //
+// Several outputs: a module that returns a tuple, list, dict (a transformers
+// ModelOutput), namedtuple or dataclass has no output row of its own, only its
+// elements' (attn[0], attn[1], out[logits], heads.logits). They are its output: its
+// output_error is the largest of theirs (a change shows in some output, not always
+// in the first), its order that of the first recorded, its dtype the coarsest. Its
+// inputs are its act_in rows: "attn" for one, "attn(0)", "attn(key)" for several (and
+// "attn[0]" in logs written before that naming: an act_in row ending in "]" is an
+// input). The op is named by the module path, interned here when no tensor has that
+// name (so messages say "blocks.0.attn (MultiheadAttention)"). A ".field" element is
+// taken as a namedtuple field only of an op with inputs and no output row of its own,
+// when the row's module type is the op's (a child module has its own type) and it has
+// no inputs of its own.
+//
 // Backward: the gradients of module outputs (act_grad) arrive in backward order; the
 // gradient an op passed on is the one recorded next (its input's gradient). An op
 // whose received gradient agrees while the next one differs beyond what it explains is
@@ -87,7 +100,8 @@ struct OpBirth {
 // The rule's state for one (pair, rank): which ops' weights have moved apart.
 class BirthFinder {
  public:
-  BirthFinder(const NameTable* names, const RulesConfig* cfg) : names_(names), cfg_(cfg) {}
+  // `names` is not const: the op of a module with several outputs is interned here.
+  BirthFinder(NameTable* names, const RulesConfig* cfg) : names_(names), cfg_(cfg) {}
 
   // Judges one compared step. `rows`: the step's matched rows of IsBirthKind kinds.
   // Fills `ops` with every op it could judge, ranked by ratio (largest first), and
@@ -114,10 +128,16 @@ class BirthFinder {
     uint64_t width = 0;
     uint32_t out_order = 0, grad_order = 0;
     const StatRow *out_b = nullptr, *out_c = nullptr;
+    bool from_elements = false;  // out_* are its output elements' (it has no output row)
+    bool element = false;        // an output element of another op (not a module)
   };
-  // The op a row of `kind` belongs to: the row's own name for act / act_grad, the name
-  // without its "[i]" input suffix for act_in, the owning module for a parameter.
+  // The op a row of `kind` belongs to: the row's own name for act / act_grad, the
+  // module for act_in ("attn(0)", and "attn[0]" of older logs: "attn"; interned if
+  // new), the owning module for a parameter; -1 if none.
   int64_t OpOf(uint32_t name_id, Kind kind);
+  // The op whose output element the act row `name_id` is ("attn[0]" -> "attn"), or -1.
+  // Only ops with inputs are candidates.
+  int64_t ElementOf(uint32_t name_id);
   Acc& Slot(uint32_t op);
   void MarkMoved(uint32_t op, std::vector<uint8_t>* moved);
   // The interned modules enclosing `op`, innermost first (cached).
@@ -126,10 +146,18 @@ class BirthFinder {
   double Noise(DT prec, uint64_t width) const;
   bool IsWithin(uint32_t inner, uint32_t outer) const;  // inner is a submodule of outer
 
-  const NameTable* names_;
+  NameTable* names_;
   const RulesConfig* cfg_;
-  std::vector<int64_t> op_of_[2];  // name id -> op id: [0] for act_in, [1] for parameters; -2 unknown, -1 none
-  std::vector<std::pair<bool, std::vector<uint32_t>>> ancestors_;  // op id -> (known, ids)
+  // name id -> op id: [0] for act_in, [1] for parameters, [2] for output elements;
+  // -2 unknown, -1 none. A "none" is looked up again once the names or the ops with
+  // inputs have grown (no_since_: the count of both then), since a module may be
+  // interned or get its inputs after a row that needs it was first seen.
+  std::vector<int64_t> op_of_[3];
+  std::vector<uint64_t> no_since_[3];
+  std::vector<uint8_t> has_inputs_;  // op id -> an act_in row was mapped to it
+  uint64_t n_input_ops_ = 0;
+  uint64_t Known() const { return (static_cast<uint64_t>(names_->size()) << 32) | n_input_ops_; }
+  std::vector<std::pair<size_t, std::vector<uint32_t>>> ancestors_;  // op id -> (names size when found + 1, ids)
   std::vector<uint8_t> moved_;       // op id -> its weights have moved apart (judged no more)
   std::vector<uint8_t> moved_next_;  // ... from the next step on
   std::vector<int64_t> moved_since_; // op id -> the step moved_ was first set, or -1
@@ -144,6 +172,7 @@ class BirthFinder {
   uint64_t stamp_ = 0;
   std::vector<Acc> acc_;
   std::vector<GradRow> grads_;  // act_grad rows, sorted into backward order (this step)
+  std::vector<const BirthRow*> params_;  // differing param / param_grad rows (this step)
 };
 
 }  // namespace lockstep::collector
