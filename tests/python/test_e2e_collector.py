@@ -185,8 +185,14 @@ def test_training_loop_lands_in_the_collector_log(collector, device_path, device
         assert set(grads) == set(ref_grads[step])
         for name, g in ref_grads[step].items():
             ref = reference_stats(g)
+            # The mean is a sum of float32 partials of 16 elements (docs/statistics.md):
+            # off by about 2^-23 x mean |x| at worst. A gradient whose mean cancels to ~0
+            # (a softmax head's rows) is judged by that, not by its own size.
+            mean_tol = max(1e-8, 4 * 2.0 ** -23 * float(g.detach().double().abs().mean()))
             for key in ("l2", "mean", "absmax"):
-                assert close(grads[name][key], ref[key], abs_tol=1e-8), (step, name, key)
+                assert close(grads[name][key], ref[key],
+                             abs_tol=mean_tol if key == "mean" else 1e-8), (
+                    step, name, key, grads[name][key], ref[key])
         act_grads = [s["name"] for s in recs if s["kind"] == "act_grad"]
         assert set(act_grads) == {n for n, _ in ref_acts[step]}
         assert [s["name"] for s in recs if s["kind"] == "loss"] == ["loss"]
