@@ -88,9 +88,11 @@ bool StringsWithinCaps(const wire::Envelope& env) {
 // FlatBuffers 2.0.8's Verifier checks a vector's length field for 4-byte alignment
 // but not its elements, so a [long] or a vector of 8-byte structs may start at 4 mod 8
 // and still verify; every read of it is then a misaligned 8-byte load (undefined
-// behaviour; found by fuzz_envelope). FlatBufferBuilder never writes that, so such a
-// message is malformed. `data` is 8-byte aligned (see the header), so the address
-// itself tells.
+// behaviour; found by fuzz_envelope). FlatBufferBuilder never writes that for a vector
+// with elements, so such a message is malformed. An empty vector is not aligned by the
+// builder (PreAlign skips a length of 0: a 0-d tensor's shape, such as a Hugging Face
+// model's output loss) and has nothing to load, so it always passes. `data` is 8-byte
+// aligned (see the header), so the address itself tells.
 bool Aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
 
 // Runs before the body check: the body may be missing here.
@@ -101,14 +103,15 @@ bool WideVectorsAligned(const wire::Envelope& env) {
       const auto* tensors = dir ? dir->tensors() : nullptr;
       if (tensors == nullptr) return true;
       for (const wire::TensorInfo* t : *tensors) {
-        if (t->shape() != nullptr && !Aligned8(t->shape()->data())) return false;
+        const auto* shape = t->shape();
+        if (shape != nullptr && shape->size() != 0 && !Aligned8(shape->data())) return false;
       }
       return true;
     }
     case wire::Body::StepStats: {
       const auto* ss = env.body_as_StepStats();
       const auto* stats = ss ? ss->stats() : nullptr;
-      return stats == nullptr || Aligned8(stats->data());
+      return stats == nullptr || stats->size() == 0 || Aligned8(stats->data());
     }
     default:
       return true;

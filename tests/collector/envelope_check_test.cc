@@ -218,6 +218,25 @@ TEST(EnvelopeCheck, RejectsMisalignedShapeVector) {
   EXPECT_EQ(c.env, nullptr);
 }
 
+// FlatBufferBuilder writes an empty vector without aligning it (a 0-d tensor's shape:
+// the loss inside a Hugging Face model's output). Nothing is loaded from it: accepted.
+// test_neutrality.py found this: a transformers model's TensorDirectory was refused.
+TEST(EnvelopeCheck, AcceptsEmptyShapeVectorAtAnyAlignment) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto shape_v = flatbuffers::Offset<flatbuffers::Vector<int64_t>>(
+      MisalignedVector(fbb, nullptr, 0, 0));
+  auto name = fbb.CreateString("<root>[loss]");
+  std::vector<flatbuffers::Offset<wire::TensorInfo>> infos = {
+      wire::CreateTensorInfo(fbb, 0, name, wire::TensorKind::Act, wire::DType::F32, shape_v, 0)};
+  auto body = wire::CreateTensorDirectoryDirect(fbb, &infos);
+  Bytes b = testing::Finish(fbb, At("r", 0, 0), wire::Body::TensorDirectory, body.Union());
+  const auto* env = wire::GetEnvelope(b.data());
+  ExpectVerifiesMisaligned(b, env->body_as_TensorDirectory()->tensors()->Get(0)->shape()->data());
+  EnvelopeCheck c = Check(b);
+  EXPECT_EQ(c.reject, Reject::kNone) << RejectName(c.reject);
+  EXPECT_NE(c.env, nullptr);
+}
+
 // The same for StepStats' vector of TensorStat structs (8-byte aligned doubles).
 TEST(EnvelopeCheck, RejectsMisalignedStatsVector) {
   flatbuffers::FlatBufferBuilder fbb;
