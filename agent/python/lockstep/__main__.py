@@ -4,9 +4,16 @@
     python -m lockstep doctor      version, _core, torch and its device, the endpoint and
                                    LOCKSTEP_* settings a Monitor would use, and whether a
                                    collector answers there (at most --timeout seconds)
+    python -m lockstep doctor --neutrality MODULE:FACTORY [--steps N] [--micro-steps M]
+                                   trains the model FACTORY() returns with and without
+                                   the agent and says whether losses, parameters and
+                                   gradients are bit-identical (lockstep._neutrality)
 
 doctor exits 0 when _core loads and a collector answers, 1 otherwise. It never imports
 more than it reports on and never waits longer than --timeout per check.
+doctor --neutrality exits 0 when the agent changed nothing, 1 when it did (or the check
+was inconclusive: the model is not deterministic without the agent), 2 when the factory
+cannot be loaded or used.
 """
 import argparse
 import importlib.util
@@ -114,10 +121,37 @@ def main(argv=None):
     d = sub.add_parser("doctor", help="check _core, torch, the endpoint and the collector")
     d.add_argument("--timeout", type=float, default=1.0,
                    help="seconds to wait for the collector (default 1)")
+    d.add_argument("--neutrality", metavar="MODULE:FACTORY",
+                   help="instead: prove that the agent does not change this model's training. "
+                        "FACTORY() (MODULE importable from here, or a .py file) returns "
+                        "(model, batch), (model, batch, loss_fn) or a dict with those keys and "
+                        "optionally optimizer; loss_fn(model, batch) -> loss, default the "
+                        "output's .loss or the mean square of its first tensor. The model is "
+                        "copied and trained without the agent twice and with it once (AdamW "
+                        "unless given, seeded, deterministic); losses, parameters and "
+                        "gradients must be bit-identical. Exit 0 neutral, 1 not (or the model "
+                        "is not deterministic), 2 the factory cannot be used")
+    d.add_argument("--steps", type=int, default=1,
+                   help="with --neutrality: optimizer steps to compare (default 1)")
+    d.add_argument("--micro-steps", type=int, default=1,
+                   help="with --neutrality: forward/backward passes accumulated per step "
+                        "(default 1)")
+    d.add_argument("--seed", type=int, default=1234,
+                   help="with --neutrality: the seed given to lockstep.seed_all (default 1234)")
     args = p.parse_args(argv)
     if args.version:
         print(version_line())
         return 0
+    if args.command == "doctor" and args.neutrality is not None:
+        if args.steps < 1 or args.micro_steps < 1:
+            p.error("--steps and --micro-steps take an integer of at least 1")
+        print(version_line())
+        try:
+            from lockstep import _neutrality  # pylint: disable=import-outside-toplevel
+        except ImportError as e:  # torch missing or broken: nothing to train
+            print("cannot check: %s" % e)
+            return 2
+        return _neutrality.check(args.neutrality, args.steps, args.micro_steps, args.seed)
     if args.command == "doctor":
         return doctor(max(0.05, args.timeout))
     p.print_help()
