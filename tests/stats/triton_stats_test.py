@@ -8,10 +8,17 @@ table, sign-pattern words, rotated lanes, per-block moments merged with Chan's
 formula) is emulated in NumPy against the float64 reference.
 On a CUDA device with Triton: the kernel, the torch path and the C++ host kernel on
 the same tensors, within the documented tolerance (min/max/counts/histogram exact).
+Where triton is installed (the torch 2.x stack), with or without a GPU: the same kernel
+source run by Triton's interpreter on CPU tensors, through the production launch
+(fused_stats, _mixed_stats, _self_check), on the same cases at smaller sizes, against
+the torch path, the host kernel and the float64 reference; the sketch bit for bit where
+its sums are exact. What the interpreter cannot check: docs/statistics.md, "Under
+Triton's interpreter", and the section of that name below.
 """
 import importlib.util
 import math
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -38,9 +45,18 @@ C = tst.COL
 K0 = tst.SKETCH_COL
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
-GPU = pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON),
-                         reason="needs a CUDA device and triton (cuda %s, triton %s)"
-                         % (HAS_CUDA, HAS_TRITON))
+# Triton's interpreter is chosen per process, before triton is imported (its own
+# library, tl.zeros, tl.cdiv, ..., is made of @triton.jit functions that are interpreted
+# or compiled from then on). Without CUDA (CI) this module turns it on, here rather
+# than in the ctest entry's environment: on a machine with a GPU the same entry then
+# compiles the kernel for the GPU tests instead (TRITON_INTERPRET=1 set by hand runs
+# the interpreter tests there and skips the GPU ones).
+if HAS_TRITON and not HAS_CUDA and "triton" not in sys.modules:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+INTERPRET = HAS_TRITON and os.environ.get("TRITON_INTERPRET", "0") == "1"
+GPU = pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON) or INTERPRET,
+                         reason="needs a CUDA device and triton, compiled (cuda %s, triton "
+                         "%s, TRITON_INTERPRET %s)" % (HAS_CUDA, HAS_TRITON, INTERPRET))
 
 
 @pytest.fixture(autouse=True)
@@ -298,17 +314,17 @@ def _gpu_dtypes():
     return out
 
 
-def _cases(dtype):
+def _cases(dtype, big_n=100_003, mat_rows=257):
     """Tensors of one dtype: specials, zeros, subnormals, the dtype's limits, empty,
-    multi-tile, non-contiguous views."""
+    multi-tile (big_n elements: several tiles at every K), non-contiguous views."""
     code, sat, min_normal = tst.limits(dtype)
     gen = torch.Generator().manual_seed(7)
     base = ref.specials_tensor(5000, torch.float64, 11)
     lim = torch.tensor([sat, -sat, min_normal, -min_normal, min_normal / 2, 0.0, -0.0,
                         float("nan"), float("inf"), float("-inf"), 1.0] * 50,
                        dtype=torch.float64)
-    big = torch.randn(100_003, generator=gen, dtype=torch.float64) * 0.02 + 0.1
-    mat = torch.randn(257, 129, generator=gen, dtype=torch.float64)
+    big = torch.randn(big_n, generator=gen, dtype=torch.float64) * 0.02 + 0.1
+    mat = torch.randn(mat_rows, 129, generator=gen, dtype=torch.float64)
     cases = [base, lim, torch.zeros(1000, dtype=torch.float64), big,
              torch.zeros(0, dtype=torch.float64), torch.full((33,), float("nan")),
              torch.full((4097,), 3.0, dtype=torch.float64)]
@@ -319,19 +335,54 @@ def _cases(dtype):
 
 
 def _host_row(t, k, bins):
-    """The C++ host kernel's row in the torch layout (None where it cannot read t)."""
+    """The C++ host kernel's row in the torch layout (None where _core is not built).
+    The host kernel reads fp32/fp16/bf16/fp64, not fp8: an fp8 tensor is given to it
+    widened to fp32 (exact), and its sat/subnormal counts and limit_dtype, which refer to
+    the fp8 format, are counted here from the widened values instead."""
     if HOST_STATS is None:
         return None
-    name = str(t.dtype).split(".")[-1]
-    code = getattr(_core, "DTYPES", {}).get(name)
-    if code is None:
-        return None
+    dtype = t.dtype
     c = t.detach().cpu().contiguous()
-    d = HOST_STATS(c.data_ptr(), c.numel(), code, k, bins)
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        c = c.to(torch.float32)
+    d = HOST_STATS(c.data_ptr(), c.numel(), _core.DTYPES[str(c.dtype).split(".")[-1]], k, bins)
     names = {"nan": "nan_count", "inf": "inf_count", "zero": "zero_count",
              "sat": "sat_count", "subnormal": "subnormal_count"}
     row = [float(d[names.get(f, f)]) for f in tst.FIELDS]
+    if c.dtype != dtype:
+        code, sat, min_normal = tst.limits(dtype)
+        x = c.double().numpy()
+        fin = x[np.isfinite(x)]
+        row[C["sat"]] = float((np.abs(fin) >= sat).sum())
+        row[C["subnormal"]] = float(((fin != 0) & (np.abs(fin) < min_normal)).sum())
+        row[C["limit_dtype"]] = float(code)
     return np.array(row + [float(v) for v in d["sketch"]] + [float(v) for v in d["hist"]])
+
+
+def _check_kernel_rows(dev_tensors, cpu_tensors, k, bins, reference=True):
+    """fused_stats of tensors of one dtype against the torch path (all of them, within
+    the documented tolerance), the float64 reference (fp32/fp16/bf16 when `reference`)
+    and the C++ host kernel (each tensor). Returns the kernel's rows (NumPy)."""
+    dtype = cpu_tensors[0].dtype
+    got = trs.fused_stats(dev_tensors, k, bins)
+    assert got.device == dev_tensors[0].device
+    assert got.shape == (len(cpu_tensors), tst.row_width(k, bins))
+    got = got.cpu().numpy()
+    torch_rows = tst.device_stats(dev_tensors, k, bins).cpu().numpy()
+    bad = trs.compare_rows(got, torch_rows, k, bins, limit=8)
+    assert bad is None, "kernel vs torch path: " + bad
+    for i, t in enumerate(cpu_tensors):
+        # (not where |x| > 1e30: a sketch bucket of such values can pass float32's limit,
+        # Inf on the wire in the kernel and the torch path, finite in the float64
+        # reference; and the host kernel's float32 sketch partials overflow there)
+        huge = float(got[i, C["absmax"]]) > 1e30
+        if reference and not huge and dtype in (torch.float32, torch.float16, torch.bfloat16):
+            ref.check_row(got[i], t, k, bins)  # the float64 reference (slow for fp8 ids)
+        host = _host_row(t, k, bins)
+        if host is not None and not huge:
+            bad = trs.compare_rows(got[i:i + 1], host[None, :], k, bins, limit=8)
+            assert bad is None, "kernel vs host kernel, case %d: %s" % (i, bad)
+    return got
 
 
 @GPU
@@ -341,21 +392,7 @@ def test_kernel_equals_torch_path_host_kernel_and_reference(dtype, k, bins):
     """The kernel itself (called directly, so that a failed self-check still shows
     which fields of which dtype disagree), then the feature check."""
     cpu = _cases(dtype)
-    gpu = [t.cuda() for t in cpu]
-    got = trs.fused_stats(gpu, k, bins)
-    assert got.is_cuda and got.shape == (len(cpu), tst.row_width(k, bins))
-    got = got.cpu().numpy()
-    torch_rows = tst.device_stats(gpu, k, bins).cpu().numpy()
-    bad = trs.compare_rows(got, torch_rows, k, bins, limit=8)
-    assert bad is None, "kernel vs torch path: " + bad
-    for i, t in enumerate(cpu):
-        if dtype in (torch.float32, torch.float16, torch.bfloat16):
-            ref.check_row(got[i], t, k, bins)  # the float64 reference (slow for fp8 ids)
-        host = _host_row(t, k, bins)
-        # (not where |x| > 1e30: the host kernel's float32 sketch partials overflow there)
-        if host is not None and not float(got[i, C["absmax"]]) > 1e30:
-            bad = trs.compare_rows(got[i:i + 1], host[None, :], k, bins, limit=8)
-            assert bad is None, "kernel vs host kernel, case %d: %s" % (i, bad)
+    _check_kernel_rows([t.cuda() for t in cpu], cpu, k, bins)
     assert trs.available(torch.device("cuda"), k, bins), trs.disabled_reason()
 
 
@@ -437,3 +474,286 @@ def test_pipeline_skips_statistics_during_cuda_graph_capture():
     (step, rows, _micros, ids, _orders, _grad_sq, _scalars), = shipped
     assert step == 0 and rows.shape[0] == 1 and list(ids) == [1]
     assert rows[0, C["numel"]] == 1000
+
+
+# ---- under Triton's interpreter, on CPU tensors ------------------------------------
+# Where triton is installed and this process has no CUDA (the torch 2.x stack in CI),
+# the kernel source runs in Triton's interpreter on CPU tensors, imported and launched
+# by the production code (_build_kernels, fused_stats, _mixed_stats, _self_check;
+# available() itself keeps refusing CPU tensors). The interpreter runs the programs of
+# the grid one after another, every tl op as NumPy on the whole block, loads and stores
+# through raw addresses: it checks the kernel's indexing, masks, hashing, scaling,
+# moments, merges and bit decoding, value for value. It cannot check
+# (docs/statistics.md, "Under Triton's interpreter"): compilation and code generation,
+# warps and registers, the GPU's own arithmetic (fused multiply-adds, the order of its
+# float32 block reductions, denormal flushing), tl.histogram's GPU lowering, speed, and
+# a tensor over 2^31 elements (4 GiB of bf16 and hours in the interpreter: the 64-bit
+# index arithmetic is checked instead with tile tables placed beyond 2^31, 2^32 and
+# 2^40, below). The interpreter's own bf16/fp8 -> fp32 conversion is not exact (it loses
+# subnormals and reads fp8 NaN/Inf codes as numbers): the kernel decodes those formats
+# from their bits (_triton_kernels.widen), the same code as on a GPU.
+INTERPRETER = pytest.mark.skipif(
+    not INTERPRET, reason="triton is not installed (the Debian torch 1.13 stack)"
+    if not HAS_TRITON else "CUDA is present: this process compiles the kernel (the GPU "
+    "tests); run with TRITON_INTERPRET=1 for these")
+
+
+def _fix_interpreter_index(interp):
+    """Triton 3.6's interpreter holds a scalar as a one-element array and hands it to
+    Python (a loop bound read at run time: `range(0, tl.cdiv(rem, BLOCK))`) with
+    int(array), which NumPy >= 2.4 refuses for an array of ndim 1 (TypeError 'only
+    0-dimensional arrays can be converted to Python scalars'; fixed in later Triton).
+    Wraps its patching of tl.tensor so that __index__ reads the one element."""
+    try:
+        int(np.zeros(1, dtype=np.int32))
+        return  # an older NumPy: nothing to fix
+    except TypeError:
+        pass
+    orig = getattr(interp, "_patch_lang_tensor", None)
+    assert orig is not None, ("triton.runtime.interpreter has no _patch_lang_tensor: check "
+                              "whether this Triton's interpreter still needs the NumPy 2.4 fix")
+    if getattr(orig, "lockstep_index_fix", False):
+        return
+
+    def patched(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    patched.lockstep_index_fix = True
+    interp._patch_lang_tensor = patched
+
+
+@pytest.fixture(scope="module")
+def interpreted_kernels():
+    """Production's kernels (_triton_stats._build_kernels, which imports
+    lockstep/_triton_kernels.py), checked to be the interpreter's. Errors, never skips,
+    when triton is installed and this process should interpret but does not."""
+    import triton  # pylint: disable=import-outside-toplevel  (installed: must import)
+    import triton.language as tl  # pylint: disable=import-outside-toplevel
+    import triton.runtime.interpreter as interp  # pylint: disable=import-outside-toplevel
+    _fix_interpreter_index(interp)
+    assert triton.knobs.runtime.interpret, "TRITON_INTERPRET is not on in triton.knobs"
+    assert isinstance(tl.zeros, interp.InterpretedFunction), \
+        "triton was imported before TRITON_INTERPRET=1 was set: its library is compiled"
+    kern = trs._build_kernels()
+    from lockstep import _triton_kernels  # pylint: disable=import-outside-toplevel
+    for name in ("tile_kernel", "finish_kernel", "mix32", "widen"):
+        assert isinstance(getattr(_triton_kernels, name), interp.InterpretedFunction), \
+            "triton %s did not give an interpreted %s" % (triton.__version__, name)
+    return dict(kern)
+
+
+@pytest.fixture
+def interp(interpreted_kernels):
+    """The interpreted kernels, tl.histogram on (as on a GPU's first try)."""
+    assert trs._build_kernels() == interpreted_kernels
+    assert trs._state["hist"] is True  # (fresh_state reset it)
+    yield
+
+
+def _interp_cases(dtype):
+    """The GPU test's cases at the interpreter's sizes (~37 k elements; the multi-tile
+    tensor spans 2 tiles at K = 32, 3 at K = 17)."""
+    return _cases(dtype, big_n=16384 + 1001, mat_rows=33)
+
+
+def _interp_configs():
+    """Every dtype at the default configuration, each other sketch shape (K not a power
+    of two, sketch and histogram off, the widest K) once, and the variant that counts
+    by comparisons (the self-check's second try where tl.histogram fails on a GPU):
+    `widen` depends on the dtype only, the lane layout on K only."""
+    out = [(dt, 32, 16, True) for dt in _gpu_dtypes()]
+    out += [(torch.float32, 17, 16, True), (torch.bfloat16, 0, 0, True),
+            (out[-1][0], 256, 16, True), (torch.float16, 32, 16, False)]
+    return [pytest.param(*c, id="%s-K%d-bins%d%s" % (str(c[0]).split(".")[-1], c[1], c[2],
+                                                        "" if c[3] else "-comparisons"))
+            for c in out]
+
+
+@INTERPRETER
+@pytest.mark.parametrize("dtype,k,bins,hist", _interp_configs())
+def test_interpreted_kernel_equals_torch_path_host_kernel_and_reference(interp, dtype, k,
+                                                                        bins, hist):
+    """The GPU test above, on CPU tensors: specials, limits, zeros, subnormals, empty,
+    multi-tile, views, against the torch path, the host kernel and (at K = 32) the
+    float64 reference."""
+    trs._state["hist"] = hist
+    cpu = _interp_cases(dtype)
+    _check_kernel_rows(cpu, cpu, k, bins, reference=(k, bins) == (32, 16))
+
+
+def _exact_case(dtype, n, seed, tiny=False):
+    """Values whose every partial sum is exact in float32, whatever the order: multiples
+    of 1/4 up to 4 in magnitude (any sum of 2^20 of them fits 24 bits), or with `tiny`
+    multiples of the dtype's smallest subnormal up to 16 of them; with NaN, +-Inf (NaN
+    for e4m3fn, which has no Inf) and -0. Each implementation's sketch, counts, min, max
+    and histogram are then the same bits."""
+    g = torch.Generator().manual_seed(seed)
+    unit = 0.25
+    if tiny:
+        unit = {torch.float16: 2.0 ** -24, torch.bfloat16: 2.0 ** -133,
+                torch.float32: 2.0 ** -149}.get(dtype, 2.0 ** -9 if "e4m3" in str(dtype)
+                                                else 2.0 ** -16)
+    x = torch.randint(-16, 17, (n,), generator=g).to(torch.float64) * unit
+    pick = torch.randint(0, 50, (n,), generator=g)
+    for c, v in {0: float("nan"), 1: float("inf"), 2: float("-inf"), 3: -0.0}.items():
+        x[pick == c] = v
+    return x.to(dtype)
+
+
+@INTERPRETER
+@pytest.mark.parametrize("dtype,k", [(dt, 32) for dt in _gpu_dtypes()]
+                         + [(torch.float32, 17), (torch.bfloat16, 256)], ids=str)
+def test_interpreted_sketch_is_bit_identical_to_torch_and_host_kernel(interp, dtype, k):
+    """Exact sums: the kernel's sketch (its buckets, signs and lanes), counts, min, max
+    and histogram are bit for bit those of the torch path, of the C++ host kernel and
+    of the definitions in plain Python integers (mean, std and l2 round differently in
+    each: within the tolerance, checked above)."""
+    ts = [_exact_case(dtype, 6001, 1), _exact_case(dtype, 777, 2, tiny=True),
+          _exact_case(dtype, 1, 3), _exact_case(dtype, 60 * 80, 4).view(60, 80)[:, ::2].t()]
+    got = trs.fused_stats(ts, k, 16).numpy()
+    want = tst.device_stats(ts, k, 16).numpy()
+    exact = [C[f] for f in ("numel", "min", "max", "absmax", "nan", "inf", "zero", "sat",
+                            "subnormal", "limit_dtype")] + list(range(K0, K0 + k + 16))
+
+    def same(a, b):
+        return np.array_equal(a[..., exact], b[..., exact], equal_nan=True)
+    assert same(got, want), np.argwhere(~np.isclose(got[:, exact], want[:, exact],
+                                                    rtol=0, atol=0, equal_nan=True))
+    for i, t in enumerate(ts):
+        host = _host_row(t, k, 16)
+        if host is not None:
+            assert same(got[i], host), i
+        _, sketch, _ = ref.reference(t, k, 0)
+        assert np.array_equal(got[i, K0:K0 + k], sketch), i
+    assert np.array_equal(got[:, K0 + k:].sum(1), got[:, C["numel"]] - got[:, C["nan"]]
+                          - got[:, C["inf"]])  # every finite value is in the histogram
+
+
+@INTERPRETER
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_interpreted_kernel_reads_every_16_bit_pattern(interp, dtype):
+    """All 65536 bit patterns of fp16 / bf16 (every subnormal, NaN payload, +-Inf, +-0,
+    the largest finite) in one tensor: the same row as the torch path and the C++ host
+    kernel (exact sums here are not expected: the values span the whole range)."""
+    x = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+    _check_kernel_rows([x], [x], 32, 16, reference=False)
+
+
+@INTERPRETER
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_interpreted_kernel_decodes_every_fp8_code(interp, name):
+    """All 256 codes of each fp8 format in one block of K = 256: the sketch puts each
+    element alone in its own bucket, so every decoded value is compared on its own, bit
+    for bit, with torch's decoding (the torch path's sketch and the definitions); NaN
+    and Inf codes count, the rest as in the torch path."""
+    dtype = getattr(torch, name, None)
+    if dtype is None:
+        pytest.skip("this torch has no %s" % name)
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+    got = trs.fused_stats([codes], 256, 16).numpy()[0]
+    want = tst.device_stats([codes], 256, 16).numpy()[0]
+    assert trs.compare_rows(got[None], want[None], 256, 16, limit=8) is None
+    assert np.array_equal(got[K0:K0 + 256], want[K0:K0 + 256])
+    vals = codes.float().double().numpy()
+    sketch = np.zeros(256)
+    for i in np.flatnonzero(np.isfinite(vals)):
+        bucket, sign = ref.py_bucket_sign(int(i), 256)
+        assert sketch[bucket] == 0
+        sketch[bucket] = sign * vals[i]
+    assert np.array_equal(got[K0:K0 + 256], sketch)
+    assert got[C["nan"]] == np.isnan(vals).sum() and got[C["inf"]] == np.isinf(vals).sum()
+
+
+@INTERPRETER
+def test_interpreted_self_check_passes_with_tl_histogram_and_no_warning(interp):
+    """The self-check production runs on a GPU's first use, here on the CPU: it passes,
+    keeps the tl.histogram variant, and warns nothing. (NumPy's 'overflow encountered
+    in cast' comes from the interpreter rounding a sketch bucket of +-3e38 values to
+    float32: Inf on the wire, as the torch path gives; docs/statistics.md.)"""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert trs._self_check(torch.device("cpu"), 32, 16), trs.disabled_reason()
+    ours = [str(w.message) for w in caught
+            if not (w.category is RuntimeWarning and "overflow encountered in cast"
+                    in str(w.message))]
+    assert not ours, ours
+    assert trs._state["hist"] is True and trs.disabled_reason() is None
+
+
+@INTERPRETER
+def test_interpreted_dispatch_mixes_kernel_and_torch_groups_in_order(interp):
+    """_mixed_stats: kernel groups (fp32, bf16, fp16) and torch groups (fp64, int64) in
+    one call, rows back in the callers' order, equal to the torch path."""
+    ts = [ref.specials_tensor(n, dt, n) for n, dt in
+          ((3000, torch.float32), (2000, torch.bfloat16), (100, torch.float64),
+           (5, torch.float16), (0, torch.float32), (64, torch.float32))]
+    ts.append(torch.arange(10))
+    got = trs._mixed_stats(ts, 32, 16)
+    want = tst.device_stats(ts, 32, 16)
+    assert trs.compare_rows(got.numpy(), want.numpy(), 32, 16) is None
+
+
+@INTERPRETER
+def test_interpreted_results_are_deterministic(interp):
+    ts = [torch.randn(3001).to(torch.bfloat16), torch.randn(2000)]
+    a = trs._mixed_stats(ts, 32, 16)
+    b = trs._mixed_stats(ts, 32, 16)
+    assert torch.equal(a, b)
+
+
+def _launch_at(x, first_index, k):
+    """The two kernels on CPU tensor x as if it were elements [first_index, first_index
+    + n) of a tensor of first_index + n elements (first_index a multiple of the tile):
+    the tile table says the tensor starts first_index elements before x (offset
+    -first_index) and its first tile is -(first_index / tile), so program 0 computes the
+    tile at element first_index, with the int64 arithmetic of a real tensor that long
+    (start, global block index, both halves of the hash, the pointer), while the grid
+    stays small. The finishing kernel gets an ordinary table (its tiles from 0)."""
+    kern = trs._build_kernels()
+    kl, kp, nb, tile = trs._layout(k)
+    assert first_index % tile == 0
+    n = x.numel()
+    ntiles = (n + tile - 1) // tile
+    total = first_index + n
+    tab = torch.tensor([-first_index, total, -(first_index // tile), ntiles]
+                       + [0] * ntiles, dtype=torch.int64)
+    pw = trs._SCALARS + trs._CLASSES + kp
+    part = torch.empty((ntiles, pw), dtype=torch.float64)
+    code, sat, min_normal = tst.limits(x.dtype)
+    kern["tile"][(ntiles,)](x, tab, tab[4:], part, trs._pattern_words(x.device), float(sat),
+                            float(min_normal), K=k, KL=kl, KP=kp, NB=nb, ITERS=trs.ITERS,
+                            PW=pw, SKETCH=True, USE_HIST=True, FMT=0)
+    fin = torch.tensor([0, total, 0, ntiles], dtype=torch.int64)
+    out = torch.empty((1, tst.row_width(k, 16)), dtype=torch.float64)
+    kern["finish"][(1,)](part, fin, out, float(code), K=k, KP=kp, BINS=True, PW=pw,
+                         W=out.shape[1], TC=trs.FINISH_TILES, SKETCH=True)
+    return out[0].numpy()
+
+
+@INTERPRETER
+@pytest.mark.parametrize("k,at", [(32, 2 ** 31), (17, 2 ** 32), (32, 2 ** 40), (1, 2 ** 33)])
+def test_interpreted_kernel_index_arithmetic_beyond_2_pow_31(interp, k, at):
+    """What the tensor over 2^31 elements checks on a GPU, without the tensor: the
+    kernel's tiles placed across element 2^31 and 2^32, and at 2^40 (K = 32: block
+    indices beyond 2^32, the hash's high half) and 2^33 (K = 1: every element its own
+    block), the sketch bit for bit that of those global indices (exact sums; plain
+    Python integers, docs/statistics.md), the rest as the torch path gives for the same
+    values at index 0."""
+    _, _, _, tile = trs._layout(k)
+    first_index = (at // tile) * tile  # its first tile below `at`, the second above
+    if first_index == at:
+        first_index -= tile
+    x = _exact_case(torch.float32, tile + 1000, 99)
+    row = _launch_at(x, first_index, k)
+    assert row[C["numel"]] == first_index + x.numel()
+    vals = x.double().numpy()
+    sketch = np.zeros(k)
+    for i in np.flatnonzero(np.isfinite(vals)):
+        bucket, sign = ref.py_bucket_sign(first_index + int(i), k)
+        sketch[bucket] += sign * vals[i]
+    assert np.array_equal(row[K0:K0 + k], sketch)
+    want = tst.device_stats([x], k, 16)[0].numpy()  # the same values at index 0
+    assert not np.array_equal(row[K0:K0 + k], want[K0:K0 + k])  # the index did matter
+    row[C["numel"]] = x.numel()
+    row[K0:K0 + k] = want[K0:K0 + k]
+    assert trs.compare_rows(row[None], want[None], k, 16, limit=8) is None

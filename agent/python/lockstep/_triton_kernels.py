@@ -17,10 +17,41 @@ def mix32(v):  # int64 in [0, 2^32): docs/statistics.md's mix32, products < 2^63
 
 
 @triton.jit
+def widen(raw, FMT: tl.constexpr):
+    """float32 values of loaded elements, exact. FMT 0: fp32 or fp16 (a plain conversion);
+    1: bf16 read as int16, 2: fp8 e4m3fn and 3: fp8 e5m2 read as uint8, decoded from
+    their bits (NaN, Inf and subnormals included). Decoding bf16 and fp8 by hand keeps
+    the kernel off the fp8 conversion instructions (absent before sm_89) and gives the
+    same values in Triton's interpreter, whose bf16/fp8 conversion loses subnormals and
+    reads fp8 NaN/Inf codes as numbers (docs/statistics.md, "Under Triton's interpreter")."""
+    if FMT == 0:
+        x = raw.to(tl.float32)
+    elif FMT == 1:
+        x = (raw.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    elif FMT == 2:  # e4m3fn: bias 7, 3 mantissa bits, no Inf, NaN = S.1111.111
+        u = raw.to(tl.int32) & 0xFF
+        e = (u >> 3) & 0xF
+        m = u & 0x7
+        mag = tl.where(e > 0, (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True),
+                       m.to(tl.float32) * 0.001953125)  # subnormal: m * 2^-9
+        mag = tl.where((u & 0x7F) == 0x7F, float("nan"), mag)
+        x = tl.where(u >= 128, -mag, mag)
+    else:  # e5m2: bias 15, 2 mantissa bits, exponent 31 = Inf (m = 0) or NaN
+        u = raw.to(tl.int32) & 0xFF
+        e = (u >> 2) & 0x1F
+        m = u & 0x3
+        mag = tl.where(e > 0, (((e + 112) << 23) | (m << 21)).to(tl.float32, bitcast=True),
+                       m.to(tl.float32) * 0.0000152587890625)  # subnormal: m * 2^-16
+        mag = tl.where(e == 31, tl.where(m == 0, float("inf"), float("nan")), mag)
+        x = tl.where(u >= 128, -mag, mag)
+    return x
+
+
+@triton.jit
 def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
                 K: tl.constexpr, KL: tl.constexpr, KP: tl.constexpr, NB: tl.constexpr,
                 ITERS: tl.constexpr, PW: tl.constexpr, SKETCH: tl.constexpr,
-                USE_HIST: tl.constexpr):
+                USE_HIST: tl.constexpr, FMT: tl.constexpr):
     pid = tl.program_id(0)
     g = tl.load(tiles + pid)                # tensor of this tile (int64)
     off = tl.load(tab + g * 4)              # its element offset from `base`
@@ -60,7 +91,7 @@ def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
             o = j + bl * 0
         idx = blk * KL + o
         valid = (j < KL) & (idx < rem)
-        x = tl.load(ptr + idx, mask=valid, other=0.0).to(tl.float32)
+        x = widen(tl.load(ptr + idx, mask=valid, other=0), FMT)
         isnan = x != x
         ax = tl.abs(x)
         isinf = ax == float("inf")
@@ -200,7 +231,9 @@ def finish_kernel(part, tab, out, CODE,
     tl.store(o + 9, tl.sum(tl.where(c32 == 0, cls, 0.0), axis=0))
     tl.store(o + 10, sat)
     tl.store(o + 11, sub)
-    tl.store(o + 12, CODE.to(tl.float64))
+    # (CODE is a Python float: compiled, an fp32 scalar; in Triton's interpreter a plain
+    # float, which has no .to(); the sum is an fp64 scalar in both, exact for a code)
+    tl.store(o + 12, tl.zeros([], tl.float64) + CODE)
     if SKETCH:  # float32 on the wire: rounded here, as the torch path does
         tl.store(o + 13 + ck, sk.to(tl.float32).to(tl.float64), mask=ck < K)
     if BINS:

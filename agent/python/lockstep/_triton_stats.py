@@ -41,6 +41,7 @@ docs/statistics.md. A disagreement, or any exception (also a later one at run ti
 warns once (``RuntimeWarning`` naming the field) and turns the kernel off for the rest
 of the process: an unverified kernel is used only where it agrees with the tested path.
 """
+import contextlib
 import os
 import threading
 import warnings
@@ -59,6 +60,13 @@ for _name in ("float8_e4m3fn", "float8_e5m2"):
     if getattr(torch, _name, None) is not None:
         _NATIVE.append(getattr(torch, _name))
 _NATIVE = tuple(_NATIVE)
+# How the kernel reads each: (FMT of _triton_kernels.widen, the dtype it loads). bf16 and
+# fp8 are loaded as integers and decoded from their bits (exact, every architecture).
+_FORMATS = {torch.float32: (0, None), torch.float16: (0, None),
+            torch.bfloat16: (1, torch.int16)}
+for _name, _fmt in (("float8_e4m3fn", 2), ("float8_e5m2", 3)):
+    if getattr(torch, _name, None) is not None:
+        _FORMATS[getattr(torch, _name)] = (_fmt, torch.uint8)
 
 ITERS = 8          # iterations per tile: a tile is ITERS * NB * K elements (16384 at K=32)
 LANES = 2048       # elements (padded lanes) per iteration
@@ -290,20 +298,26 @@ def fused_stats(tensors, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS)
                                        [f.data_ptr() for f in flats],
                                        flats[0].element_size(), tile)
     tab = torch.from_numpy(host)
-    try:
-        tab = tab.pin_memory()
-    except RuntimeError:
-        pass
+    cuda = device.type == "cuda"
+    if cuda:
+        try:
+            tab = tab.pin_memory()
+        except RuntimeError:
+            pass
     tab = tab.to(device, non_blocking=True)
     out = torch.empty((g, width), dtype=torch.float64, device=device)
     part = torch.empty((max(1, n_tiles), pw), dtype=torch.float64, device=device)
     pat = _pattern_words(device)
-    with torch.cuda.device(device):
+    fmt, as_int = _FORMATS[dtype]
+    base = flats[base_i] if as_int is None else flats[base_i].view(as_int)
+    # (CPU tensors reach here only from the tests, with the kernels run by Triton's
+    # interpreter: available() never picks the kernel for them)
+    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
         if n_tiles:
             kern["tile"][(n_tiles,)](
-                flats[base_i], tab, tab[g * 4:], part, pat, float(sat), float(min_normal),
+                base, tab, tab[g * 4:], part, pat, float(sat), float(min_normal),
                 K=sketch_k, KL=kl, KP=kp, NB=nb, ITERS=ITERS, PW=pw, SKETCH=sketch,
-                USE_HIST=_state["hist"], num_warps=NUM_WARPS)
+                USE_HIST=_state["hist"], FMT=fmt, num_warps=NUM_WARPS)
         kern["finish"][(g,)](part, tab, out, float(code), K=sketch_k, KP=kp,
                              BINS=hist_bins > 0, PW=pw, W=width, TC=FINISH_TILES,
                              SKETCH=sketch, num_warps=4)
