@@ -618,6 +618,52 @@ def test_a_compiled_model_is_watched_through_graph_breaks():
         assert set(fake.names("act_grad", step)) >= {"_orig_mod.0", "_orig_mod.2"}
 
 
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch < 2.0 has no torch.compile")
+@pytest.mark.parametrize("what", ["model", "submodule"])
+def test_a_model_compiled_with_the_default_backend_gives_the_rows_of_eager(what):
+    """torch.compile with its default backend (Inductor, which compiles C++ for the CPU),
+    of the whole model or of one submodule: the same rows as the eager model (every
+    default kind, act_in included), in the same order, under the wrapper's `_orig_mod.`
+    prefix (which the collector strips; the wrapped module itself is not a row of its
+    own), with the same statistics up to the compiled kernels' rounding. Every watched
+    module is a graph break (its hooks run eagerly), so Inductor fuses nothing across a
+    watched module's boundary."""
+    def run(compiled):
+        mon, fake = fake_monitor()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 8), nn.LayerNorm(8),
+                              nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        watched = model
+        if compiled and what == "model":
+            watched = torch.compile(model)
+        elif compiled:
+            model[2] = torch.compile(model[2])
+        mon.watch(watched, optimizer=opt)
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            train_step(watched, torch.randn(5, 4, generator=gen), mon, opt)
+        c = mon.counters()
+        assert c["python_errors"] == 0, c["last_python_error"]
+        assert mon.close(timeout=5.0)
+        return fake.records, dict(mon._rec.module_types)
+
+    (eager, eager_types), (compiled, compiled_types) = run(False), run(True)
+    key = lambda r: (r["step"], r["micro"], r["kind"], r["name"].replace("_orig_mod.", ""))  # noqa: E731
+    assert {r["kind"] for r in eager} >= {"act", "act_in", "act_grad", "param_grad", "input"}
+    # Module rows in the same order; a compiled module's backward is one graph, which may
+    # hand its parameters' gradients over in another order (the collector pairs by name).
+    assert sorted(map(key, eager)) == sorted(map(key, compiled))
+    assert ([key(r) for r in eager if r["kind"] != "param_grad"]
+            == [key(r) for r in compiled if r["kind"] != "param_grad"])
+    eager, compiled = sorted(eager, key=key), sorted(compiled, key=key)
+    for e, c in zip(eager, compiled):
+        assert e["stats"]["numel"] == c["stats"]["numel"], (key(e), e["stats"], c["stats"])
+        assert math.isclose(e["stats"]["l2"], c["stats"]["l2"], rel_tol=1e-4, abs_tol=1e-6), (
+            key(e), e["stats"]["l2"], c["stats"]["l2"])
+    assert {k.replace("_orig_mod.", ""): v for k, v in compiled_types.items()} == eager_types
+
+
 def test_the_model_does_not_keep_its_monitor_alive_and_its_hooks_become_no_ops():
     """As torch's RemovableHandle: the hooks hold their Monitor weakly. A Monitor that is
     dropped without close() is collected while its model lives on, its hooks no longer

@@ -88,6 +88,21 @@ def _grad_hook(t, fn):
     node.register_hook(node_hook)
 
 
+def _join(path, child):
+    return "%s.%s" % (path, child) if path else child
+
+
+def _compiled_wrapped(model):
+    """{path of a torch.compile wrapper (OptimizedModule) in `model`: the module it
+    wraps}; a feature check (torch 1.13 has none)."""
+    found = {}
+    for path, m in model.named_modules():
+        orig = getattr(m, "_orig_mod", None)
+        if isinstance(orig, torch.nn.Module) and type(m).__name__ == "OptimizedModule":
+            found[path] = orig
+    return found
+
+
 # "act_in": what each watched module (but the root) received, its floating-point tensor
 # arguments, every step: an op whose inputs agree between two runs while its output does
 # not is where an error is born (docs/rules.md "Where the error is born"). An input that
@@ -131,13 +146,23 @@ class Watch:
                        if p.requires_grad and filt(n)]
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         self._paths = frozenset(module_name(path) for path, _ in model.named_modules())
-        session.rec.module_types.update((module_name(path), type(m).__name__)
-                                     for path, m in model.named_modules())
+        # torch.compile's wrapper (OptimizedModule) holds the model as `_orig_mod`, whose
+        # output is the wrapper's: it is not hooked (the collector strips `_orig_mod.`
+        # from its children's names, and a second row of the same output would take
+        # the wrapper's name), and the wrapper is typed as what it wraps, so a compiled
+        # run records the rows of an eager one.
+        wrapped = _compiled_wrapped(model)
+        session.rec.module_types.update(
+            (module_name(path), type(wrapped.get(path, m)).__name__)
+            for path, m in model.named_modules() if path not in self._skipped(wrapped))
         want_act, want_grad = "act" in kinds, "act_grad" in kinds
         want_in = "act_in" in kinds
         ref = session.ref
         self._hook_inputs(ref, len(session.watches), model, "input" in kinds)
+        skipped = self._skipped(wrapped)
         for path, module in model.named_modules():
+            if path in skipped:
+                continue
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
                 # backward, even when its own output is not recorded.
@@ -160,6 +185,11 @@ class Watch:
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             self.handles.append(optimizer.register_step_pre_hook(
                 functools.partial(_session.optimizer_step_hook, ref)))
+
+    @staticmethod
+    def _skipped(wrapped):
+        """The paths of the modules torch.compile wrappers hold (``_orig_mod``)."""
+        return frozenset(_join(path, "_orig_mod") for path in wrapped)
 
     def _hook_module(self, ref, module, name, want_act, want_grad, marker):
         root = self.model
