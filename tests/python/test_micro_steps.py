@@ -4,6 +4,7 @@ steps — not one more per recomputed forward —, every tensor is recorded once
 step, with the statistics of the same loop without checkpointing, and the execution
 order counts on across micro steps."""
 import collections
+import warnings
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ STEPS = 2
 class Net(torch.nn.Module):
     def __init__(self, mode):
         super().__init__()
-        self.mode = mode  # None: no checkpoint; True / False: use_reentrant
+        self.mode = mode  # None: no checkpoint; True / False: use_reentrant; "default"
         self.inp = torch.nn.Linear(6, 8)
         self.body = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(),
                                         torch.nn.Linear(8, 8))
@@ -28,6 +29,10 @@ class Net(torch.nn.Module):
         h = self.inp(x)
         if self.mode is None:
             h = self.body(h)
+        elif self.mode == "default":  # what a loop written for torch 1.x calls (torch 2.x warns)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                h = checkpoint(self.body, h)
         else:
             h = checkpoint(self.body, h, use_reentrant=self.mode)
         return self.head(h)
@@ -59,7 +64,8 @@ def _stats(rec):
                         if not isinstance(v, list) and k != "repeat"))
 
 
-@pytest.mark.parametrize("mode", [None, True, False], ids=["plain", "reentrant", "non-reentrant"])
+@pytest.mark.parametrize("mode", [None, True, False, "default"],
+                         ids=["plain", "reentrant", "non-reentrant", "default"])
 def test_micro_steps_with_checkpointing(mode):
     fake = _run(mode)
     assert [s["micro_steps"] for s in fake.scalars] == [MICRO] * STEPS
@@ -84,7 +90,7 @@ def test_micro_steps_with_checkpointing(mode):
 def test_checkpointing_records_what_the_plain_loop_records():
     plain = {(r["step"], r["micro"], r["name"], r["kind"]): _stats(r)
              for r in _run(None).records}
-    for mode in (True, False):
+    for mode in (True, False, "default"):
         got = {(r["step"], r["micro"], r["name"], r["kind"]): _stats(r)
                for r in _run(mode).records}
         assert got.keys() == plain.keys(), (mode, sorted(got.keys() ^ plain.keys()))
