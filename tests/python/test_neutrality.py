@@ -211,5 +211,9 @@ def test_doctor_neutrality_usage_errors(capsys):
         2, "cannot check: the factory's model is a int, not a torch.nn.Module")
     assert _doctor("no_such_factory", capsys) == (
         2, "cannot check: neutrality_factories has no callable 'no_such_factory'")
-    rc, last = _doctor("tiny_transformer", capsys, "--steps", "2")
-    assert rc == 0 and "after 2 steps (the agent" in last, last
+    # MODULE may be a .py file
+    from lockstep.__main__ import main  # pylint: disable=import-outside-toplevel
+    capsys.readouterr()
+    assert main(["doctor", "--neutrality", os.path.join(HERE, "neutrality_factories.py") +
+                 ":tiny_transformer", "--steps", "2"]) == 0
+    assert "after 2 steps (the agent" in capsys.readouterr().out
