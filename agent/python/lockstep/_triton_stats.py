@@ -18,6 +18,8 @@ The kernel (one launch per dtype group, no atomics, fixed reduction order):
     per K elements); the element of lane ``j`` is loaded from block offset
     ``(j - r(b)) mod K``, so lane ``j`` *is* bucket ``j`` and the sketch is a plain sum
     over blocks (no scatter, no one-hot over buckets);
+  * each element widened exactly to float32: fp32 / fp16 by conversion, bf16 and fp8
+    loaded as integers and decoded from their bits (``_triton_kernels.widen``);
   * per iteration: the finite values' min / max, a 32-class histogram (``tl.histogram``;
     classes 0..15 the log2 bins, 16 NaN, 17 Inf), the saturation / subnormal counts by
     comparison against the limit dtype's thresholds, and the moments of the block in
