@@ -758,3 +758,65 @@ def test_interpreted_kernel_index_arithmetic_beyond_2_pow_31(interp, k, at):
     row[C["numel"]] = x.numel()
     row[K0:K0 + k] = want[K0:K0 + k]
     assert trs.compare_rows(row[None], want[None], k, 16, limit=8) is None
+
+
+# ---- compiled for a GPU, without one ------------------------------------------------
+_COMPILE_SCRIPT = r'''
+import json, sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from lockstep import _triton_kernels as kern, _triton_stats as trs
+ptrs = {torch.float32: "*fp32", torch.float16: "*fp16", torch.int16: "*i16", torch.uint8: "*u8"}
+kl, kp, nb, _ = trs._layout(32)
+pw = trs._SCALARS + trs._CLASSES + kp
+out = []
+for arch in (90, 80):  # sm_80: only the formats whose loads differ by architecture
+    target = GPUTarget("cuda", arch, 32)
+    jobs = []
+    for dtype, (fmt, as_int) in trs._FORMATS.items():
+        if arch == 80 and str(dtype) not in ("torch.bfloat16", "torch.float8_e4m3fn"):
+            continue
+        cs = dict(K=32, KL=kl, KP=kp, NB=nb, ITERS=trs.ITERS, PW=pw, SKETCH=True,
+                  USE_HIST=True, FMT=fmt)
+        sig = {"base": ptrs[as_int or dtype], "tab": "*i64", "tiles": "*i64", "part": "*fp64",
+               "pat": "*i32", "SAT": "fp32", "MINN": "fp32"}
+        jobs.append((str(dtype), kern.tile_kernel, sig, cs, trs.NUM_WARPS))
+    cs = dict(K=32, KP=kp, BINS=True, PW=pw, W=13 + 32 + 16, TC=trs.FINISH_TILES, SKETCH=True)
+    if arch == 90:
+        jobs.append(("finish", kern.finish_kernel,
+                     {"part": "*fp64", "tab": "*i64", "out": "*fp64", "CODE": "fp32"}, cs, 4))
+    for name, fn, sig, cs, warps in jobs:
+        sig = dict(sig, **{k: "constexpr" for k in cs})
+        try:
+            c = triton.compile(ASTSource(fn, sig, cs), target=target,
+                               options={"num_warps": warps})
+            out.append([arch, name, None if c.asm.get("cubin") else "no cubin"])
+        except Exception as e:  # pylint: disable=broad-except
+            out.append([arch, name, "%s: %s" % (type(e).__name__, str(e)[-600:])])
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (the Debian torch 1.13 "
+                    "stack)")
+def test_kernels_compile_for_sm80_and_sm90_without_a_gpu(tmp_path):
+    """Triton's own compiler, down to a cubin through the ptxas it ships, for an H100
+    (sm_90: the tile kernel for every dtype it reads, K = 32 with tl.histogram, and the
+    finishing kernel) and an A100 (sm_80: bf16 and fp8 e4m3fn, whose loads differ). No GPU is needed to compile; this catches
+    what the interpreter cannot (types the code generator refuses, a tl op without a
+    lowering, an fp8 conversion an architecture lacks: before the kernel decoded fp8
+    from its bits, e4m3fn did not compile for sm_80). In a child process, because this
+    one may be interpreting; with its own cache directory, so it compiles every time."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path))
+    env.pop("TRITON_INTERPRET", None)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(trs.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg] + [p for p in [env.get("PYTHONPATH")] if p])
+    r = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=240, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json  # pylint: disable=import-outside-toplevel
+    results = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(results) == len(trs._FORMATS) + 1 + 2, results
+    bad = [res for res in results if res[2] is not None]
+    assert not bad, bad
