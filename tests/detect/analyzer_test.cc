@@ -429,6 +429,37 @@ TEST(Analyzer, AnAdditiveMaskAtFp32sOwnMinimumIsNoOverflow) {
   EXPECT_EQ(h.First("overflow")->step, 3u);
 }
 
+TEST(Analyzer, AnFp16MaskMadeOutsideModulesIsNoOverflowButASaturatedOutputIs) {
+  // An fp16 run's additive mask is fp16's own minimum (-65504). Read as a mask only where
+  // no module produced it (act_in) and only the negative extreme: a module's output at
+  // -65504 (a saturating cast) and an act_in at +65504 stay critical.
+  Harness h;
+  StreamBuilder a("solo1", "exp", wire::Role::Solo);
+  h.Feed(a.Hello());
+  auto model = Model("", wire::DType::F16);
+  model[1].kind = wire::TensorKind::ActIn;  // the mask: -65504 where masked, else 0
+  model[3].kind = wire::TensorKind::ActIn;  // +65504: not a mask's sign
+  h.Feed(a.Directory(model));
+  std::vector<FakeStat> stats;
+  for (int i = 0; i < kTensors; ++i) {
+    auto v = Values(i, 0);
+    if (i == 1 || i == 2) v = {-65504.0, -65504.0, 0.0, 0.0};
+    if (i == 3) v = {65504.0, 0.0};
+    auto s = FakeStat::Vec(i, v);
+    s.order = i;
+    stats.push_back(s);
+  }
+  h.Feed(a.Stats(0, stats));
+  h.an->Finish();
+  std::vector<std::string> named;
+  for (const auto& al : h.alerts) {
+    if (al.rule != "overflow") continue;
+    named.push_back(al.tensor);
+    EXPECT_EQ(al.severity, alerting::Severity::kCritical) << h.Dump();
+  }
+  EXPECT_EQ(named, (std::vector<std::string>{"layers.2", "layers.3"})) << h.Dump();
+}
+
 TEST(Analyzer, SaturatedLowPrecisionTensorIsCritical) {
   Harness h;
   StreamBuilder a("solo1", "exp", wire::Role::Solo);

@@ -25,13 +25,21 @@ std::string TensorLabel(const RunCtx& ctx, const StatRow& r) {
   return s;
 }
 
-// A tensor holding its own dtype's extreme finite value on purpose: an additive attention
-// mask (transformers' causal mask is torch.finfo(dtype).min where a position is masked).
-// A run in fp16 builds it with fp16's own minimum, so it does not overflow there; and in
-// fp32 or fp64 nothing computed lands exactly on the extreme (an overflow gives inf).
+// A tensor that holds its own dtype's extreme finite value on purpose: an additive
+// attention mask (transformers' causal mask is torch.finfo(dtype).min where a position is
+// masked, built in the run's own dtype: an fp32 run's mask would be fp16's minimum in an
+// fp16 run, not an overflow). In fp32 or fp64 nothing computed lands exactly on the
+// extreme (an overflow gives inf), so any such tensor is one. In fp16/bf16/fp8 a
+// saturating cast (an NPU in saturation mode) gives exactly +-max too, so only a tensor
+// made outside every module (a module input no module produced, act_in, or the model's
+// input) holding the negative extreme is read as a mask; a module that saturates is still
+// reported on its own output.
 bool HoldsOwnExtreme(const StatRow& r) {
   const double m = DTypeMaxFinite(r.dtype);
-  return m > 0 && !IsLowPrecisionFloat(r.dtype) && (r.min == -m || r.max == m);
+  if (m <= 0) return false;
+  if (!IsLowPrecisionFloat(r.dtype)) return r.min == -m || r.max == m;
+  const Kind k = KeyKind(r.key);
+  return r.min == -m && r.max < m && (k == Kind::kActIn || k == Kind::kInput);
 }
 
 void FillTensor(const RunCtx& ctx, const StatRow& r, alerting::Alert* a) {
@@ -109,7 +117,7 @@ void NonfiniteDetector::OnStep(const StepData& s) {
 void OverflowDetector::OnStep(const StepData& s) {
   const RulesConfig& cfg = *ctx_->cfg;
   for (const StatRow* r : InOrder(s)) {
-    if (fired_.count(r->key)) continue;
+    if (fired_.count(r->key) || HoldsOwnExtreme(*r)) continue;
     const bool own_low = IsLowPrecisionFloat(r->dtype);
     Severity sev = Severity::kWarning;
     std::string why;
@@ -118,7 +126,7 @@ void OverflowDetector::OnStep(const StepData& s) {
       sev = Severity::kCritical;
       limit = DTypeMaxFinite(r->limit_dtype);
       why = std::to_string(r->sat_count) + " value(s) past " + DTypeName(r->limit_dtype) + "'s range";
-    } else if (r->sat_count > 0 && cfg.overflow_fp32_limit && !HoldsOwnExtreme(*r)) {
+    } else if (r->sat_count > 0 && cfg.overflow_fp32_limit) {
       limit = DTypeMaxFinite(r->limit_dtype);
       why = std::to_string(r->sat_count) + " value(s) would overflow " + DTypeName(r->limit_dtype) +
             " (|x| > " + Fmt("%g", limit) + ")";
