@@ -16,18 +16,21 @@ build of 2026-11-27 ~19:05):
   pair at step 0, "1984 value(s) would overflow fp16", on the eager attention's additive
   causal mask, torch.finfo(float32).min where masked, seen by every layer and attention
   as act_in; fixed in the collector's overflow rule: a tensor holding its own dtype's
-  extreme finite value is no fp16 overflow to come.)
+  extreme finite value is no fp16 overflow to come. The same Llama cast to bf16 got 8
+  critical ones, "1984 value(s) past bf16's range", for its mask at bf16's minimum: a
+  mask made outside every module is no saturation either; test_bf16_llama_twins_*.)
 - eager vs sdpa, plain torch forward hooks, step 0, ||cand - base|| / ||base||: the first
   module output that differs is the attention's output projection (gpt2
   transformer.h.0.attn.c_proj 1.27e-7, llama model.layers.0.self_attn.o_proj 1.33e-7:
   about one fp32 ulp, 1.19e-7), everything after it 0.5e-7..3.4e-7; the losses differ by
   <= 2.2e-7 (gpt2) / 1.2e-7 (llama) relative over 30 steps. What the birth-point rule
-  says: the attention (and the projection after it) gets an error of ~1 ulp while its
-  inputs agree, where rounding explains ~3e-6..5e-6 (32 fp32 ulps per op, the default
-  --birth-ulps), so its ratio is ~0.04 and no op is born: this is two kernels rounding
-  differently, not an op computing something else. compare --json births at step 0: no
-  op born, top ratio 0.067 (gpt2, h.1.attn.c_attn backward) and 0.106 (llama,
-  layers.1.mlp forward); no alert at all; compare exits 0. The fingerprint does not
+  says: layer 0's attention gets an error of ~1 ulp while its inputs agree bit for bit,
+  where rounding explains ~3e-6..5e-6 (the "explained" of the ops listed: 32 fp32 ulps
+  per op, the default --birth-ulps), ~30x more, so it is not born (nor listed: every
+  listed op's ratio is lower than 0.11): two kernels rounding differently, not an op
+  computing something else. compare --json births at step 0: no op born, top ratio
+  0.067 (gpt2, h.1.attn.c_attn backward) and 0.106 (llama, layers.1.mlp forward); no
+  alert at all; compare exits 0. The fingerprint does not
   record the attention implementation (a field of the model's config object, which is
   no module's extra_repr): the setup rule sees no difference.
 - one real change (compare --json births at step 0, input error 0 in each case):
@@ -40,11 +43,13 @@ build of 2026-11-27 ~19:05):
   activation's module type (module.<path>.type) and the RMSNorm's extra_repr (eps=...)
   differ, so no fingerprint change was needed.
 - DDP twins, 2 ranks x 20 steps: no alert, compare exits 0 over 20 steps x 2 ranks. Each
-  worker trains in ~2.7 s; the rest of the test (20-45 s on this 2-core machine,
-  depending on load) is the two spawned processes importing torch and transformers
-  (~7 s of CPU each).
-Whole file: 74 s on this 2-core machine with a load average of ~5 (other builds and
-tests running).
+  worker trains in ~2.7 s; the rest of the test (9 s quiet, 45 s under load on this
+  2-core machine) is the two spawned processes importing torch and transformers (~7 s
+  of CPU each).
+- bf16 Llama twins, 10 steps: no alert (after the fix above).
+Whole file (9 tests): 29 s under ctest on this 2-core machine when quiet (DDP 9 s, each
+other test ~1.5 s, imports the rest), 74 s with a load average of ~5 (other builds and
+tests running, DDP 45 s).
 """
 import json
 import os
@@ -142,6 +147,18 @@ def test_twins_are_silent(tmp_path, kind):
     assert alerts == [], fmt_alerts(alerts)
     code, rep = compare_json(col, exp)
     assert code == 0 and rep["steps_compared"] == STEPS, rep["steps_compared"]
+
+
+def test_bf16_llama_twins_are_silent(tmp_path):
+    """The Llama cast to bf16 (model.to(torch.bfloat16), as large models are trained):
+    its eager attention's mask is bf16's own minimum (-3.39e38), which the overflow rule
+    read as "past bf16's range", critical, on every layer before the fix (MEASURED)."""
+    exp = "hf-twins-bf16"
+    bf16 = {"change": lambda m: m.to(torch.bfloat16)}
+    alerts, _, b, c = run_pair(tmp_path, exp, "llama", base=bf16, cand=bf16, steps=10)
+    assert next(c.model.parameters()).dtype == torch.bfloat16
+    assert b.losses == c.losses
+    assert alerts == [], fmt_alerts(alerts)
 
 
 @pytest.mark.parametrize("kind", sorted(hf.BUILDERS))
