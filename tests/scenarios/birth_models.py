@@ -145,7 +145,23 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class TinyGPT(nn.Module):
+class BlockStack(nn.Module):
+    """Blocks applied in order, then a Linear head to one value per token: the frame of
+    TinyGPT and of test_tuple_modules' MhaNet (built blocks first, then the head, so the
+    seeded weights are drawn in that order)."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(D_MODEL, 1)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x).squeeze(-1)
+
+
+class TinyGPT(BlockStack):
     """`change` (a key of CHANGES, or None) applies to block 1 only. qkv_bias=False: the
     attention's qkv Linear has no bias (as LLaMA-style models). With a bias, the key
     part's gradient is mathematically zero (softmax ignores a shift common to all keys),
@@ -153,16 +169,8 @@ class TinyGPT(nn.Module):
     noise the key biases of two runs drift apart by ~1 % (measure_birth_noise.py)."""
 
     def __init__(self, change=None, qkv_bias=True):
-        super().__init__()
         assert change is None or change in CHANGES, change
-        self.blocks = nn.ModuleList(Block(change if i == 1 else None, qkv_bias)
-                                    for i in range(LAYERS))
-        self.head = nn.Linear(D_MODEL, 1)
-
-    def forward(self, x):
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(x).squeeze(-1)
+        super().__init__(Block(change if i == 1 else None, qkv_bias) for i in range(LAYERS))
 
 
 def batches(n, seed=11):
@@ -181,25 +189,35 @@ def leaf_modules(model):
 
 
 class PlatformNoise:
-    """Forward hooks on every leaf module that return output * (1 + REL * n), n standard
-    normal from one generator seeded once: what another platform's kernels would do
-    (outputs that differ by a few ulps, everywhere). Deterministic: the hooks run in the
-    same order every step, so they draw the same sequence. The backward sees the noise
-    too (the product is differentiated), as it would on another platform.
+    """Forward hooks on every leaf module (and on every module of `types`, e.g.
+    nn.MultiheadAttention, whose own kernels are the platform's too) that return each
+    floating-point output tensor x (1 + rel * n), n standard normal from one generator
+    seeded once: what another platform's kernels would do (outputs that differ by a few
+    ulps, everywhere). A tuple output gets each of its tensors noised. Deterministic: the
+    hooks run in the same order every step, so they draw the same sequence. The backward
+    sees the noise too (the product is differentiated), as it would on another platform.
 
     Register before lockstep's watch(): lockstep's own forward hook then runs after
     ours and records the noisy output, which is also what the next op receives."""
 
     REL = 1e-6
 
-    def __init__(self, model, seed=4242, rel=REL):
+    def __init__(self, model, seed=4242, rel=REL, types=()):
         self.gen = torch.Generator().manual_seed(seed)
         self.rel = rel
-        self.handles = [m.register_forward_hook(self._hook) for _, m in leaf_modules(model)]
+        self.handles = [m.register_forward_hook(self._hook) for n, m in model.named_modules()
+                        if n and (not list(m.children()) or isinstance(m, types))]
+
+    def _noisy(self, t):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return t
+        n = torch.randn(t.shape, generator=self.gen, dtype=torch.float32)
+        return t * (1 + self.rel * n).to(t.dtype)
 
     def _hook(self, _module, _inputs, output):
-        n = torch.randn(output.shape, generator=self.gen, dtype=torch.float32)
-        return output * (1 + self.rel * n).to(output.dtype)
+        if isinstance(output, tuple):
+            return tuple(self._noisy(t) for t in output)
+        return self._noisy(output)
 
     def remove(self):
         for h in self.handles:

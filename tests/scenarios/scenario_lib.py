@@ -15,6 +15,8 @@ import time
 import urllib.request
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch import nn
 
 torch.set_num_threads(1)
@@ -22,6 +24,9 @@ torch.set_num_threads(1)
 import lockstep  # noqa: E402  (after set_num_threads)
 
 D_IN, D_MODEL, NHEAD, D_FF, LAYERS, SEQ, BATCH = 16, 32, 4, 64, 2, 16, 8
+# The rules that judge two runs' numbers apart (a change in a model may raise any of
+# them); every other rule (nonfinite, overflow, ...) firing means something else broke.
+DRIFT_RULES = {"first_divergence", "tensor_drift", "trend", "loss_drift"}
 
 
 def lockstep_bin():
@@ -191,11 +196,15 @@ def batches(n, seed=7):
 
 
 class Run:
-    """One watched training run: model, optimizer, Monitor."""
+    """One watched training run: model, AdamW (lr 1e-3), Monitor (strict), watched as
+    README.md shows it. The model is a TinyTransformer unless `model` is given (then it is
+    built, hooked and seeded by the caller: whatever must be seen by lockstep, such as
+    fault or noise hooks, is registered before this watch()). train_step's arguments are
+    passed to loss(); a run of another kind of model overrides loss()."""
 
     def __init__(self, endpoint, run, role, experiment, state=None, prepare=None, autocast=None,
-                 monitor_kwargs=None):
-        self.model = TinyTransformer()
+                 monitor_kwargs=None, model=None):
+        self.model = TinyTransformer() if model is None else model
         if state is not None:
             self.model.load_state_dict(state)
         if prepare is not None:
@@ -209,13 +218,16 @@ class Run:
         assert self.mon.enabled
         self.mon.watch(self.model, optimizer=self.opt)
 
-    def train_step(self, x, y):
+    def loss(self, x, y):
+        """MSE of the model's output against y, the forward under CPU autocast if set."""
         if self.autocast is not None:
             with torch.autocast("cpu", dtype=self.autocast):
                 out = self.model(x)
-            loss = nn.functional.mse_loss(out.float(), y)
-        else:
-            loss = nn.functional.mse_loss(self.model(x), y)
+            return nn.functional.mse_loss(out.float(), y)
+        return nn.functional.mse_loss(self.model(x), y)
+
+    def train_step(self, *batch):
+        loss = self.loss(*batch)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad()
@@ -224,11 +236,27 @@ class Run:
         self.step_no += 1
 
     def close(self):
-        ok = self.mon.close(timeout=10.0)
-        counters = self.mon.counters()
-        assert counters["python_errors"] == 0, counters["last_python_error"]
-        assert counters["records_dropped"] == 0, counters
-        return ok
+        return close_checked(self.mon)
+
+
+class LMRun(Run):
+    """A run of a causal language model (transformers' *ForCausalLM, or one wrapped in
+    DistributedDataParallel): train_step(ids) with `loss = model(input_ids=ids,
+    labels=ids).loss`, exactly as README.md writes it."""
+
+    def loss(self, ids):  # pylint: disable=arguments-differ
+        return self.model(input_ids=ids, labels=ids).loss
+
+
+def close_checked(mon):
+    """Closes a Monitor (10 s to flush) and asserts the agent made no Python error and
+    dropped no record: a test's alerts then come from every record. Returns close()'s
+    result (True when everything was sent)."""
+    ok = mon.close(timeout=10.0)
+    counters = mon.counters()
+    assert counters["python_errors"] == 0, counters["last_python_error"]
+    assert counters["records_dropped"] == 0, counters
+    return ok
 
 
 def make_pair(endpoint, experiment, baseline_kwargs=None, candidate_kwargs=None, seed=1234):
@@ -249,6 +277,112 @@ def train_pair(b, c, steps, before_candidate_step=None):
         if before_candidate_step is not None:
             before_candidate_step(s)
         c.train_step(x, y)
+
+
+def collect_pair(tmp_path, exp, make_base, make_cand, batches_, extra_args=()):
+    """Runs <exp>-base (role baseline) and <exp>-cand (candidate), built by
+    make_base / make_cand(endpoint, run, role) in that order, side by side on the same
+    batches (baseline step s, then candidate step s; each batch a tuple of train_step's
+    arguments) into a real collector (`extra_args` for `lockstep collect`); closes both
+    and waits until the collector has analyzed every message. Returns (alerts, collector,
+    baseline, candidate); the collector is stopped, its logs kept (col.log_path(run))."""
+    with Collector(tmp_path, list(extra_args)) as col:
+        b = make_base(col.endpoint, exp + "-base", "baseline", exp)
+        c = make_cand(col.endpoint, exp + "-cand", "candidate", exp)
+        for batch in batches_:
+            b.train_step(*batch)
+            c.train_step(*batch)
+        assert b.close() and c.close()
+        col.wait_goodbye([exp + "-base", exp + "-cand"])
+    assert col.proc.returncode == 0, col.stderr()
+    return col.alerts(), col, b, c
+
+
+def compare_json(col, exp):
+    """`lockstep compare --json` of <exp>-base and <exp>-cand's logs: (exit code, report).
+    Exit 0 means nothing critical, 1 a finding; anything else fails the test."""
+    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
+                          col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def births_at(rep, step=0):
+    """compare --json's ranked ops ("births") at one step of rank 0; [] if none."""
+    rows = [b for b in rep.get("births", []) if b["step"] == step and b["rank"] == 0]
+    assert len(rows) <= 1, rows
+    return rows[0]["ops"] if rows else []
+
+
+def show_births(label, ops):
+    """Prints the first 8 ranked ops (seen with pytest -s): the figures a test file's
+    header quotes as measured."""
+    print("\n%s (torch %s):" % (label, torch.__version__))
+    for o in ops[:8]:
+        print("  %-22s %-8s born=%-5s ratio %.3g  in %.3g  out %.3g" % (
+            o["name"], o["pass"], o["born"], o["ratio"], o["input_error"], o["output_error"]))
+
+
+def _rank_main(rank, world, port, errors, worker, args):
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                                world_size=world)
+        worker(rank, *args)
+        dist.destroy_process_group()
+    except BaseException as e:  # reported to the parent, which fails the test
+        errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
+        raise
+
+
+def collect_ranks(tmp_path, monkeypatch, world, worker, runs):
+    """Starts a real collector, then runs worker(rank, endpoint) in `world` spawned
+    processes (torch.multiprocessing), each in a gloo process group over a free loopback
+    port, one thread each, and waits until the collector has analyzed every message of
+    `runs` (run names). The launcher's rank variables are cleared first, so each Monitor
+    takes its rank from the group. An exception in a worker fails the test with its rank
+    and text. `worker` must be a module-level function (spawn pickles it by name).
+    Returns (alerts, collector); the collector is stopped, its logs kept."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCKSTEP_RANK", "LOCKSTEP_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with Collector(tmp_path) as col:
+        errors = mp.get_context("spawn").SimpleQueue()
+        mp.spawn(_rank_main, args=(world, free_port(), errors, worker, (col.endpoint,)),
+                 nprocs=world, join=True)
+        assert errors.empty()
+        col.wait_goodbye(runs)
+    assert col.proc.returncode == 0, col.stderr()
+    return col.alerts(), col
+
+
+def seeded_state(new_model, seed=1234):
+    """Seeds everything (lockstep.seed_all, deterministic) and returns the weights of the
+    model new_model() builds then: the one start a baseline and a candidate both load."""
+    lockstep.seed_all(seed, deterministic=True)
+    return new_model().state_dict()
+
+
+def step0_births(tmp_path, exp, new_model, make_run, batches_, label, **cand):
+    """A pair from one seeded start (seeded_state(new_model)): make_run(state) is the
+    baseline's factory for collect_pair, make_run(state, **cand) the candidate's. Prints
+    compare --json's ranked ops at step 0 under `label` (pytest -s: the figures a test
+    file's header quotes). Returns (alerts, those ops)."""
+    state = seeded_state(new_model)
+    alerts, col, _, _ = collect_pair(tmp_path, exp, make_run(state), make_run(state, **cand),
+                                     batches_)
+    ops = births_at(compare_json(col, exp)[1], 0)
+    show_births(label, ops)
+    return alerts, ops
+
+
+def one_first_divergence(alerts, rules=DRIFT_RULES):
+    """Asserts that only `rules` fired and that there is exactly one first_divergence
+    alert (the birth point of a change); returns it."""
+    text = fmt_alerts(alerts)
+    assert {a["rule"] for a in alerts} <= rules, text
+    fd = [a for a in alerts if a["rule"] == "first_divergence"]
+    assert len(fd) == 1, text
+    return fd[0]
 
 
 def run_of(alert):

@@ -10,15 +10,13 @@ candidate's alerts name rank 2 (the other ranks see only the all-reduced gradien
 the layer candidate's first divergence names the layer with its module type and a rank,
 and `lockstep compare` says it parts on all 4 ranks, in "6 steps × 4 ranks"."""
 import json
-import os
 import subprocess
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
-from scenario_lib import Collector, fmt_alerts, free_port, run_of
+import lockstep
+from scenario_lib import collect_ranks, fmt_alerts, run_of
 
 WORLD = 4
 STEPS = 6
@@ -39,43 +37,36 @@ class Linear(nn.Linear):
         return y * 1.05 if self.broken else y
 
 
-def _worker(rank, endpoint, port, errors):
-    torch.set_num_threads(1)
-    try:
-        import lockstep
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=WORLD)
-        runs = []
-        for run, role in RUNS:
-            torch.manual_seed(0)  # the same weights in every run and on every rank
-            model = nn.Sequential(Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-            ddp = nn.parallel.DistributedDataParallel(model)
-            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-            mon = lockstep.Monitor(run=run, role=role, experiment="ddp", endpoint=endpoint,
-                                   host_stats_thread="off", strict=True)
-            assert mon.enabled and mon.rank == rank, (mon.rank, rank)
-            mon.watch(ddp, optimizer=opt)
-            runs.append((run, model, ddp, opt, mon))
-        for step in range(STEPS):
-            g = torch.Generator().manual_seed(1000 * step + rank)
-            x = torch.randn(4, 8, generator=g)
-            y = torch.randn(4, 4, generator=g)
-            for run, model, ddp, opt, mon in runs:
-                xi = x
-                if run == "ddp-data" and rank == DATA_RANK and step == DATA_AT:
-                    xi = x * 1.5
-                model[0].broken = run == "ddp-layer" and step >= CHANGE_AT
-                loss = nn.functional.mse_loss(ddp(xi), y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                mon.step(loss=loss)
-        for *_, mon in runs:
-            assert mon.close(10.0)
-        dist.destroy_process_group()
-    except BaseException as e:  # reported to the parent, which fails the test
-        errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
-        raise
+def _worker(rank, endpoint):
+    """One rank (in its gloo group, scenario_lib.collect_ranks): the four runs trained side
+    by side."""
+    runs = []
+    for run, role in RUNS:
+        torch.manual_seed(0)  # the same weights in every run and on every rank
+        model = nn.Sequential(Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        mon = lockstep.Monitor(run=run, role=role, experiment="ddp", endpoint=endpoint,
+                               host_stats_thread="off", strict=True)
+        assert mon.enabled and mon.rank == rank, (mon.rank, rank)
+        mon.watch(ddp, optimizer=opt)
+        runs.append((run, model, ddp, opt, mon))
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(4, 8, generator=g)
+        y = torch.randn(4, 4, generator=g)
+        for run, model, ddp, opt, mon in runs:
+            xi = x
+            if run == "ddp-data" and rank == DATA_RANK and step == DATA_AT:
+                xi = x * 1.5
+            model[0].broken = run == "ddp-layer" and step >= CHANGE_AT
+            loss = nn.functional.mse_loss(ddp(xi), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss=loss)
+    for *_, mon in runs:
+        assert mon.close(10.0)
 
 
 def _compare(col, cand):
@@ -87,16 +78,7 @@ def _compare(col, cand):
 
 
 def test_ddp_four_ranks(tmp_path, monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCKSTEP_RANK", "LOCKSTEP_WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    with Collector(tmp_path) as col:
-        ctx = mp.get_context("spawn")
-        errors = ctx.SimpleQueue()
-        mp.spawn(_worker, args=(col.endpoint, free_port(), errors), nprocs=WORLD, join=True)
-        assert errors.empty()
-        col.wait_goodbye([run for run, _ in RUNS])
-    assert col.proc.returncode == 0, col.stderr()
-    alerts = col.alerts()
+    alerts, col = collect_ranks(tmp_path, monkeypatch, WORLD, _worker, [run for run, _ in RUNS])
     by_run = {}
     for a in alerts:
         by_run.setdefault(run_of(a), []).append(a)

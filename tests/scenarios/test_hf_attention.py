@@ -29,20 +29,16 @@ Measured (step-0 births of `lockstep compare --json`, printed with pytest -s; to
 The eager float mask (self_attn(attention_mask), finfo.min above the diagonal) is an
 input like any other: equal in both runs, distance 0.
 """
-import json
 import os
-import subprocess
 
 import pytest
 import torch
-from torch import nn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402  (after HF_HUB_OFFLINE)
 
-import lockstep  # noqa: E402
-from scenario_lib import Collector, fmt_alerts  # noqa: E402
-from test_tuple_modules import DRIFT_RULES, TupleNoise, show, step0_ops  # noqa: E402
+from birth_models import PlatformNoise  # noqa: E402
+from scenario_lib import LMRun, fmt_alerts, one_first_divergence, step0_births  # noqa: E402
 
 STEPS, BATCH, SEQ, VOCAB = 4, 4, 16, 64
 CHANGED = "model.layers.1.self_attn"
@@ -61,69 +57,35 @@ def token_batches(n, seed=5):
     return [torch.randint(0, VOCAB, (BATCH, SEQ), generator=g) for _ in range(n)]
 
 
-class LlamaRun:
-    """One watched training run of the tiny Llama (the README's Monitor usage)."""
-
-    def __init__(self, endpoint, run, role, experiment, state, change=False, noise=False):
-        self.model = LlamaForCausalLM(config())
-        self.model.load_state_dict(state)
-        self.model.train()
+def llama_run(state, change=False, noise=False):
+    """A factory for collect_pair: one watched run of the tiny Llama from `state` (the
+    README's Monitor usage); the change and the noise are set before watch(), so lockstep
+    records the noisy outputs."""
+    def make(endpoint, run, role, experiment):
+        model = LlamaForCausalLM(config())
+        model.load_state_dict(state)
+        model.train()
         if change:
-            self.model.get_submodule(CHANGED).scaling *= 1 + SCALING_CHANGE
-        if noise:  # before watch(): lockstep records the noisy outputs
-            TupleNoise(self.model, ())
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.losses = []
-        self.mon = lockstep.Monitor(run=run, role=role, experiment=experiment, endpoint=endpoint,
-                                    strict=True)
-        assert self.mon.enabled
-        self.mon.watch(self.model, optimizer=self.opt)
-
-    def train_step(self, ids):
-        loss = self.model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad()
-        self.mon.step(loss=loss, lr=self.opt.param_groups[0]["lr"])
-        self.losses.append(loss.item())
-
-    def close(self):
-        ok = self.mon.close(timeout=10.0)
-        counters = self.mon.counters()
-        assert counters["python_errors"] == 0, counters["last_python_error"]
-        assert counters["records_dropped"] == 0, counters
-        return ok
+            model.get_submodule(CHANGED).scaling *= 1 + SCALING_CHANGE
+        if noise:
+            PlatformNoise(model)
+        return LMRun(endpoint, run, role, experiment, model=model)
+    return make
 
 
-def run_pair(tmp_path, exp, change, noise):
-    with Collector(tmp_path) as col:
-        lockstep.seed_all(1234, deterministic=True)
-        state = LlamaForCausalLM(config()).state_dict()
-        b = LlamaRun(col.endpoint, exp + "-base", "baseline", exp, state)
-        c = LlamaRun(col.endpoint, exp + "-cand", "candidate", exp, state, change, noise)
-        for ids in token_batches(STEPS):
-            b.train_step(ids)
-            c.train_step(ids)
-        assert b.close() and c.close()
-        col.wait_goodbye([exp + "-base", exp + "-cand"])
-    assert col.proc.returncode == 0, col.stderr()
-    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
-                          col.log_path(exp + "-cand")], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode in (0, 1), out.stdout + out.stderr
-    return col.alerts(), json.loads(out.stdout)
+def run_pair(tmp_path, exp, label, change, noise):
+    """scenario_lib.step0_births for the tiny Llama: (alerts, ranked ops at step 0)."""
+    return step0_births(tmp_path, exp, lambda: LlamaForCausalLM(config()), llama_run,
+                        [(ids,) for ids in token_batches(STEPS)], label, change=change,
+                        noise=noise)
 
 
 @pytest.mark.parametrize("noise", [False, True], ids=["exact", "noise"])
 def test_llama_attention_is_the_birth_point(tmp_path, noise):
-    alerts, rep = run_pair(tmp_path, "llama-attn-" + ("noise" if noise else "exact"), True, noise)
+    alerts, ops = run_pair(tmp_path, "llama-attn-" + ("noise" if noise else "exact"),
+                           "Llama, changed attention scaling, noise=%s" % noise, True, noise)
     text = fmt_alerts(alerts)
-    ops = step0_ops(rep)
-    show("Llama, changed attention scaling, noise=%s" % noise, ops)
-    assert {a["rule"] for a in alerts} <= DRIFT_RULES, text
-    fd = [a for a in alerts if a["rule"] == "first_divergence"]
-    assert len(fd) == 1, text
-    fd = fd[0]
+    fd = one_first_divergence(alerts)
     assert (fd["step"], fd["tensor"], fd["kind"], fd["cause"]) == (0, CHANGED, "act", "op"), text
     assert "the error is born in %s (LlamaAttention)" % CHANGED in fd["message"], text
     # The softmax is in the attention's own code (no submodule computes it).
@@ -139,8 +101,7 @@ def test_llama_attention_is_the_birth_point(tmp_path, noise):
 
 @pytest.mark.parametrize("noise", [False, True], ids=["exact", "noise"])
 def test_llama_twins_are_silent(tmp_path, noise):
-    alerts, rep = run_pair(tmp_path, "llama-twins-" + ("noise" if noise else "exact"), False, noise)
-    ops = step0_ops(rep)
-    show("Llama twins, noise=%s" % noise, ops)
+    alerts, ops = run_pair(tmp_path, "llama-twins-" + ("noise" if noise else "exact"),
+                           "Llama twins, noise=%s" % noise, False, noise)
     assert alerts == [], fmt_alerts(alerts)
     assert not [o for o in ops if o["born"]], ops

@@ -51,50 +51,20 @@ Whole file (9 tests): 29 s under ctest on this 2-core machine when quiet (DDP 9 
 other test ~1.5 s, imports the rest), 74 s with a load average of ~5 (other builds and
 tests running, DDP 45 s).
 """
-import json
 import os
-import subprocess
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: nothing is downloaded
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 import lockstep  # noqa: E402
 import hf_scenario_models as hf  # noqa: E402
-from scenario_lib import Collector, Run, fmt_alerts, free_port  # noqa: E402
+from scenario_lib import (DRIFT_RULES, LMRun, births_at, collect_pair, collect_ranks,  # noqa: E402
+                          compare_json, fmt_alerts, one_first_divergence)
 
 STEPS = 30          # a few dozen: the loss falls from ~4.9 to ~3.5 (llama) / ~3.7 (gpt2)
 SEED = 1234
-DRIFT_RULES = {"first_divergence", "tensor_drift", "trend", "loss_drift"}
-
-
-class HFRun(Run):
-    """One watched training run of a transformers model, as README.md writes it; reuses
-    scenario_lib.Run's close() (which asserts the agent made no error and dropped
-    nothing)."""
-
-    def __init__(self, endpoint, run, role, experiment, model,
-                 monitor_kwargs=None):  # pylint: disable=super-init-not-called
-        self.model = model
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.step_no = 0
-        self.losses = []
-        self.mon = lockstep.Monitor(run=run, role=role, experiment=experiment, endpoint=endpoint,
-                                    strict=True, **(monitor_kwargs or {}))
-        assert self.mon.enabled
-        self.mon.watch(self.model, optimizer=self.opt)
-
-    def train_step(self, ids):  # pylint: disable=arguments-differ
-        loss = self.model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad()
-        self.mon.step(loss=loss, lr=self.opt.param_groups[0]["lr"])
-        self.losses.append(loss.item())
-        self.step_no += 1
 
 
 def build(kind, attn="eager", change=None, **config):
@@ -107,34 +77,20 @@ def build(kind, attn="eager", change=None, **config):
     return model
 
 
+def hf_run(kind, **build_args):
+    """A factory for collect_pair: a watched run (as README.md writes it) of the model
+    build(kind, **build_args) makes when the run starts."""
+    def make(endpoint, run, role, experiment):
+        return LMRun(endpoint, run, role, experiment, model=build(kind, **build_args))
+    return make
+
+
 def run_pair(tmp_path, exp, kind, base=None, cand=None, steps=STEPS, extra_args=()):
     """Baseline and candidate (each built by build(kind, **base / **cand)) trained side by
     side on the same batches, baseline step s then candidate step s. Returns (alerts,
     collector, baseline, candidate); the collector is stopped, its logs are kept."""
-    with Collector(tmp_path, list(extra_args)) as col:
-        b = HFRun(col.endpoint, exp + "-base", "baseline", exp, build(kind, **(base or {})))
-        c = HFRun(col.endpoint, exp + "-cand", "candidate", exp, build(kind, **(cand or {})))
-        for ids in hf.token_batches(steps):
-            b.train_step(ids)
-            c.train_step(ids)
-        assert b.close() and c.close()
-        col.wait_goodbye([exp + "-base", exp + "-cand"])
-    assert col.proc.returncode == 0, col.stderr()
-    return col.alerts(), col, b, c
-
-
-def compare_json(col, exp):
-    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
-                          col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 1), out.stdout + out.stderr
-    return out.returncode, json.loads(out.stdout)
-
-
-def births_at(rep, step):
-    """compare --json's ranked ops at one step (rank 0)."""
-    rows = [b for b in rep.get("births", []) if b["step"] == step and b["rank"] == 0]
-    assert len(rows) <= 1, rows
-    return rows[0]["ops"] if rows else []
+    return collect_pair(tmp_path, exp, hf_run(kind, **(base or {})), hf_run(kind, **(cand or {})),
+                        [(ids,) for ids in hf.token_batches(steps)], extra_args)
 
 
 @pytest.mark.parametrize("kind", sorted(hf.BUILDERS))
@@ -220,12 +176,9 @@ def test_one_real_change_is_named_at_step_0_with_cause_config(tmp_path, case):
     exp = "hf-change-" + case
     alerts, col, _, _ = run_pair(tmp_path, exp, kind, cand=cand)
     text = fmt_alerts(alerts)
-    assert {a["rule"] for a in alerts} <= DRIFT_RULES | {"setup", "scalars"}, text
+    fd = one_first_divergence(alerts, DRIFT_RULES | {"setup", "scalars"})
     setup = [a for a in alerts if a["rule"] == "setup"]
     assert len(setup) == 1 and key in setup[0]["message"], text
-    fd = [a for a in alerts if a["rule"] == "first_divergence"]
-    assert len(fd) == 1, text
-    fd = fd[0]
     assert (fd["step"], fd["tensor"], fd["kind"]) == (0, module, "act"), text
     assert fd["cause"] == "config" and key in fd["message"], text
     assert "its inputs agree (rel. distance 0)" in fd["message"], text
@@ -248,50 +201,24 @@ DDP_STEPS = 20
 DDP_RUNS = (("hf-ddp-base", "baseline"), ("hf-ddp-cand", "candidate"))
 
 
-def _ddp_worker(rank, endpoint, port, errors):
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=WORLD)
-        runs = []
-        for run, role in DDP_RUNS:
-            model = torch.nn.parallel.DistributedDataParallel(build("llama"))
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            mon = lockstep.Monitor(run=run, role=role, experiment="hf-ddp", endpoint=endpoint,
-                                   host_stats_thread="off", strict=True)
-            assert mon.enabled and mon.rank == rank, (mon.rank, rank)
-            mon.watch(model, optimizer=opt)
-            runs.append((model, opt, mon, []))
-        for ids in hf.token_batches(DDP_STEPS, seed=100 + rank):  # each rank its own shard
-            for model, opt, mon, losses in runs:
-                loss = model(input_ids=ids, labels=ids).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                mon.step(loss=loss, lr=opt.param_groups[0]["lr"])
-                losses.append(loss.item())
-        assert runs[0][3] == runs[1][3], "rank %d: twin losses differ" % rank
-        for _, _, mon, _ in runs:
-            assert mon.close(10.0)
-            counters = mon.counters()
-            assert counters["python_errors"] == 0, counters["last_python_error"]
-            assert counters["records_dropped"] == 0, counters
-        dist.destroy_process_group()
-    except BaseException as e:  # reported to the parent, which fails the test
-        errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
-        raise
+def _ddp_worker(rank, endpoint):
+    runs = []
+    for run, role in DDP_RUNS:
+        r = LMRun(endpoint, run, role, "hf-ddp", model=torch.nn.parallel.DistributedDataParallel(
+            build("llama")), monitor_kwargs={"host_stats_thread": "off"})
+        assert r.mon.rank == rank, (r.mon.rank, rank)
+        runs.append(r)
+    for ids in hf.token_batches(DDP_STEPS, seed=100 + rank):  # each rank its own shard
+        for r in runs:
+            r.train_step(ids)
+    assert runs[0].losses == runs[1].losses, "rank %d: twin losses differ" % rank
+    for r in runs:
+        assert r.close()
 
 
 def test_ddp_llama_twins_are_silent(tmp_path, monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCKSTEP_RANK", "LOCKSTEP_WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    with Collector(tmp_path) as col:
-        errors = mp.get_context("spawn").SimpleQueue()
-        mp.spawn(_ddp_worker, args=(col.endpoint, free_port(), errors), nprocs=WORLD, join=True)
-        assert errors.empty()
-        col.wait_goodbye([run for run, _ in DDP_RUNS])
-    assert col.proc.returncode == 0, col.stderr()
-    alerts = col.alerts()
+    alerts, col = collect_ranks(tmp_path, monkeypatch, WORLD, _ddp_worker,
+                                [run for run, _ in DDP_RUNS])
     assert alerts == [], fmt_alerts(alerts)
     code, rep = compare_json(col, "hf-ddp")
     assert code == 0 and rep["ranks"] == WORLD, (code, rep["ranks"])

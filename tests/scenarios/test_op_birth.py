@@ -55,69 +55,40 @@ births at step 0, ratio = output error / what rounding explains):
     budget (--birth-ulps 32) takes another platform's noise up to ~2.5e-6 per op in
     fp32; beyond that, raise it.
 """
-import json
-import subprocess
-
 import pytest
 import torch
-from torch import nn
 
-import lockstep
 from birth_models import CHANGES, PlatformNoise, TinyGPT, batches
-from scenario_lib import Collector, Run, fmt_alerts
+from scenario_lib import (DRIFT_RULES, Run, births_at, collect_pair, compare_json, fmt_alerts,
+                          seeded_state)
 
 CHANGE_STEPS = 4     # the birth is at step 0; a few more steps to see nothing else fires
 LONG_STEPS = 300     # platform noise alone: long enough for the weights to drift apart
-DRIFT_RULES = {"first_divergence", "tensor_drift", "trend", "loss_drift"}
 # where each fingerprint-visible change shows up in the setup rule's message
 SETUP_KEY = {"gelu-tanh": "module.blocks.1.mlp.act.approximate", "ln-eps": "module.blocks.1.ln2.eps"}
 
 
-class BirthRun(Run):
-    """One watched training run of TinyGPT: scenario_lib.Run (its train_step and close),
-    for this model, with platform noise on the candidate."""
-
-    def __init__(self, endpoint, run, role, experiment, state, change=None, noise=False,
-                 autocast=None, qkv_bias=True):  # pylint: disable=super-init-not-called
-        self.model = TinyGPT(change, qkv_bias=qkv_bias)
-        self.model.load_state_dict(state)
-        # before watch(): lockstep's hooks then see the noisy outputs (see PlatformNoise)
-        self.noise = PlatformNoise(self.model) if noise else None
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.autocast = autocast
-        self.step_no = 0
-        self.losses = []
-        self.mon = lockstep.Monitor(run=run, role=role, experiment=experiment, endpoint=endpoint,
-                                    strict=True)
-        assert self.mon.enabled
-        self.mon.watch(self.model, optimizer=self.opt)
+def birth_run(state, change=None, noise=False, autocast=None, qkv_bias=True):
+    """A factory for collect_pair: one watched run of TinyGPT from `state`, with the
+    change and platform noise hooked before watch() (lockstep sees the noisy outputs)."""
+    def make(endpoint, run, role, experiment):
+        model = TinyGPT(change, qkv_bias=qkv_bias)
+        model.load_state_dict(state)
+        if noise:
+            PlatformNoise(model)
+        return Run(endpoint, run, role, experiment, model=model, autocast=autocast)
+    return make
 
 
 def run_pair(tmp_path, exp, steps, change=None, noise=False, autocast=None, extra_args=(),
              qkv_bias=True):
-    """A baseline and a candidate from the same weights on the same batches (baseline step
-    s, then candidate step s), through a real collector. Returns (alerts, collector,
-    baseline, candidate); the collector is stopped, its logs are in col.log_path(run)."""
-    with Collector(tmp_path, list(extra_args)) as col:
-        lockstep.seed_all(1234, deterministic=True)
-        state = TinyGPT(qkv_bias=qkv_bias).state_dict()
-        b = BirthRun(col.endpoint, exp + "-base", "baseline", exp, state, qkv_bias=qkv_bias)
-        c = BirthRun(col.endpoint, exp + "-cand", "candidate", exp, state, change=change,
-                     noise=noise, autocast=autocast, qkv_bias=qkv_bias)
-        for x, y in batches(steps):
-            b.train_step(x, y)
-            c.train_step(x, y)
-        assert b.close() and c.close()
-        col.wait_goodbye([exp + "-base", exp + "-cand"])
-    assert col.proc.returncode == 0, col.stderr()
-    return col.alerts(), col, b, c
-
-
-def compare_json(col, exp):
-    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
-                          col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
-    assert out.returncode in (0, 1), out.stdout + out.stderr  # 0: nothing critical, 1: a finding
-    return json.loads(out.stdout)
+    """A baseline and a candidate (the change, noise and autocast) from the same weights
+    on the same batches, through a real collector (scenario_lib.collect_pair). Returns
+    (alerts, collector, baseline, candidate)."""
+    state = seeded_state(lambda: TinyGPT(qkv_bias=qkv_bias))
+    return collect_pair(tmp_path, exp, birth_run(state, qkv_bias=qkv_bias),
+                        birth_run(state, change, noise, autocast, qkv_bias),
+                        batches(steps), extra_args)
 
 
 # ---------------------------------------------------------------------------------------
@@ -240,15 +211,14 @@ def test_birth_compare_gives_the_live_answer(tmp_path):
     alert, and its "births" rank the changed op first at step 0."""
     case, exp = "gelu-tanh", "birth-compare"
     alerts, col, _, _ = run_pair(tmp_path, exp, CHANGE_STEPS, change=case, noise=True)
-    rep = compare_json(col, exp)
+    _, rep = compare_json(col, exp)
     assert "births" in rep, "issue 14: compare --json has no 'births'; keys %s" % sorted(rep)
     live = check_birth_alert(alerts, case, True)
     fd = rep["first_divergence"]
     assert (fd["step"], fd["tensor"], fd["kind"]) == (live["step"], live["tensor"], live["kind"]), \
         (fd, fmt_alerts(alerts))
-    first = [x for x in rep["births"] if x["step"] == 0 and x["rank"] == 0]
-    assert len(first) == 1, rep["births"]
-    ops, op = first[0]["ops"], CHANGES[case][0]
+    ops, op = births_at(rep, 0), CHANGES[case][0]
+    assert ops, rep["births"]
     # Ranked: the ops that add error of their own first, then by ratio.
     key = [(o["born"], o["ratio"]) for o in ops]
     assert key == sorted(key, reverse=True), ops
