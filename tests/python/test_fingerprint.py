@@ -137,3 +137,30 @@ def test_config_values_that_cannot_be_read_are_left_out(monkeypatch):
     assert "config.bad" not in fp
     assert fp["config.fn"].startswith("<built-in function len")  # a callable is a value, not called
     assert mon.counters()["python_errors"] == 0
+
+
+def test_a_transformers_config_is_recorded_once_with_its_attention_kernel():
+    """A Hugging Face model's configuration (the `config` its modules share) is in the
+    fingerprint once, at the module that holds it first, with the attention kernel
+    (eager / sdpa), which no module's extra_repr prints; its version goes with the
+    versions. Torch 2.x stack only (Debian's has no transformers)."""
+    hf_models = pytest.importorskip("hf_models")
+    if not hf_models.available():
+        pytest.skip("transformers is not installed (the torch 2.x stack has it)")
+    fps = {}
+    for impl in ("eager", "sdpa"):
+        mon, fake = fake_monitor()
+        mon.watch(hf_models.llama(seed=0, attn_implementation=impl, rms_norm_eps=1e-5))
+        fps[impl] = fake.fingerprint
+        assert mon.counters()["python_errors"] == 0
+        mon.close(timeout=1.0)
+    fp = fps["eager"]
+    assert fp["module.config.attn_implementation"] == "eager"
+    assert fps["sdpa"]["module.config.attn_implementation"] == "sdpa"
+    assert fp["module.config.rms_norm_eps"] == "1e-05"
+    assert fp["module.config.hidden_act"] == "silu"
+    assert fp["version.transformers"] == __import__("transformers").__version__
+    # Once: the submodules that share the model's config add nothing.
+    assert not [k for k in fp if ".config." in k and not k.startswith("module.config.")]
+    differ = sorted(k for k in fp if fp[k] != fps["sdpa"].get(k))
+    assert differ == ["module.config.attn_implementation"], differ

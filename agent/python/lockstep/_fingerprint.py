@@ -19,6 +19,11 @@ Flat keys, text values::
     module.<path>.<setting>           each module's own settings as its extra_repr
                                       prints them (p=0.1, eps=1e-05, bias=True...)
     module.<path>.<param>             its own parameters: "float32[8, 4]"
+    module.<path>.config.<field>      a model configuration object the module holds
+                                      (Hugging Face's `config`, to_dict()), once per
+                                      object, with `attn_implementation`, which the
+                                      modules' own settings do not show
+    version.transformers              the version that configuration was written by
     env.<NAME>                        ENV_VARS below, plus LOCKSTEP_FINGERPRINT_ENV
     config.<key>                      Monitor(config={...}), nested dicts flattened
 
@@ -155,11 +160,36 @@ def _optimizer(out, opt):
                 _put(out, "optim.group%d.%s" % (i, k), "None" if v is None else v)
 
 
+def _model_config(out, base, config):
+    """A model configuration object's fields (transformers' PretrainedConfig: a
+    ``to_dict()``): what the modules' extra_repr does not print, such as the attention
+    kernel (eager, sdpa, flash) a migration may switch. Its version goes with the
+    environment's versions."""
+    fields = config.to_dict()
+    for k, v in fields.items():
+        if k == "transformers_version":
+            _put(out, "version.transformers", v)
+        elif isinstance(k, str) and _NAME_RE.match(k):
+            _put(out, "%s.config.%s" % (base, k), "None" if v is None else v)
+    impl = getattr(config, "_attn_implementation", None)
+    if isinstance(impl, str):
+        _put(out, base + ".config.attn_implementation", impl)
+
+
 def _modules(out, model):
     dtypes = {}
+    configs = set()  # ids of configuration objects recorded (submodules share the model's)
     for path, m in model.named_modules():
         base = "module." + path if path else "module"
         _put(out, base + ".type", lambda m=m: type(m).__name__)
+        config = getattr(m, "config", None)
+        if config is not None and id(config) not in configs and callable(
+                getattr(config, "to_dict", None)):
+            configs.add(id(config))
+            try:
+                _model_config(out, base, config)
+            except Exception:  # pylint: disable=broad-except
+                pass
         try:
             for k, v in _split_repr(m.extra_repr()):
                 out[base + "." + k] = v[:MAX_VALUE]
