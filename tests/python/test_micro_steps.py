@@ -95,3 +95,106 @@ def test_checkpointing_records_what_the_plain_loop_records():
                for r in _run(mode).records}
         assert got.keys() == plain.keys(), (mode, sorted(got.keys() ^ plain.keys()))
         assert got == plain, mode
+
+
+# Issue 30: a module called twice per forward, its calls checkpointed. Reentrant
+# checkpointing runs each segment's forward under no_grad and again in backward, in
+# backward order, each with a backward of its own: the calls used to be named in backward
+# order (`shared` and `shared#1` swapped) and each parameter of `shared` got one gradient
+# record per segment. Every record must be the plain loop's.
+class SharedNet(torch.nn.Module):
+    """`shared` called twice; `wrap` says which calls are checkpointed: None (none),
+    "each" (one checkpoint per call), "both" (one around the two calls), "second" (the
+    second call only)."""
+
+    def __init__(self, mode, wrap):
+        super().__init__()
+        self.mode, self.wrap = mode, wrap
+        self.inp = torch.nn.Linear(6, 8)
+        self.shared = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+        self.head = torch.nn.Linear(8, 2)
+
+    def _ck(self, fn, h):
+        return checkpoint(fn, h, use_reentrant=self.mode)
+
+    def _twice(self, h):
+        return self.shared(self.shared(h) * 0.5)
+
+    def forward(self, x):
+        h = self.inp(x)
+        if self.wrap is None:
+            h = self._twice(h)
+        elif self.wrap == "both":
+            h = self._ck(self._twice, h)
+        elif self.wrap == "each":
+            h = self._ck(self.shared, self._ck(self.shared, h) * 0.5)
+        else:  # "second"
+            h = self._ck(self.shared, self.shared(h) * 0.5)
+        return self.head(h)
+
+
+def _run_shared(mode, wrap, kinds=None):
+    torch.manual_seed(0)
+    model = SharedNet(mode, wrap)
+    mon, fake = fake_monitor(run="ckpt-shared")
+    # `shared` is not updated: reentrant checkpointing adds each segment's piece of its
+    # gradient to .grad on its own (B, A, then the next micro step's B, A), the plain loop
+    # their sum, so its updated weights may differ by an ulp (torch's arithmetic, not
+    # lockstep's records).
+    opt = torch.optim.SGD([{"params": [*model.inp.parameters(), *model.head.parameters()]},
+                           {"params": model.shared.parameters(), "lr": 0.0}], lr=0.1)
+    mon.watch(model, optimizer=opt, **({} if kinds is None else {"kinds": kinds}))
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(STEPS):
+        for _ in range(MICRO):
+            x = torch.randn(5, 6, generator=gen)
+            (model(x).square().mean() / MICRO).backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss=1.0)
+    assert mon.counters()["python_errors"] == 0, mon.counters()["last_python_error"]
+    return fake
+
+
+def _by_key(fake):
+    got = {}
+    for r in fake.records:
+        k = (r["step"], r["micro"], r["name"], r["kind"])
+        assert k not in got, k  # one record per tensor per micro step
+        got[k] = _stats(r)
+    return got
+
+
+_PLAIN_SHARED = {}
+
+
+def _plain_shared(kinds=None):
+    if kinds not in _PLAIN_SHARED:
+        _PLAIN_SHARED[kinds] = _by_key(_run_shared(None, None, kinds))
+    return _PLAIN_SHARED[kinds]
+
+
+@pytest.mark.parametrize("wrap", ["each", "both", "second"])
+@pytest.mark.parametrize("mode", [True, False], ids=["reentrant", "non-reentrant"])
+def test_shared_module_under_checkpointing_records_the_plain_loop(mode, wrap):
+    plain = _plain_shared()
+    # the plain loop itself: both calls, in forward order, one gradient per parameter
+    names = {(k[2], k[3]) for k in plain if k[:2] == (1, 2)}
+    assert {("shared", "act"), ("shared#1", "act"), ("shared.0#1", "act_in"),
+            ("shared#1", "act_grad"), ("shared.0.weight", "param_grad")} <= names
+    got = _by_key(_run_shared(mode, wrap))
+    assert got.keys() == plain.keys(), sorted(got.keys() ^ plain.keys())
+    diff = sorted(k for k in plain if got[k] != plain[k])
+    assert not diff, diff  # names by forward call order, the summed parameter gradients
+
+
+def test_shared_module_parameter_gradients_only():
+    """kinds=("param_grad",): no output is recorded, yet the calls are still numbered
+    (a forward hook on each module that holds a watched parameter), so the pieces of
+    `shared`'s gradient still make one record."""
+    kinds = ("param_grad",)
+    plain = _plain_shared(kinds)
+    assert {k[3] for k in plain} == {"param_grad"}
+    for wrap in ("each", "second"):
+        got = _by_key(_run_shared(True, wrap, kinds))
+        assert got == plain, (wrap, sorted(got.keys() ^ plain.keys()))

@@ -13,6 +13,7 @@ import weakref
 
 import torch
 
+from lockstep import _checkpoint
 from lockstep._recorder import KIND
 
 _ACT_GRAD, _PARAM_GRAD = KIND["act_grad"], KIND["param_grad"]
@@ -22,7 +23,8 @@ class Session:
     """The state the hooks share with their Monitor (see the module doc)."""
 
     __slots__ = ("rec", "guard", "ident", "active", "closed", "bwd", "in_bwd", "calls",
-                 "recalls", "watches", "init_pending", "amp_seen", "accum_grad_norm",
+                 "recalls", "segments", "cursor", "seg_params", "split", "pieces",
+                 "param_owners", "watches", "init_pending", "amp_seen", "accum_grad_norm",
                  "_identity_check", "_first_forward", "ref", "__weakref__")
 
     def __init__(self, rec, guard, ident, identity_check, first_forward):
@@ -37,6 +39,20 @@ class Session:
         # forward hook firing then is activation checkpointing's recomputation.
         self.in_bwd = False
         self.recalls = {}    # module name -> calls recomputed in this backward
+        # Reentrant checkpointing (lockstep._checkpoint): id(segment ctx) -> {module
+        # name: the call numbers its calls took in forward, in order}; cursor: (id(ctx),
+        # name) -> how many of them this backward has recomputed.
+        self.segments = {}
+        self.cursor = {}
+        # Parameters of modules called inside a reentrant segment in this micro step;
+        # `split`, those of them used by two calls or more (computed at their first
+        # gradient): their gradient comes in pieces, one per graph (the segment's own
+        # backward, the outer one), summed in `pieces` (name -> sum so far) and recorded
+        # once when the backward ends.
+        self.seg_params = set()
+        self.split = None
+        self.pieces = {}
+        self.param_owners = {}  # watched parameter name -> names of the modules holding it
         self.watches = []    # the Watch of each watch() call
         # A Watch whose initial weights wait for the first forward: the rank was not
         # known at watch(), and nothing may go out before it is (_identity.py).
@@ -60,19 +76,76 @@ class Session:
         if fn is not None:
             fn()
 
-    def new_step(self, every, step):
-        self.accum_grad_norm = None
+    def _clear_calls(self):
         self.calls.clear()
         self.recalls.clear()
+        self.segments.clear()
+        self.cursor.clear()
+        self.seg_params.clear()
+        self.split = None
+        self.pieces.clear()  # only a backward cut short leaves any
+
+    def new_step(self, every, step):
+        self.accum_grad_norm = None
+        self._clear_calls()
         self.bwd = False
         self.in_bwd = False  # no backward spans step() (one cut short never called back)
         self.active = step % every == 0
 
     def new_micro(self):
         self.rec.new_micro()
-        self.calls.clear()
-        self.recalls.clear()
+        self._clear_calls()
         self.bwd = False
+
+    def segment_call(self, name, params):
+        """A watched module's call under no_grad in training mode. Inside a reentrant
+        checkpoint's forward it takes its call number now, in forward order, kept for
+        its recomputation in backward; `params`, the watched parameters it holds, may
+        get their gradient in pieces. Any other no_grad call is no training step."""
+        ctx = _checkpoint.segment(_checkpoint.FORWARD)
+        if ctx is None:
+            return
+        if self.bwd:
+            self.new_micro()
+        n = self.calls.get(name, 0)
+        self.calls[name] = n + 1
+        self.segments.setdefault(id(ctx), {}).setdefault(name, []).append(n)
+        if params:
+            self.seg_params.update(params)
+            self.split = None
+
+    def recomputed_call(self, name, take):
+        """The call number of a module's call run again inside backward, or None when
+        it is not to be recorded (its forward recorded it: non-reentrant checkpointing).
+        take=False peeks (the input hook, before the forward hook takes it)."""
+        if self.segments:
+            ctx = _checkpoint.segment(_checkpoint.BACKWARD)
+            seg = None if ctx is None else self.segments.get(id(ctx))
+            if seg is not None:
+                numbers = seg.get(name, ())
+                key = (id(ctx), name)
+                i = self.cursor.get(key, 0)
+                if i >= len(numbers):
+                    return None
+                if take:
+                    self.cursor[key] = i + 1
+                return numbers[i]
+        # No segment known (the frames were not found): calls the forward counted are
+        # skipped, the others numbered after them.
+        n = self.recalls.get(name, 0)
+        if take:
+            self.recalls[name] = n + 1
+        return None if n < self.calls.get(name, 0) else n
+
+    def is_split(self, name):
+        """Whether parameter `name`'s gradient comes in pieces in this micro step."""
+        split = self.split
+        if split is None:
+            owners, calls = self.param_owners, self.calls
+            split = self.split = frozenset(
+                p for p in self.seg_params
+                if sum(calls.get(m, 0) for m in owners.get(p, ())) >= 2)
+        return name in split
 
     def backward_seen(self):
         """A gradient hook fired: a backward pass is running. Once per pass, asks
@@ -88,6 +161,15 @@ class Session:
     def _backward_done(self):
         self.in_bwd = False
         self.recalls.clear()
+        self.cursor.clear()
+        if self.pieces:
+            pieces, self.pieces = self.pieces, {}
+            for name, grad in pieces.items():
+                try:
+                    if self.active and not self.closed:
+                        self.rec.record(name, _PARAM_GRAD, grad)
+                except Exception as e:  # pylint: disable=broad-except
+                    self.guard.fail("the gradient hook of " + name, e)
 
     def on_grad(self, name, kind, grad):
         try:
@@ -95,6 +177,19 @@ class Session:
                 self.backward_seen()
             if self.active and not self.closed:
                 self.rec.record(name, kind, grad)
+        except Exception as e:  # pylint: disable=broad-except
+            self.guard.fail("the gradient hook of " + name, e)
+
+    def on_grad_piece(self, name, grad):
+        """One piece of a split parameter's gradient (is_split): summed, in the order
+        backward produces them, and recorded when the backward ends."""
+        try:
+            if not self.in_bwd:
+                self.backward_seen()
+            if self.active and not self.closed:
+                pieces = self.pieces
+                held = pieces.get(name)
+                pieces[name] = grad if held is None else held + grad
         except Exception as e:  # pylint: disable=broad-except
             self.guard.fail("the gradient hook of " + name, e)
 
@@ -136,7 +231,10 @@ def act_grad_hook(ref, name, grad):
 def param_grad_hook(ref, name, grad):
     s = ref()
     if s is not None:
-        s.on_grad(name, _PARAM_GRAD, grad)
+        if s.seg_params and s.is_split(name):
+            s.on_grad_piece(name, grad)
+        else:
+            s.on_grad(name, _PARAM_GRAD, grad)
 
 
 def backward_marker_hook(ref, _grad):

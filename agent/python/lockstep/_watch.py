@@ -15,7 +15,9 @@ A forward pass is recorded only while grad mode is on and the watched model is i
 training mode: ``torch.no_grad()`` / ``inference_mode`` / ``model.eval()`` passes are
 not training steps. A forward that follows a backward in the same step starts a new
 micro step (gradient accumulation); a forward inside backward (activation
-checkpointing's recomputation) does not, and is not recorded twice. Hooks run on the training thread or autograd's
+checkpointing's recomputation) does not, and is not recorded twice: a call keeps the
+number its forward gave it (reentrant checkpointing: lockstep._checkpoint), and a
+parameter whose gradient comes in pieces (one per graph) is recorded once. Hooks run on the training thread or autograd's
 threads, always under the GIL. Under ``torch.compile`` the forward hooks run eagerly
 (``torch.compiler.disable``: a graph break at each watched module), since Dynamo cannot
 trace lockstep's Python.
@@ -33,6 +35,10 @@ _DISABLE = []  # [torch.compiler.disable or None], looked up once
 # torch >= 2.0: the running backward's id, -1 outside backward. torch 1.13 has none; there
 # Session.in_bwd (first gradient hook .. end-of-backward callback) says the same.
 _GRAPH_TASK_ID = getattr(torch._C, "_current_graph_task_id", None)
+
+
+def _in_backward(sess):
+    return sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1)
 
 
 def _eager(fn):
@@ -160,9 +166,11 @@ class Watch:
         ref = session.ref
         self._hook_inputs(ref, len(session.watches), model, "input" in kinds)
         skipped = self._skipped(wrapped)
+        owned = self._owned(session, model, "param_grad" in kinds)
         for path, module in model.named_modules():
             if path in skipped:
                 continue
+            own = owned.get(id(module), ())
             if module is model:
                 # Always hooked: its forward hook is what starts a new micro step after a
                 # backward, even when its own output is not recorded.
@@ -170,11 +178,15 @@ class Watch:
                 # Its output always gets a gradient hook or a marker: the first hook of
                 # a backward, which tells recomputation in backward from a new forward.
                 self._hook_module(ref, module, module_name(path), want_act and root_ok,
-                                  want_grad and root_ok, True)
+                                  want_grad and root_ok, True, own)
                 continue
-            if (want_act or want_grad) and filt(path):
-                self._hook_module(ref, module, path, want_act, want_grad, False)
-            if want_in and filt(path):
+            ok = filt(path)
+            # The forward hook also numbers the calls: for the input hook's names, and
+            # for a parameter whose gradient may come in pieces (Session.is_split).
+            if ((want_act or want_grad or want_in) and ok) or own:
+                self._hook_module(ref, module, path, want_act and ok, want_grad and ok, False,
+                                  own)
+            if want_in and ok:
                 self._hook_module_inputs(ref, module, path)
         if "param_grad" in kinds:
             for name, p in self.params:
@@ -186,12 +198,30 @@ class Watch:
             self.handles.append(optimizer.register_step_pre_hook(
                 functools.partial(_session.optimizer_step_hook, ref)))
 
+    def _owned(self, session, model, want_pgrad):
+        """{id(module): names of the watched parameters it holds itself}; also notes
+        each such parameter's modules in session.param_owners (a tied weight has
+        several)."""
+        if not want_pgrad:
+            return {}
+        watched = {id(p): n for n, p in self.params}
+        owned = {}
+        owners = session.param_owners
+        for path, module in model.named_modules():
+            names = tuple(watched[id(p)] for p in module.parameters(recurse=False)
+                          if id(p) in watched)
+            if names:
+                owned[id(module)] = names
+                for n in names:
+                    owners[n] = owners.get(n, ()) + (module_name(path),)
+        return owned
+
     @staticmethod
     def _skipped(wrapped):
         """The paths of the modules torch.compile wrappers hold (``_orig_mod``)."""
         return frozenset(_join(path, "_orig_mod") for path in wrapped)
 
-    def _hook_module(self, ref, module, name, want_act, want_grad, marker):
+    def _hook_module(self, ref, module, name, want_act, want_grad, marker, own=()):
         root = self.model
         paths = self._paths
         rec = self.rec
@@ -199,22 +229,31 @@ class Watch:
         on_grad = functools.partial(_session.act_grad_hook, ref)
         mark = functools.partial(_session.backward_marker_hook, ref)
 
+        counts_only = not (want_act or want_grad or marker)
+
         def forward_hook(_module, _inputs, output):
             sess = ref()
-            if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
+            if sess is None or not sess.active or not root.training:
+                return None
+            if not torch.is_grad_enabled():
+                # Reentrant checkpointing runs a segment's forward under no_grad: the call
+                # takes its number now, and is recorded when backward runs it again.
+                if not _in_backward(sess):
+                    try:
+                        sess.segment_call(name, own)
+                    except Exception as e:  # pylint: disable=broad-except
+                        sess.guard.fail("the forward hook of " + name, e)
                 return None
             if sess.ident.pending:  # the process group may have appeared since
                 sess.check_identity()
             try:
-                if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                if _in_backward(sess):
                     # Recomputation inside backward (activation checkpointing): the same
                     # micro step. A call its forward recorded is not recorded again (its
-                    # gradient hooks are live); one the forward did not see (reentrant
-                    # checkpoint runs the forward under no_grad) is recorded now, once.
-                    recalls = sess.recalls
-                    n = recalls.get(name, 0)
-                    recalls[name] = n + 1
-                    if n < sess.calls.get(name, 0):
+                    # gradient hooks are live); one the forward ran under no_grad
+                    # (reentrant) is recorded now, once, under its forward's number.
+                    n = sess.recomputed_call(name, True)
+                    if n is None:
                         return None
                 else:
                     if sess.bwd:
@@ -222,6 +261,8 @@ class Watch:
                     calls = sess.calls
                     n = calls.get(name, 0)
                     calls[name] = n + 1
+                if counts_only:
+                    return None
                 base = name if n == 0 else "%s#%d" % (name, n)
                 if isinstance(output, torch.Tensor):
                     items = ((base, output),)
@@ -263,11 +304,11 @@ class Watch:
                 return None
             try:
                 # The forward hook counts this call after it; the same decision as its.
-                if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+                if _in_backward(sess):
                     # Recomputation inside backward: recorded only if the forward did not
                     # see this call (reentrant checkpointing runs it under no_grad).
-                    n = sess.recalls.get(name, 0)
-                    if n < sess.calls.get(name, 0):
+                    n = sess.recomputed_call(name, False)
+                    if n is None:
                         return None
                 else:
                     if sess.bwd:
@@ -297,7 +338,7 @@ class Watch:
             sess = ref()
             if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
-            if sess.in_bwd or (_GRAPH_TASK_ID is not None and _GRAPH_TASK_ID() != -1):
+            if _in_backward(sess):
                 return None  # recomputation inside backward: its inputs were recorded
             if sess.ident.pending:  # the process group may have appeared since
                 sess.check_identity()
