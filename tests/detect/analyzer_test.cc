@@ -319,6 +319,122 @@ TEST(Analyzer, FirstDivergenceNamesTheOpWhereTheErrorIsBornBelowTheTolerance) {
   for (const auto& o : r[0].births[2].ops) EXPECT_EQ(o.output_error, 0) << o.name;  // before: identical
 }
 
+// Issue 30: a graph of modules given row by row (name, kind, values, repeat), the same
+// rows in both runs except where the candidate scales one (`cand_scale`, from step 2).
+struct GraphRow {
+  std::string name;
+  wire::TensorKind kind;
+  int values;                 // Values(values, step): rows with one index are one tensor
+  bool repeat = false;        // repeats the row before it (in both runs)
+  double cand_scale = 1;      // the candidate's values times this from step 2
+  bool new_when_changed = false;  // the candidate's changed row is no repeat (a new tensor)
+};
+
+void RunGraph(Harness& h, const std::vector<GraphRow>& rows) {
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  std::vector<FakeTensor> dir;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    dir.push_back(FakeTensor{rows[i].name, rows[i].kind, wire::DType::F32, static_cast<uint32_t>(i)});
+  }
+  for (StreamBuilder* sb : {&b, &c}) {
+    h.Feed(sb->Hello());
+    h.Feed(sb->Directory(dir));
+  }
+  constexpr uint64_t kSteps = 4;
+  for (uint64_t s = 0; s < kSteps; ++s) {
+    for (const bool cand : {false, true}) {
+      std::vector<FakeStat> stats;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const GraphRow& r = rows[i];
+        auto v = Values(r.values, s);
+        const bool changed = cand && s >= 2 && r.cand_scale != 1;
+        if (changed) {
+          for (double& x : v) x *= r.cand_scale;
+        }
+        auto st = FakeStat::Vec(static_cast<uint32_t>(i), v);
+        st.order = static_cast<uint32_t>(i);
+        if (r.repeat && !(changed && r.new_when_changed)) st.flags = static_cast<uint8_t>(wire::StatFlags::kRepeat);
+        stats.push_back(st);
+      }
+      FakeScalars sc;
+      sc.loss = 2.0;
+      StreamBuilder& sb = cand ? c : b;
+      h.Feed(sb.Stats(s, stats));
+      h.Feed(sb.Scalars(s, sc));
+    }
+  }
+  h.Feed(b.Goodbye(kSteps - 1));
+  h.Feed(c.Goodbye(kSteps - 1));
+  h.an->Finish();
+}
+
+// trunk -> heads.cls and heads.reg, both reading trunk's output; heads.reg's input is
+// no repeat (heads.cls's output came in between). Backward: heads.reg's output
+// gradient, heads.cls's, trunk's (their sum).
+std::vector<GraphRow> TwoHeadRows(double cls_grad_scale, double trunk_grad_scale) {
+  using K = wire::TensorKind;
+  return {{"input[0]", K::Input, 0},
+          {"trunk", K::ActIn, 0, true},
+          {"trunk", K::Act, 1},
+          {"heads.cls", K::ActIn, 1, true},
+          {"heads.cls", K::Act, 2},
+          {"heads.reg", K::ActIn, 1},
+          {"heads.reg", K::Act, 3},
+          {"heads.reg", K::ActGrad, 4},
+          {"heads.cls", K::ActGrad, 5, false, cls_grad_scale},
+          {"trunk", K::ActGrad, 6, false, trunk_grad_scale}};
+}
+
+TEST(Analyzer, AGradientFromTheLossThatDiffersWhileTheForwardAgreesIsData) {
+  // A changed label: the gradient the loss hands heads.cls differs, and so does trunk's.
+  Harness h;
+  RunGraph(h, TwoHeadRows(1.05, 1.03));
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->step, 2u);
+  EXPECT_EQ(fd->tensor, "heads.cls");
+  EXPECT_EQ(fd->kind, "act_grad");
+  EXPECT_EQ(fd->cause, "data") << fd->message;
+  EXPECT_NE(fd->message.find("the labels or targets"), std::string::npos) << fd->message;
+  EXPECT_EQ(fd->message.find("backward of heads.reg"), std::string::npos) << fd->message;
+}
+
+TEST(Analyzer, AGradientSummedOverSiblingsNamesThemAll) {
+  // Both heads received agreeing gradients, trunk's differs: the backward of one of
+  // them computes differently, and the sum does not say which.
+  Harness h;
+  RunGraph(h, TwoHeadRows(1, 1.03));
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->tensor, "trunk");
+  EXPECT_EQ(fd->kind, "act_grad");
+  EXPECT_EQ(fd->cause, "op");
+  EXPECT_NE(fd->message.find("the sum of what heads.cls and heads.reg pass on"), std::string::npos) << fd->message;
+}
+
+TEST(Analyzer, AnInputMadeByTheParentsOwnCodeNamesTheParent) {
+  // The root computes x * 1.01 between trunk and frozen in the candidate: frozen's input
+  // repeats trunk's output in the baseline only (from step 2).
+  using K = wire::TensorKind;
+  Harness h;
+  RunGraph(h, {{"input[0]", K::Input, 0},
+                        {"trunk", K::ActIn, 0, true},
+                        {"trunk", K::Act, 1},
+                        {"frozen", K::ActIn, 1, true, 1.01, true},
+                        {"frozen", K::Act, 2, false, 1.01},
+                        {"<root>", K::Act, 2, true, 1.01}});
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->step, 2u);
+  EXPECT_EQ(fd->tensor, "frozen");
+  EXPECT_EQ(fd->kind, "act_in");
+  EXPECT_EQ(fd->cause, "op");
+  EXPECT_NE(fd->message.find("frozen receives a different input from its parent's own code: the computation of <root>"),
+            std::string::npos)
+      << fd->message;
+  EXPECT_EQ(fd->message.find("frozen computes differently"), std::string::npos) << fd->message;
+}
+
 TEST(Analyzer, WrapperPrefixesAreStrippedBeforeMatching) {
   Harness h;
   RunPair(h, 10, nullptr, "module._orig_mod.");

@@ -27,6 +27,17 @@ class Steps {
     AddTo(&b_, id, kind, 0, DT::kF32, repeat, order);
     AddTo(&c_, id, kind, err, dtype_c, repeat, order);
   }
+  // A row that is no repeat with the statistics of the earlier row `like`/`like_kind` in
+  // both runs (the same tensor received again: a second consumer of one output).
+  void AddLike(const std::string& name, Kind kind, const std::string& like, Kind like_kind, uint32_t order) {
+    const uint64_t key = MakeKey(names_->Intern(like), like_kind, 0);
+    double mean = -1;
+    for (const StatRow& r : b_.rows) {
+      if (r.key == key) mean = r.mean;
+    }
+    next_mean_ = mean;
+    Add(name, kind, 0, DT::kF32, false, order);
+  }
   // Sorted by key (as a closed step is) and the matched pairs the analyzer hands on.
   std::vector<BirthRow> Rows() {
     rows_.clear();
@@ -51,11 +62,14 @@ class Steps {
     for (int k = 0; k < kK; ++k) s->sketch.push_back(8.0f);
     s->sketch[r.sketch_off] += static_cast<float>(err * 32.0);
     r.l2 = 32.0;
-    r.mean = 0;
+    // Each row another tensor (distinct statistics) unless AddLike says otherwise.
+    r.mean = next_mean_ >= 0 ? next_mean_ : static_cast<double>(s->rows.size() + 1) * 1e-3;
     r.std = 1;
     s->rows.push_back(r);
+    if (s == &c_) next_mean_ = -1;
   }
   NameTable* names_;
+  double next_mean_ = -1;
   StepData b_, c_;
   std::vector<BirthRow> rows_;
 };
@@ -179,6 +193,8 @@ TEST_F(BirthTest, AContainerIsNamedOnlyWhenNoSubmoduleExplainsIt) {
     EXPECT_EQ(BirthName(i), "attn");
     ASSERT_GE(i, 0);
     EXPECT_TRUE(ops_[i].container);  // "in its own code" in the message
+    ASSERT_TRUE(ops_[i].has_fed);      // what its code handed on differently, and to whom
+    EXPECT_EQ(names_.Name(ops_[i].fed), "attn.proj");
   }
 }
 
@@ -259,6 +275,95 @@ TEST_F(BirthTest, ABackwardThatDiffersIsABackwardBirthPoint) {
   EXPECT_EQ(BirthName(i), "custom");
   EXPECT_TRUE(ops_[i].backward);
   EXPECT_NEAR(ops_[i].output_error, 1e-3, 1e-5);
+}
+
+// trunk -> heads.cls and heads.reg, both reading trunk's output (heads.reg's input is
+// no repeat: heads.cls's output was recorded in between). Backward order: heads.reg's
+// output gradient, heads.cls's, trunk's (their sum).
+void TwoHeads(Steps& s, double reg_grad, double cls_grad, double trunk_grad, bool reg_matches = true) {
+  s.Add("trunk", Kind::kActIn, 0, DT::kF32, false, 1);
+  s.Add("trunk", Kind::kAct, 0, DT::kF32, false, 2);
+  s.Add("heads.cls", Kind::kActIn, 0, DT::kF32, true, 3);
+  s.Add("heads.cls", Kind::kAct, 0, DT::kF32, false, 4);
+  if (reg_matches) {
+    s.AddLike("heads.reg", Kind::kActIn, "trunk", Kind::kAct, 5);
+  } else {
+    s.Add("heads.reg", Kind::kActIn, 0, DT::kF32, false, 5);
+  }
+  s.Add("heads.reg", Kind::kAct, 0, DT::kF32, false, 6);
+  s.Add("heads.reg", Kind::kActGrad, reg_grad, DT::kF32, false, 7);
+  s.Add("heads.cls", Kind::kActGrad, cls_grad, DT::kF32, false, 8);
+  s.Add("trunk", Kind::kActGrad, trunk_grad, DT::kF32, false, 9);
+}
+
+TEST_F(BirthTest, TheGradientASiblingReceivedIsNotWhatTheOtherPassedOn) {
+  // A label changed: the gradient arriving at heads.cls differs, heads.reg's agrees.
+  // The next gradient recorded after heads.reg's is heads.cls's: not heads.reg's
+  // backward, and not heads.cls's (what it received differs).
+  for (const bool matches : {true, false}) {
+    Steps s(&names_);
+    TwoHeads(s, 0, 0.5, 0.3, matches);
+    EXPECT_EQ(BirthName(Analyze(s)), "(none)") << matches;
+    for (const OpBirth& o : ops_) EXPECT_FALSE(o.backward && o.op == names_.Intern("heads.reg")) << matches;
+  }
+  // Who received which output: no module received heads.cls's (the loss did); both
+  // heads received trunk's.
+  std::vector<uint32_t> c;
+  ASSERT_TRUE(finder_.ConsumersOf(names_.Intern("heads.cls"), &c));
+  EXPECT_TRUE(c.empty());
+  ASSERT_TRUE(finder_.ConsumersOf(names_.Intern("trunk"), &c));  // the last step: heads.reg's input unknown
+  ASSERT_EQ(c.size(), 1u);
+  Steps s(&names_);
+  TwoHeads(s, 0, 0.5, 0.3);
+  Analyze(s);
+  ASSERT_TRUE(finder_.ConsumersOf(names_.Intern("trunk"), &c));
+  std::vector<std::string> got;
+  for (uint32_t id : c) got.push_back(names_.Name(id));
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"heads.cls", "heads.reg"}));
+  EXPECT_FALSE(finder_.ConsumersOf(names_.Intern("nowhere"), &c));
+}
+
+TEST_F(BirthTest, AGradientSummedOverSiblingsBlamesNoneOfThem) {
+  // Both heads received agreeing gradients, trunk's differs: one of their backwards
+  // computes differently, and trunk's gradient (the sum) cannot tell which.
+  Steps s(&names_);
+  TwoHeads(s, 0, 0, 1e-3);
+  EXPECT_EQ(BirthName(Analyze(s)), "(none)");
+  // With one head only reading trunk's output (the other's input is another tensor),
+  // that head is the one whose backward passed it on.
+  Steps t(&names_);
+  TwoHeads(t, 0, 0, 1e-3, false);
+  const int i = Analyze(t);
+  EXPECT_EQ(BirthName(i), "heads.cls");
+  ASSERT_GE(i, 0);
+  EXPECT_TRUE(ops_[i].backward);
+}
+
+TEST_F(BirthTest, AContainerAndItsFirstChildReceiveOneTensor) {
+  // prev -> seq(seq.0 -> seq.1): seq and seq.0 both received prev's output (one chain,
+  // not two consumers). seq.0's backward differs: it is named, seq is not.
+  Steps s(&names_);
+  s.Add("prev", Kind::kActIn, 0, DT::kF32, false, 1);
+  s.Add("prev", Kind::kAct, 0, DT::kF32, false, 2);
+  s.Add("seq", Kind::kActIn, 0, DT::kF32, true, 3);
+  s.Add("seq.0", Kind::kActIn, 0, DT::kF32, true, 4);
+  s.Add("seq.0", Kind::kAct, 0, DT::kF32, false, 5);
+  s.Add("seq.1", Kind::kActIn, 0, DT::kF32, true, 6);
+  s.Add("seq.1", Kind::kAct, 0, DT::kF32, false, 7);
+  s.Add("seq", Kind::kAct, 0, DT::kF32, true, 8);
+  s.Add("seq.1", Kind::kActGrad, 0, DT::kF32, false, 9);
+  s.Add("seq", Kind::kActGrad, 0, DT::kF32, true, 10);
+  s.Add("seq.0", Kind::kActGrad, 0, DT::kF32, false, 11);
+  s.Add("prev", Kind::kActGrad, 1e-3, DT::kF32, false, 12);
+  const int i = Analyze(s);
+  EXPECT_EQ(BirthName(i), "seq.0");
+  ASSERT_GE(i, 0);
+  EXPECT_TRUE(ops_[i].backward);
+  std::vector<uint32_t> c;
+  ASSERT_TRUE(finder_.ConsumersOf(names_.Intern("prev"), &c));
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(names_.Name(c[0]), "seq");
 }
 
 TEST_F(BirthTest, AForwardBirthPointComesBeforeABackwardOne) {

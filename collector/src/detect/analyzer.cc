@@ -200,10 +200,12 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
     } else if (i == br.size() || cr[j].key < br[i].key) {
       NoteUnmatched(p, cr[j].key, false, cs.step);
       ++j;
-    } else if (br[i].repeat || cr[j].repeat) {
+    } else if (br[i].repeat && cr[j].repeat) {
       // The same tensor as the row before it, under another name (a container whose
       // output is its child's): compared once, as its producer, which shows the alias.
-      // The birth rule reads it as what that module produced or received.
+      // The birth rule reads it as what that module produced or received. A repeat in
+      // one run only is another tensor in the other (a parent's own code changed what
+      // it hands on: x * 1.01 before a child): compared, as the first place it shows.
       if (judge_birth && IsBirthKind(KeyKind(br[i].key))) p->birth_rows.push_back(BirthRow{&br[i], &cr[j]});
       has_act_in = has_act_in || KeyKind(br[i].key) == Kind::kActIn;
       ++i;

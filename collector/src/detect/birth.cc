@@ -202,6 +202,100 @@ BirthFinder::Acc& BirthFinder::Slot(uint32_t op) {
   return acc_[slot_of_[op]];
 }
 
+namespace {
+
+// The same tensor in both runs: the statistics of two rows agree exactly.
+bool SameStats(const StatRow& x, const StatRow& y) {
+  return x.numel == y.numel && x.l2 == y.l2 && x.mean == y.mean && x.std == y.std && x.min == y.min &&
+         x.max == y.max;
+}
+
+}  // namespace
+
+void BirthFinder::TraceInputs(const StepData& cs, const std::vector<BirthRow>& rows) {
+  fwd_.clear();
+  input_orders_.clear();
+  cons_.clear();
+  root_.assign(rows.size(), -1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t key = rows[i].c->key;
+    if (KeyMicroStep(key) != 0) continue;
+    const Kind k = KeyKind(key);
+    if (k == Kind::kAct || k == Kind::kActIn) fwd_.emplace_back(rows[i].c->order, static_cast<uint32_t>(i));
+  }
+  for (const StatRow& r : cs.rows) {
+    if (KeyKind(r.key) == Kind::kInput && KeyMicroStep(r.key) == 0) input_orders_.push_back(r.order);
+  }
+  std::sort(fwd_.begin(), fwd_.end());
+  std::sort(input_orders_.begin(), input_orders_.end());
+  for (size_t p = 0; p < fwd_.size(); ++p) {
+    const auto [order, i] = fwd_[p];
+    const BirthRow& r = rows[i];
+    // The tensor recorded just before it (what a repeat repeats).
+    int32_t before = -1;
+    if (p > 0 && fwd_[p - 1].first + 1 == order) {
+      before = root_[fwd_[p - 1].second];
+    } else if (order > 0 && std::binary_search(input_orders_.begin(), input_orders_.end(), order - 1)) {
+      before = -2;
+    }
+    const bool repeat = r.b->repeat && r.c->repeat;
+    const bool fresh = !r.b->repeat && !r.c->repeat;  // otherwise the runs disagree on it
+    if (KeyKind(r.c->key) == Kind::kAct) {
+      root_[i] = repeat ? before : static_cast<int32_t>(i);
+      continue;
+    }
+    if (repeat) {
+      root_[i] = before;
+    } else if (fresh) {
+      // A second consumer of an output: the latest earlier output equal to it in both runs.
+      for (size_t q = p; q-- > 0;) {
+        const uint32_t j = fwd_[q].second;
+        if (KeyKind(rows[j].c->key) != Kind::kAct || root_[j] != static_cast<int32_t>(j)) continue;
+        if (SameStats(*rows[j].b, *r.b) && SameStats(*rows[j].c, *r.c)) {
+          root_[i] = static_cast<int32_t>(j);
+          break;
+        }
+      }
+    }
+    if (root_[i] < 0) continue;
+    const int64_t op = OpOf(KeyNameId(r.c->key), Kind::kActIn);
+    if (op >= 0) cons_.emplace_back(root_[i], static_cast<uint32_t>(op));
+  }
+  std::sort(cons_.begin(), cons_.end());
+  cons_.erase(std::unique(cons_.begin(), cons_.end()), cons_.end());
+  // For ConsumersOf: every name of an output, with the outermost consumers of its tensor.
+  cons_by_name_.clear();
+  out_names_.clear();
+  for (const auto& [order, i] : fwd_) {
+    if (KeyKind(rows[i].c->key) != Kind::kAct) continue;
+    const uint32_t name = KeyNameId(rows[i].c->key);
+    out_names_.push_back(name);
+    const int32_t root = root_[i];
+    if (root < 0) continue;
+    auto it = std::lower_bound(cons_.begin(), cons_.end(), std::make_pair(root, 0u));
+    const auto first = it;
+    auto last = first;
+    while (last != cons_.end() && last->first == root) ++last;
+    for (it = first; it != last; ++it) {
+      bool outer = true;
+      for (auto jt = first; jt != last && outer; ++jt) outer = !IsWithin(it->second, jt->second);
+      if (outer) cons_by_name_.emplace_back(name, it->second);
+    }
+  }
+  std::sort(out_names_.begin(), out_names_.end());
+  std::sort(cons_by_name_.begin(), cons_by_name_.end());
+}
+
+bool BirthFinder::ConsumersOf(uint32_t name_id, std::vector<uint32_t>* out) const {
+  out->clear();
+  if (!std::binary_search(out_names_.begin(), out_names_.end(), name_id)) return false;
+  for (auto it = std::lower_bound(cons_by_name_.begin(), cons_by_name_.end(), std::make_pair(name_id, 0u));
+       it != cons_by_name_.end() && it->first == name_id; ++it) {
+    out->push_back(it->second);
+  }
+  return true;
+}
+
 int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vector<BirthRow>& rows,
                          const PeerScales& peers, std::vector<OpBirth>* ops) {
   ops->clear();
@@ -353,6 +447,26 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
         break;
       }
     }
+    // Born in its own code: which submodule its code handed a different input (beyond
+    // that submodule's rounding noise, explained - gain x input_error).
+    OpBirth& c = (*ops)[i];
+    if (!c.born || !c.container) continue;
+    size_t fed = n_fwd;
+    for (size_t j = 0; j < n_fwd; ++j) {
+      const OpBirth& f = (*ops)[j];
+      if (j == i || !IsWithin(f.op, c.op) || !(f.input_error > f.explained - cfg_->birth_gain * f.input_error)) {
+        continue;
+      }
+      // The outermost (a container before the child it hands the input on to), then
+      // the earliest.
+      const bool better = fed == n_fwd || IsWithin((*ops)[fed].op, f.op) ||
+                          (!IsWithin(f.op, (*ops)[fed].op) && f.order < (*ops)[fed].order);
+      if (better) fed = j;
+    }
+    if (fed < n_fwd) {
+      c.has_fed = true;
+      c.fed = (*ops)[fed].op;
+    }
   }
   const OpBirth* birth = nullptr;
   for (size_t i = 0; i < n_fwd; ++i) {
@@ -361,44 +475,96 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
   bool birth_backward = false;
   uint32_t birth_op = birth != nullptr ? birth->op : 0;
 
-  // Backward: the gradient an op received, then the one it passed on (recorded next).
-  std::sort(grads_.begin(), grads_.end(),
-            [](const GradRow& x, const GradRow& y) { return x.row->c->order < y.row->c->order; });
-  int64_t bwd = -1;  // index in ops of the first backward birth point
-  for (size_t i = 1; i < grads_.size(); ++i) {
-    // The op that received grads_[k]: a repeat's producer is the leaf recorded before it.
-    size_t k = i - 1;
-    while (k > 0 && grads_[k].row->c->repeat) --k;
-    const GradRow& got = grads_[k];
-    const GradRow& passed = grads_[i];
-    if (passed.row->c->repeat || std::isnan(got.err) || std::isnan(passed.err)) continue;
-    const uint32_t op = KeyNameId(got.row->c->key);
-    if (Moved(op) || op >= slot_stamp_.size() || slot_stamp_[op] != stamp_) continue;
-    const Acc* fwd = &acc_[slot_of_[op]];
-    if (fwd->element) {  // an output element's forward is its module's
-      const auto parent = static_cast<uint32_t>(ElementOf(op));
-      if (Moved(parent)) continue;
-      fwd = &acc_[slot_of_[parent]];
+  // Backward: the gradient an op received (its output's) and the one it passed on (its
+  // input's producer's, when no module beside it received that input).
+  for (const GradRow& g : grads_) {
+    const uint32_t name = KeyNameId(g.row->c->key);
+    if (name >= slot_stamp_.size() || slot_stamp_[name] != stamp_) continue;
+    Acc& a = acc_[slot_of_[name]];
+    a.has_grad = true;
+    a.grad_err = g.err;
+    a.grad = g.row;
+    a.has_recv = true;
+    a.recv_err = g.err;
+  }
+  // A module with several outputs received all their gradients.
+  for (const Acc& e : acc_) {
+    if (!e.element || !e.has_grad) continue;
+    const int64_t id = ElementOf(e.op);
+    if (id < 0 || static_cast<size_t>(id) >= slot_stamp_.size() || slot_stamp_[static_cast<size_t>(id)] != stamp_) continue;
+    Acc& p = acc_[slot_of_[static_cast<size_t>(id)]];
+    if (p.has_grad) continue;  // its own output row's gradient
+    p.recv_err = p.has_recv && !(e.grad_err > p.recv_err) ? p.recv_err : e.grad_err;
+    p.has_recv = true;
+  }
+  TraceInputs(cs, rows);
+  // cons_ groups the consumers of one tensor: an op is judged by that tensor's gradient
+  // when every other consumer is nested with it (one chain: a container and its child).
+  for (size_t g0 = 0; g0 < cons_.size();) {
+    size_t g1 = g0;
+    while (g1 < cons_.size() && cons_[g1].first == cons_[g0].first) ++g1;
+    const StatRow& out = *rows[static_cast<size_t>(cons_[g0].first)].c;
+    const uint32_t producer = KeyNameId(out.key);
+    const bool has_grad = producer < slot_stamp_.size() && slot_stamp_[producer] == stamp_ &&
+                          acc_[slot_of_[producer]].has_grad;
+    for (size_t x = g0; x < g1 && has_grad; ++x) {
+      const uint32_t op = cons_[x].second;
+      bool sole = true;
+      for (size_t y = g0; y < g1 && sole; ++y) {
+        const uint32_t other = cons_[y].second;
+        sole = other == op || IsWithin(other, op) || IsWithin(op, other);
+      }
+      if (!sole || op >= slot_stamp_.size() || slot_stamp_[op] != stamp_) continue;
+      const Acc& p = acc_[slot_of_[producer]];
+      Acc& a = acc_[slot_of_[op]];
+      if (!a.has_pass || p.grad_err > a.pass_err || (std::isnan(p.grad_err) && !std::isnan(a.pass_err))) {
+        a.pass_err = p.grad_err;
+        a.pass = p.grad;
+      }
+      a.has_pass = true;
     }
-    const Acc& a = *fwd;
-    const DT prec = Coarser(a.prec, Coarser(Coarser(got.row->b->dtype, got.row->c->dtype),
-                                            Coarser(passed.row->b->dtype, passed.row->c->dtype)));
+    g0 = g1;
+  }
+  int64_t bwd = -1;  // index in ops of the first backward birth point
+  for (const Acc& a : acc_) {
+    if (a.element || !a.has_recv || !a.has_pass || a.pass == nullptr || std::isnan(a.recv_err) ||
+        std::isnan(a.pass_err) || Moved(a.op)) {
+      continue;
+    }
+    const BirthRow& passed = *a.pass;
+    DT prec = Coarser(a.prec, Coarser(passed.b->dtype, passed.c->dtype));
+    if (a.grad != nullptr) prec = Coarser(prec, Coarser(a.grad->b->dtype, a.grad->c->dtype));
     const double noise = Noise(prec == DT::kUnknown ? DT::kF32 : prec, a.width);
     // Its own forward must agree: a forward difference changes the backward too.
     if (!a.has_out || !(a.out_err <= noise) || (a.has_in && !(a.in_err <= noise))) continue;
     OpBirth o;
-    o.op = op;
+    o.op = a.op;
     o.backward = true;
-    o.input_error = got.err;
-    o.output_error = passed.err;
-    o.explained = cfg_->birth_gain * got.err + noise;
+    o.input_error = a.recv_err;
+    o.output_error = a.pass_err;
+    o.explained = cfg_->birth_gain * a.recv_err + noise;
     o.ratio = o.output_error / o.explained;
-    o.order = passed.row->c->order;
-    o.out_b = passed.row->b;
-    o.out_c = passed.row->c;
+    o.order = passed.c->order;
+    o.out_b = passed.b;
+    o.out_c = passed.c;
     o.born = o.ratio > 1;
     ops->push_back(o);
-    if (o.born && bwd < 0) bwd = static_cast<int64_t>(ops->size()) - 1;
+  }
+  // As in the forward: a container is not the birth point when a submodule of it is.
+  for (size_t i = n_fwd; i < ops->size(); ++i) {
+    if (!(*ops)[i].born) continue;
+    for (size_t j = n_fwd; j < ops->size(); ++j) {
+      if (j != i && (*ops)[j].ratio > 1 && IsWithin((*ops)[j].op, (*ops)[i].op)) {
+        (*ops)[i].container = true;
+        (*ops)[i].born = false;
+        break;
+      }
+    }
+  }
+  for (size_t i = n_fwd; i < ops->size(); ++i) {
+    if ((*ops)[i].born && (bwd < 0 || (*ops)[i].order < (*ops)[static_cast<size_t>(bwd)].order)) {
+      bwd = static_cast<int64_t>(i);
+    }
   }
   if (birth == nullptr && bwd >= 0) {
     birth_backward = true;

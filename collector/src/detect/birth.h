@@ -35,12 +35,20 @@
 // when the row's module type is the op's (a child module has its own type) and it has
 // no inputs of its own.
 //
-// Backward: the gradients of module outputs (act_grad) arrive in backward order; the
-// gradient an op passed on is the one recorded next (its input's gradient). An op
-// whose received gradient agrees while the next one differs beyond what it explains is
-// a backward birth point (a custom autograd Function with a different backward). Judged
-// only for an op whose own forward agrees; named only at a step whose forward has no
-// birth point.
+// Backward: an op received the gradient of its output (its act_grad) and passed on the
+// gradient of its input, which is the act_grad of the module that produced that input.
+// Which output an op received is read from its act_in rows: a repeat is the tensor
+// recorded just before it (an output, or another act_in of the same tensor: a container
+// and its first child); an act_in that is no repeat is the latest earlier output with
+// the same statistics (numel, l2, mean, std, min, max) in both runs (a second consumer
+// of one tensor: the head called after its sibling). When several modules that are not
+// nested in one another consume one tensor, its gradient is the sum of what they pass
+// on: no one of them is judged by it (a sibling is never blamed for another's
+// gradient). An op whose received gradient agrees while the gradient it passed on
+// differs beyond what it explains is a backward birth point (a custom autograd Function
+// with a different backward); a container only when none of its submodules is one.
+// Judged only for an op whose own forward agrees; named only at a step whose forward
+// has no birth point.
 //
 // Weights: an op with parameters is judged only while its weights are known to agree:
 // up to the first step after one of its parameters got a differing gradient (or a
@@ -94,6 +102,10 @@ struct OpBirth {
   bool born = false;           // adds error of its own (and is not explained by a submodule)
   bool precision = false;      // its output's dtype differs between the runs, its inputs' do not
   bool container = false;      // has watched submodules (set for ops that add error)
+  // A container born in its own code: the outermost submodule that receives a differing
+  // input, the earliest (what its own code handed on differently), if any.
+  bool has_fed = false;
+  uint32_t fed = 0;
   DT dtype_b = DT::kUnknown, dtype_c = DT::kUnknown;  // its output's dtypes
 };
 
@@ -109,6 +121,12 @@ class BirthFinder {
   int Analyze(const StepData& bs, const StepData& cs, const std::vector<BirthRow>& rows, const PeerScales& peers,
               std::vector<OpBirth>* ops);
 
+  // The outermost consumer of each chain of nested modules that received the output of
+  // module `name_id` at the last step judged (micro step 0), into `out`. False when that
+  // step had no output of that name; true with `out` empty when no watched module
+  // received it (the loss, or code outside the modules, did).
+  bool ConsumersOf(uint32_t name_id, std::vector<uint32_t>* out) const;
+
   // The step from which module `op`'s weights (or a submodule's) are known to differ,
   // or -1: its output differing since then is not the op computing differently.
   int64_t WeightsMovedSince(uint32_t op) const { return op < moved_since_.size() ? moved_since_[op] : -1; }
@@ -121,12 +139,16 @@ class BirthFinder {
  private:
   struct Acc {
     uint32_t op = 0;
-    bool has_in = false, has_out = false, has_grad = false;
-    double in_err = 0, out_err = 0, grad_err = 0;
+    bool has_in = false, has_out = false;
+    bool has_grad = false;  // its output's gradient (act_grad of its name) was recorded
+    bool has_recv = false, has_pass = false;  // what its backward received / passed on
+    double in_err = 0, out_err = 0, grad_err = 0, recv_err = 0, pass_err = 0;
+    const BirthRow* grad = nullptr;  // its act_grad row
+    const BirthRow* pass = nullptr;  // the passed-on gradient with the largest error
     DT prec = DT::kUnknown;  // the coarsest float dtype seen
     DT in_b = DT::kUnknown, in_c = DT::kUnknown;  // the coarsest input dtype of each run
     uint64_t width = 0;
-    uint32_t out_order = 0, grad_order = 0;
+    uint32_t out_order = 0;
     const StatRow *out_b = nullptr, *out_c = nullptr;
     bool from_elements = false;  // out_* are its output elements' (it has no output row)
     bool element = false;        // an output element of another op (not a module)
@@ -171,7 +193,19 @@ class BirthFinder {
   std::vector<uint64_t> slot_stamp_;
   uint64_t stamp_ = 0;
   std::vector<Acc> acc_;
-  std::vector<GradRow> grads_;  // act_grad rows, sorted into backward order (this step)
+  std::vector<GradRow> grads_;  // act_grad rows (this step)
+  // Which output each act_in received (this step, micro step 0). fwd_: (order, index in
+  // rows) of act / act_in rows in execution order; root_: rows index -> the rows index
+  // of the output row that made the tensor (-1 unknown, -2 the model's input).
+  void TraceInputs(const StepData& cs, const std::vector<BirthRow>& rows);
+  std::vector<std::pair<uint32_t, uint32_t>> fwd_;
+  std::vector<uint32_t> input_orders_;
+  std::vector<int32_t> root_;
+  std::vector<std::pair<int32_t, uint32_t>> cons_;  // (root, consuming op), sorted
+  // Last step's (output name, outermost consumer) pairs and the names with an output
+  // row, sorted (ConsumersOf).
+  std::vector<std::pair<uint32_t, uint32_t>> cons_by_name_;
+  std::vector<uint32_t> out_names_;
   std::vector<const BirthRow*> params_;  // differing param / param_grad rows (this step)
 };
 

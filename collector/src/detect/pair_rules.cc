@@ -233,7 +233,13 @@ alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const
                    DTypeName(b.dtype_b) + " in " + ctx_->baseline + ": this operation rounds to another precision";
     } else {
       a.message += "this operation computes differently";
-      if (b.container) a.message += " (in its own code: none of its submodules does)";
+      if (b.container) {
+        a.message += " (in its own code: none of its submodules does";
+        if (b.has_fed) {
+          a.message += "; " + ctx_->names->Display(b.fed) + " is the first to receive a different input from it";
+        }
+        a.message += ")";
+      }
     }
   }
   if (drifting > 0) a.message += "; " + std::to_string(drifting) + " tensor(s) beyond the tolerance at this step";
@@ -277,6 +283,29 @@ std::string FirstDivergenceDetector::SetupCause(const PairStepView& v, alerting:
   return "";
 }
 
+bool FirstDivergenceDetector::ForwardAgrees(const PairStepView& v) {
+  for (const MatchedTensor& m : *v.matched) {
+    const Kind k = KeyKind(m.c->key);
+    if ((k == Kind::kAct || k == Kind::kActIn || k == Kind::kInput) && m.drifting()) return false;
+  }
+  return true;
+}
+
+std::string FirstDivergenceDetector::ParentOf(uint32_t input) const {
+  // "frozen(1)" / "frozen[1]" (an input of frozen) -> frozen -> its enclosing module.
+  std::string name = ctx_->names->Name(input);
+  auto cut = name.find('(');
+  if (cut == std::string::npos && !name.empty() && name.back() == ']') cut = name.find('[');
+  if (cut != std::string::npos) name.resize(cut);
+  for (cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
+    name.resize(cut);
+    const int64_t id = ctx_->names->Find(name);
+    if (id >= 0) return ctx_->names->Display(static_cast<uint32_t>(id));
+  }
+  const int64_t root = ctx_->names->Find("<root>");
+  return root >= 0 ? ctx_->names->Display(static_cast<uint32_t>(root)) : "the model's forward";
+}
+
 std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedTensor& first,
                                            alerting::Alert* a) const {
   const PairFacts* f = ctx_->facts;
@@ -312,6 +341,41 @@ std::string FirstDivergenceDetector::Cause(const PairStepView& v, const MatchedT
              std::to_string(since) +
              " (a gradient of its parameters differed before: training moved them apart), so its output "
              "differs without the op computing differently";
+    }
+  }
+  const uint32_t name = KeyNameId(first.c->key);
+  if (kind == Kind::kActIn) {
+    // What a module received differs while everything recorded before it agrees: the
+    // tensor was made by its parent's own code between its children, not by the module.
+    a->cause = "op";
+    const std::string parent = ParentOf(name);
+    return ctx_->names->Display(name) + " receives a different input from its parent's own code: the computation of " +
+           parent + " between its children differs (everything recorded before it agrees)";
+  }
+  if (kind == Kind::kActGrad && v.birth_state != nullptr && ForwardAgrees(v)) {
+    std::vector<uint32_t> consumers;
+    if (v.birth_state->ConsumersOf(name, &consumers)) {
+      const std::string grad = "the gradient of " + ctx_->names->Display(name);
+      if (consumers.empty()) {
+        // No watched module received this output: its gradient comes from the loss (or
+        // code outside the modules), and every tensor the model computed agrees.
+        a->cause = "data";
+        return "every forward tensor agrees while " + grad +
+               ", which comes from the loss, differs: the loss's other inputs (the labels or targets) differ, "
+               "or the loss computation itself" + consequence;
+      }
+      a->cause = "op";
+      if (consumers.size() == 1) {
+        return "every forward tensor agrees; " + grad + " is what " + ctx_->names->Display(consumers[0]) +
+               " passes on, and the gradient it received agrees: its backward computes differently";
+      }
+      std::string list;
+      for (size_t i = 0; i < consumers.size(); ++i) {
+        list += (i == 0 ? "" : i + 1 == consumers.size() ? " and " : ", ") + ctx_->names->Display(consumers[i]);
+      }
+      return "every forward tensor agrees; " + grad + " is the sum of what " + list +
+             " pass on (they all receive it), and the gradients they received agree: the backward of one of them "
+             "computes differently, which one the sum does not tell";
     }
   }
   if (inputs && inputs_agree) {

@@ -87,6 +87,11 @@ class FirstDivergenceDetector : public PairDetector {
   // a->cause and returns the sentence, or "" when they show none. `at_op`: for a birth
   // point (the setup explains that op), not for the whole drift.
   std::string SetupCause(const PairStepView& v, alerting::Alert* a, bool at_op) const;
+  // No module output, module input or model input beyond the tolerance at this step.
+  static bool ForwardAgrees(const PairStepView& v);
+  // The module whose own code made the input row `input` of a module: the enclosing
+  // module, or the root, displayed.
+  std::string ParentOf(uint32_t input) const;
   // The alert naming the birth point `b` (detect/birth.h); `drifting` tensors are
   // beyond the tolerance at the step.
   alerting::Alert BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const;
