@@ -198,3 +198,29 @@ def test_shared_module_parameter_gradients_only():
     for wrap in ("each", "second"):
         got = _by_key(_run_shared(True, wrap, kinds))
         assert got == plain, (wrap, sorted(got.keys() ^ plain.keys()))
+
+
+def _retained_twice(mode, wrap):
+    """One micro step, two backward passes through one retained graph."""
+    torch.manual_seed(0)
+    model = SharedNet(mode, wrap)
+    mon, fake = fake_monitor(run="ckpt-retained")
+    mon.watch(model)
+    out = model(torch.randn(5, 6, generator=torch.Generator().manual_seed(3)))
+    out.sum().backward(retain_graph=True)
+    out.square().sum().backward()
+    mon.step(loss=1.0)
+    assert mon.counters()["python_errors"] == 0, mon.counters()["last_python_error"]
+    return collections.Counter((r["micro"], r["name"], r["kind"], _stats(r)) for r in fake.records)
+
+
+def test_retained_graph_backward_twice_records_outputs_once():
+    """A second backward through a retained graph recomputes the reentrant segments
+    again: their outputs are not recorded again (the plain loop records them once), their
+    gradients are (as the plain loop's, once per backward)."""
+    plain = _retained_twice(None, None)
+    assert sum(n for k, n in plain.items() if k[2] == "act") == \
+        len({k for k in plain if k[2] == "act"})
+    for mode in (True, False):
+        got = _retained_twice(mode, "each")
+        assert got == plain, (mode, sorted((got - plain).keys()), sorted((plain - got).keys()))

@@ -23,7 +23,7 @@ class Session:
     """The state the hooks share with their Monitor (see the module doc)."""
 
     __slots__ = ("rec", "guard", "ident", "active", "closed", "bwd", "in_bwd", "calls",
-                 "recalls", "segments", "cursor", "seg_params", "split", "pieces",
+                 "recalls", "segments", "cursor", "done", "seg_params", "split", "pieces",
                  "param_owners", "watches", "init_pending", "amp_seen", "accum_grad_norm",
                  "_identity_check", "_first_forward", "ref", "__weakref__")
 
@@ -41,9 +41,12 @@ class Session:
         self.recalls = {}    # module name -> calls recomputed in this backward
         # Reentrant checkpointing (lockstep._checkpoint): id(segment ctx) -> {module
         # name: the call numbers its calls took in forward, in order}; cursor: (id(ctx),
-        # name) -> how many of them this backward has recomputed.
+        # name) -> how many of them this backward has recomputed; done: the (id(ctx),
+        # name), index pairs recorded in this micro step (a second backward through a
+        # retained graph recomputes them again: their outputs were recorded).
         self.segments = {}
         self.cursor = {}
+        self.done = set()
         # Parameters of modules called inside a reentrant segment in this micro step;
         # `split`, those of them used by two calls or more (computed at their first
         # gradient): their gradient comes in pieces, one per graph (the segment's own
@@ -81,6 +84,7 @@ class Session:
         self.recalls.clear()
         self.segments.clear()
         self.cursor.clear()
+        self.done.clear()
         self.seg_params.clear()
         self.split = None
         self.pieces.clear()  # only a backward cut short leaves any
@@ -115,9 +119,11 @@ class Session:
             self.split = None
 
     def recomputed_call(self, name, take):
-        """The call number of a module's call run again inside backward, or None when
-        it is not to be recorded (its forward recorded it: non-reentrant checkpointing).
-        take=False peeks (the input hook, before the forward hook takes it)."""
+        """(call number, again) of a module's call run again inside backward, or None
+        when it is not to be recorded (its forward recorded it: non-reentrant
+        checkpointing); `again`: an earlier backward of this micro step recorded its
+        outputs (only their gradients are new). take=False peeks (the input hook, before
+        the forward hook takes it)."""
         if self.segments:
             ctx = _checkpoint.segment(_checkpoint.BACKWARD)
             seg = None if ctx is None else self.segments.get(id(ctx))
@@ -127,15 +133,17 @@ class Session:
                 i = self.cursor.get(key, 0)
                 if i >= len(numbers):
                     return None
+                again = (key, i) in self.done
                 if take:
                     self.cursor[key] = i + 1
-                return numbers[i]
+                    self.done.add((key, i))
+                return numbers[i], again
         # No segment known (the frames were not found): calls the forward counted are
         # skipped, the others numbered after them.
         n = self.recalls.get(name, 0)
         if take:
             self.recalls[name] = n + 1
-        return None if n < self.calls.get(name, 0) else n
+        return None if n < self.calls.get(name, 0) else (n, False)
 
     def is_split(self, name):
         """Whether parameter `name`'s gradient comes in pieces in this micro step."""

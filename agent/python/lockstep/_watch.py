@@ -182,8 +182,11 @@ class Watch:
                 continue
             ok = filt(path)
             # The forward hook also numbers the calls: for the input hook's names, and
-            # for a parameter whose gradient may come in pieces (Session.is_split).
-            if ((want_act or want_grad or want_in) and ok) or own:
+            # for a parameter whose gradient may come in pieces (Session.is_split). Not
+            # just to number them inside a torch.compile'd model, where each hook is a
+            # graph break (docs/python.md "Limits").
+            if ((want_act or want_grad or want_in) and ok) or (
+                    own and not self._under(path, skipped)):
                 self._hook_module(ref, module, path, want_act and ok, want_grad and ok, False,
                                   own)
             if want_in and ok:
@@ -215,6 +218,10 @@ class Watch:
                 for n in names:
                     owners[n] = owners.get(n, ()) + (module_name(path),)
         return owned
+
+    @staticmethod
+    def _under(path, prefixes):
+        return any(path.startswith(p + ".") for p in prefixes)
 
     @staticmethod
     def _skipped(wrapped):
@@ -252,10 +259,12 @@ class Watch:
                     # micro step. A call its forward recorded is not recorded again (its
                     # gradient hooks are live); one the forward ran under no_grad
                     # (reentrant) is recorded now, once, under its forward's number.
-                    n = sess.recomputed_call(name, True)
-                    if n is None:
+                    r = sess.recomputed_call(name, True)
+                    if r is None:
                         return None
+                    n, again = r
                 else:
+                    again = False
                     if sess.bwd:
                         sess.new_micro()
                     calls = sess.calls
@@ -273,7 +282,7 @@ class Watch:
                 for item_name, t in items:
                     if not t.is_floating_point():
                         continue
-                    if want_act:
+                    if want_act and not again:
                         rec.record(item_name, act, t)
                     if t.requires_grad:
                         if want_grad:
@@ -307,9 +316,10 @@ class Watch:
                 if _in_backward(sess):
                     # Recomputation inside backward: recorded only if the forward did not
                     # see this call (reentrant checkpointing runs it under no_grad).
-                    n = sess.recomputed_call(name, False)
-                    if n is None:
+                    r = sess.recomputed_call(name, False)
+                    if r is None or r[1]:
                         return None
+                    n = r[0]
                 else:
                     if sess.bwd:
                         sess.new_micro()
