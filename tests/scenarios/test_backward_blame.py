@@ -102,7 +102,7 @@ def test_changed_label_is_data_not_a_sibling_head(tmp_path, where):
                                      [(mb,) for mb in micro_batches(STEPS)])
     text = fmt_alerts(alerts)
     print(text)
-    fd = one_first_divergence(alerts)
+    fd = one_first_divergence(alerts, DRIFT_RULES | {"scalars"})  # the grad norm differs (torch 2.x)
     assert fd["step"] == where[0], text
     assert fd.get("micro_step", 0) == where[1], text
     assert "heads.reg" not in fd["tensor"], text
@@ -111,6 +111,63 @@ def test_changed_label_is_data_not_a_sibling_head(tmp_path, where):
     assert fd["kind"] == "act_grad" and fd["tensor"] == "heads.cls", text
     assert "label" in fd["message"], text
     same_as_compare(fd, col, exp="blame")
+
+
+class ScaleGrad(torch.autograd.Function):
+    """Identity forward; its backward scales the gradient (another backward kernel)."""
+
+    @staticmethod
+    def forward(ctx, x, scale):  # pylint: disable=arguments-differ
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):  # pylint: disable=arguments-differ
+        return g * ctx.scale, None
+
+
+class RegHead(nn.Module):
+    """heads.reg with a custom backward in its own code (scale 1: the same math)."""
+
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.lin = nn.Linear(D_H, 1)
+        self.scale = scale
+
+    def forward(self, h):
+        return self.lin(ScaleGrad.apply(h, self.scale) if self.scale != 1.0 else h)
+
+
+class TwoHeadsCustom(TwoHeads):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.heads.reg = RegHead(scale)
+
+
+def test_a_backward_in_one_of_two_heads_blames_both_not_one(tmp_path):
+    """heads.reg's backward hands trunk a different gradient; heads.cls received the same
+    output. trunk's gradient is the sum of what both pass on: the cause names both (op),
+    neither alone, and no birth point is claimed for a single head."""
+    state = seeded_state(TwoHeadsCustom)
+
+    def make(scale):
+        def factory(endpoint, run, role, experiment):
+            model = TwoHeadsCustom(scale)
+            model.load_state_dict(state)
+            return AccumRun(endpoint, run, role, experiment, model=model)
+        return factory
+
+    alerts, col, _, _ = collect_pair(tmp_path, "shared", make(1.0), make(1.05),
+                                     [(mb,) for mb in micro_batches(STEPS)])
+    text = fmt_alerts(alerts)
+    print(text)
+    fd = one_first_divergence(alerts, DRIFT_RULES | {"scalars"})
+    assert fd["step"] == 0, text
+    assert fd["kind"] == "act_grad" and fd["tensor"].startswith("trunk"), text
+    assert fd["cause"] == "op", text
+    assert "the sum of what heads.cls (Linear) and heads.reg (RegHead) pass on" in fd["message"], text
+    assert "born in" not in fd["message"], text
+    same_as_compare(fd, col, exp="shared")
 
 
 class Parent(nn.Module):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace lockstep::collector {
@@ -210,6 +211,17 @@ bool SameStats(const StatRow& x, const StatRow& y) {
          x.max == y.max;
 }
 
+// Where to look an output up by its statistics (SameStats decides).
+uint64_t StatsHash(const StatRow& r) {
+  uint64_t h = r.numel * 0x9E3779B97F4A7C15ull;
+  for (const double x : {r.l2, r.mean, r.std}) {
+    uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    h = (h ^ bits) * 0x100000001B3ull;
+  }
+  return h;
+}
+
 }  // namespace
 
 void BirthFinder::TraceInputs(const StepData& cs, const std::vector<BirthRow>& rows) {
@@ -217,6 +229,7 @@ void BirthFinder::TraceInputs(const StepData& cs, const std::vector<BirthRow>& r
   input_orders_.clear();
   cons_.clear();
   root_.assign(rows.size(), -1);
+  outputs_by_stats_.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     const uint64_t key = rows[i].c->key;
     if (KeyMicroStep(key) != 0) continue;
@@ -242,19 +255,17 @@ void BirthFinder::TraceInputs(const StepData& cs, const std::vector<BirthRow>& r
     const bool fresh = !r.b->repeat && !r.c->repeat;  // otherwise the runs disagree on it
     if (KeyKind(r.c->key) == Kind::kAct) {
       root_[i] = repeat ? before : static_cast<int32_t>(i);
+      if (root_[i] == static_cast<int32_t>(i)) outputs_by_stats_[StatsHash(*r.c)] = i;  // the latest
       continue;
     }
     if (repeat) {
       root_[i] = before;
     } else if (fresh) {
       // A second consumer of an output: the latest earlier output equal to it in both runs.
-      for (size_t q = p; q-- > 0;) {
-        const uint32_t j = fwd_[q].second;
-        if (KeyKind(rows[j].c->key) != Kind::kAct || root_[j] != static_cast<int32_t>(j)) continue;
-        if (SameStats(*rows[j].b, *r.b) && SameStats(*rows[j].c, *r.c)) {
-          root_[i] = static_cast<int32_t>(j);
-          break;
-        }
+      const auto it = outputs_by_stats_.find(StatsHash(*r.c));
+      if (it != outputs_by_stats_.end() && SameStats(*rows[it->second].b, *r.b) &&
+          SameStats(*rows[it->second].c, *r.c)) {
+        root_[i] = static_cast<int32_t>(it->second);
       }
     }
     if (root_[i] < 0) continue;

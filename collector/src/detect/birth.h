@@ -65,6 +65,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -201,6 +202,7 @@ class BirthFinder {
   std::vector<std::pair<uint32_t, uint32_t>> fwd_;
   std::vector<uint32_t> input_orders_;
   std::vector<int32_t> root_;
+  std::unordered_map<uint64_t, uint32_t> outputs_by_stats_;  // StatsHash -> latest output row (this step)
   std::vector<std::pair<int32_t, uint32_t>> cons_;  // (root, consuming op), sorted
   // Last step's (output name, outermost consumer) pairs and the names with an output
   // row, sorted (ConsumersOf).
