@@ -188,13 +188,14 @@ def test_shared_module_under_checkpointing_records_the_plain_loop(mode, wrap):
     assert not diff, diff  # names by forward call order, the summed parameter gradients
 
 
-def test_shared_module_parameter_gradients_only():
-    """kinds=("param_grad",): no output is recorded, yet the calls are still numbered
-    (a forward hook on each module that holds a watched parameter), so the pieces of
-    `shared`'s gradient still make one record."""
-    kinds = ("param_grad",)
+def test_shared_module_inputs_and_parameter_gradients_only():
+    """kinds=("act_in", "param_grad"): no output is recorded, yet the forward hooks still
+    number the calls, so the inputs keep their forward names and the pieces of
+    `shared`'s gradient make one record."""
+    kinds = ("act_in", "param_grad")
     plain = _plain_shared(kinds)
-    assert {k[3] for k in plain} == {"param_grad"}
+    assert {k[3] for k in plain} == {"act_in", "param_grad"}
+    assert {("shared#1", "act_in"), ("shared.0#1", "act_in")} <= {k[2:] for k in plain}
     for wrap in ("each", "second"):
         got = _by_key(_run_shared(True, wrap, kinds))
         assert got == plain, (wrap, sorted(got.keys() ^ plain.keys()))

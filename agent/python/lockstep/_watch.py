@@ -181,14 +181,12 @@ class Watch:
                                   want_grad and root_ok, True, own)
                 continue
             ok = filt(path)
-            # The forward hook also numbers the calls: for the input hook's names, and
-            # for a parameter whose gradient may come in pieces (Session.is_split). Not
-            # just to number them inside a torch.compile'd model, where each hook is a
-            # graph break (docs/python.md "Limits").
-            if ((want_act or want_grad or want_in) and ok) or (
-                    own and not self._under(path, skipped)):
-                self._hook_module(ref, module, path, want_act and ok, want_grad and ok, False,
-                                  own)
+            # The forward hook also numbers the calls, for the input hook's names and for
+            # a parameter whose gradient may come in pieces (Session.is_split). Not for
+            # the parameters alone: a hook on every module would cost torch's hook
+            # dispatch on every call (docs/python.md "Limits").
+            if (want_act or want_grad or want_in) and ok:
+                self._hook_module(ref, module, path, want_act, want_grad, False, own)
             if want_in and ok:
                 self._hook_module_inputs(ref, module, path)
         if "param_grad" in kinds:
@@ -218,10 +216,6 @@ class Watch:
                 for n in names:
                     owners[n] = owners.get(n, ()) + (module_name(path),)
         return owned
-
-    @staticmethod
-    def _under(path, prefixes):
-        return any(path.startswith(p + ".") for p in prefixes)
 
     @staticmethod
     def _skipped(wrapped):
