@@ -19,8 +19,21 @@ was blamed on the heads.
   the platform's rounding and far below any tolerance.)
 - the second call changed: a forward hook on the candidate's `shared` scales the output
   of the second call only by (1 + 1e-4); the first divergence names `shared#1` at step 0,
-  an op, not the heads; the live alert is compare --json's.
+  an op, not the heads.
+
+Measured (build of 2026-11-27 ~20:15, pytest -s prints the alerts): the change is born at
+`shared#1` (Sequential), its inputs agree, its output differs by 1.07e-4, 44.9x what
+rounding explains (torch 1.13 and 2.11 alike; plain, reentrant and non-reentrant), a
+warning. With the agent before this fix: twins under reentrant checkpointing got a
+critical first divergence "born in the backward of <root>[hidden]" and 20+ critical
+tensor_drift alerts; the change was born at `shared` (the first call's name).
+
+Each asserts live == compare: the collector's alerts file and `lockstep compare --json`
+of the same logs give the same multiset of (rule, step, rank, micro step, tensor, kind,
+severity), and the same first divergence.
 """
+import collections
+
 import pytest
 import torch
 from torch import nn
@@ -106,6 +119,15 @@ def reuse_run(state, ckpt, change=False):
     return make
 
 
+def same_alerts(alerts, rep):
+    """Live and compare --json give the same multiset of alerts."""
+    def key(a):
+        return (a["rule"], a["step"], a.get("rank", 0), a.get("micro_step", 0), a["tensor"], a["kind"],
+                a["severity"])
+    assert collections.Counter(map(key, alerts)) == collections.Counter(map(key, rep["alerts"])), \
+        (fmt_alerts(alerts), rep["alerts"])
+
+
 MODES = [True, False]
 MODE_IDS = ["reentrant", "non-reentrant"]
 
@@ -119,6 +141,7 @@ def test_checkpointing_changes_no_record(tmp_path, ckpt):
     code, rep = compare_json(col, "reuse-twins")
     assert code == 0, rep.get("first_divergence")
     assert rep.get("first_divergence") is None, rep["first_divergence"]
+    same_alerts(alerts, rep)
     assert b.losses == pytest.approx(c.losses, rel=1e-6)
 
 
@@ -136,7 +159,9 @@ def test_change_in_the_second_call_is_named_there(tmp_path, ckpt):
     assert "heads" not in fd["message"], text
     assert "shared#1 (Sequential)" in fd["message"], text
     # live == compare: the same first divergence from the same logs
-    _, rep = compare_json(col, "reuse-second")
+    code, rep = compare_json(col, "reuse-second")
+    assert code == 0, rep["critical"]  # a warning: 1e-4 is below the fp32 tolerance
+    same_alerts(alerts, rep)
     cfd = rep["first_divergence"]
     keys = ("step", "micro_step", "tensor", "kind", "cause", "severity", "message")
     assert {k: fd.get(k) for k in keys} == {k: cfd.get(k) for k in keys}, (fd, cfd)
