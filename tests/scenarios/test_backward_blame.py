@@ -6,12 +6,27 @@
   gradient arriving at `heads.cls` differs while every forward tensor agrees. That is
   the data (the loss's other input), not an op, and never the backward of the sibling
   head that happens to be recorded next to it.
+- The same two heads, with a custom backward (an autograd Function that scales the
+  gradient by 1.05) in heads.reg's own code: trunk's gradient is the sum of what both
+  heads pass on, so the cause (op) names both heads and no birth point is claimed for
+  one of them.
 - A parent whose own forward code changes what it hands to a frozen child (`x * 1.01`
-  before calling `frozen`): the first divergence is the child's input, and its cause
-  names the parent's own code, not the child.
+  before calling `frozen`): with the root as the parent, the first divergence is the
+  child's input and its cause names the root's own code, not the child; with a module
+  as the parent, that module is the birth point, "in its own code", naming the child it
+  fed.
 
 Each asserts the culprit, the cause word, and that the live alert equals
-`lockstep compare --json`'s first divergence of the same logs.
+`lockstep compare --json`'s first divergence of the same logs (step, tensor, kind,
+cause, micro step and message).
+
+Seen before the fix (collector of 2026-11-27 ~19:40): the label changed at step 0,
+micro step 0, read "the error is born in the backward of heads.reg ... cause: op"; at
+step 1, micro step 1, "cause: op (... heads.cls (Linear) computes differently)"; the
+root's x * 1.01 read "first divergent tensor frozen.0 (Linear) ... frozen.0 (Linear)
+computes differently" (frozen's input was not compared: it repeats trunk's output in the
+baseline only). Whole file: 2.5 s (torch 1.13) and 4.0 s (torch 2.x) on this 2-core
+machine.
 """
 import pytest
 import torch
