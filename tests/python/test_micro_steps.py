@@ -133,10 +133,10 @@ class SharedNet(torch.nn.Module):
         return self.head(h)
 
 
-def _run_shared(mode, wrap, kinds=None):
+def _run_shared(mode, wrap, kinds=None, device_path=False):
     torch.manual_seed(0)
     model = SharedNet(mode, wrap)
-    mon, fake = fake_monitor(run="ckpt-shared")
+    mon, fake = fake_monitor(run="ckpt-shared", _force_device_path=device_path)
     # `shared` is not updated: reentrant checkpointing adds each segment's piece of its
     # gradient to .grad on its own (B, A, then the next micro step's B, A), the plain loop
     # their sum, so its updated weights may differ by an ulp (torch's arithmetic, not
@@ -186,6 +186,16 @@ def test_shared_module_under_checkpointing_records_the_plain_loop(mode, wrap):
     assert got.keys() == plain.keys(), sorted(got.keys() ^ plain.keys())
     diff = sorted(k for k in plain if got[k] != plain[k])
     assert not diff, diff  # names by forward call order, the summed parameter gradients
+
+
+def test_shared_module_through_the_device_path():
+    """The same through the device pipeline (CPU tensors forced through it): the summed
+    pieces are batched like any gradient."""
+    plain = _by_key(_run_shared(None, None, device_path=True))
+    for wrap in ("each", "second"):
+        got = _by_key(_run_shared(True, wrap, device_path=True))
+        assert got.keys() == plain.keys(), (wrap, sorted(got.keys() ^ plain.keys()))
+        assert got == plain, wrap
 
 
 def test_shared_module_inputs_and_parameter_gradients_only():
