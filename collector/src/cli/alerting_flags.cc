@@ -188,7 +188,7 @@ void RegisterAlertingFlags(FlagSet* f, AlertingFlags* v) {
             "where undelivered alerts wait across restarts (default: DATA_DIR/alert-spool)", "DIR");
   f->Int("alert-spool-max-mb", &v->spool_max_mb, "spool size cap per sink; oldest dropped beyond it", "MB");
   f->Double("alert-cooldown-s", &v->cooldown_s,
-            "suppress repeats of the same (rule, experiment, run, tensor, kind, rank) for this long (0 = off)", "SECONDS");
+            "suppress repeats of the same (rule, experiment, run, tensor, kind, rank, micro step) for this long (0 = off)", "SECONDS");
   f->Double("alert-rate-per-min", &v->rate_per_min, "per-sink rate limit (0 = off)", "N");
   f->Int("alert-burst", &v->burst, "per-sink burst allowed by the rate limit", "N");
   f->Int("alert-retries", &v->retries, "retries before an alert counts as spooled (it is still retried)", "N");

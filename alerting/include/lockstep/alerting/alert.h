@@ -72,13 +72,19 @@ struct Alert {
   std::vector<IncidentFact> facts;
 
   // Receivers may dedup on this too (DESIGN.md, docs/alerting.md "Dedup"):
-  // rule/experiment/run/tensor/kind/rank<N>, the run being the candidate for a pair
-  // rule. One finding per (run, tensor, kind, rank): the same tensor drifting on two
-  // ranks, or as an activation and as its gradient, is two findings, never one
-  // swallowing the other. The id is this key @ step, so ids never repeat across ranks.
+  // rule/experiment/run/tensor/kind/rank<N>, then /micro<M> for micro step M > 0, the
+  // run being the candidate for a pair rule. One finding per (run, tensor, kind, rank,
+  // micro step): the same tensor drifting on two ranks, as an activation and as its
+  // gradient, or in two micro batches of one accumulated step, is two findings, never
+  // one swallowing the other (the rules judge each micro step's tensor apart, so a
+  // sink's cooldown must too). Micro step 0 adds nothing, so a job without gradient
+  // accumulation keeps the keys it always had. The id is this key @ step, so ids never
+  // repeat across ranks or micro steps.
   std::string DedupKey() const {
-    return rule + "/" + experiment + "/" + (runs.empty() ? std::string() : runs.back()) + "/" + tensor + "/" +
-           kind + "/rank" + std::to_string(rank);
+    std::string k = rule + "/" + experiment + "/" + (runs.empty() ? std::string() : runs.back()) + "/" + tensor +
+                    "/" + kind + "/rank" + std::to_string(rank);
+    if (micro_step != 0) k += "/micro" + std::to_string(micro_step);
+    return k;
   }
 };
 
