@@ -502,8 +502,9 @@ int BirthFinder::Analyze(const StepData& bs, const StepData& cs, const std::vect
   for (const Acc& e : acc_) {
     if (!e.element || !e.has_grad) continue;
     const int64_t id = ElementOf(e.op);
-    if (id < 0 || static_cast<size_t>(id) >= slot_stamp_.size() || slot_stamp_[static_cast<size_t>(id)] != stamp_) continue;
-    Acc& p = acc_[slot_of_[static_cast<size_t>(id)]];
+    const auto op = static_cast<size_t>(id);
+    if (id < 0 || op >= slot_stamp_.size() || slot_stamp_[op] != stamp_) continue;
+    Acc& p = acc_[slot_of_[op]];
     if (p.has_grad) continue;  // its own output row's gradient
     p.recv_err = p.has_recv && !(e.grad_err > p.recv_err) ? p.recv_err : e.grad_err;
     p.has_recv = true;
