@@ -237,6 +237,11 @@ bool AgentImpl::Close(std::chrono::milliseconds timeout) noexcept {
   if (!closed_.exchange(true, std::memory_order_acq_rel)) {
     int64_t deadline_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    // An eighth of the timeout (at least 50 ms) is kept for what comes after the wait
+    // for the send buffer: a fixed 50 ms was missed on a loaded machine (a sanitized
+    // build sharing 2 cores), and Close() then returned at its deadline, not before.
+    const auto reserve = std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(50), timeout / 8);
+    shared_.close_reserve_ns.store(reserve.count(), std::memory_order_relaxed);
     shared_.close_deadline_ns.store(deadline_ns, std::memory_order_release);
     shared_.stop.store(true, std::memory_order_release);
     shared_.wake.signal();

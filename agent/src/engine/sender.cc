@@ -26,7 +26,6 @@ constexpr size_t kMaxPoolBlocks = 4096;
 // A batch waits for room in the send buffer in slices this long, sending heartbeats
 // and watching for Close() in between.
 constexpr auto kRoomWait = std::chrono::milliseconds(20);
-constexpr auto kCloseReserve = std::chrono::milliseconds(50);
 // Steps whose records are counted for their StepEnd at once (steps end in order; more
 // than one is open only while a device step's records are handed over late).
 constexpr size_t kMaxCountedSteps = 16;
@@ -304,7 +303,8 @@ bool Sender::WaitForSendBuffer(size_t bytes) {
     if (shared_->stop.load(std::memory_order_acquire)) {
       const auto deadline = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
           std::chrono::nanoseconds(shared_->close_deadline_ns.load(std::memory_order_acquire))));
-      const auto give_up = deadline - kCloseReserve;
+      const auto give_up = deadline - std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(
+                                          shared_->close_reserve_ns.load(std::memory_order_relaxed)));
       if (now >= give_up) return pool_->WaitForRoom(bytes, now);  // one last look
       until = std::min(until, give_up);
     }

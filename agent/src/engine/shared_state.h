@@ -113,6 +113,9 @@ struct SharedState {
   std::atomic<uint64_t> flush_target{0};  // items that a Flush() waits for (max over callers)
   std::atomic<bool> stop{false};          // Close(): drain, say goodbye, exit
   std::atomic<int64_t> close_deadline_ns{0};  // steady_clock; bounds the final linger
+  // How long before that deadline the sender stops waiting for the send buffer, so the
+  // final batch, heartbeat and Goodbye still fit (Close() sets it from its timeout).
+  std::atomic<int64_t> close_reserve_ns{0};
   mutable Mutex mu;  // mutable: DeliveryProblem() reads under it
   std::condition_variable cv;
   uint64_t items_done GUARDED_BY(mu) = 0;
