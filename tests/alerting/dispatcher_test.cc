@@ -80,7 +80,8 @@ TEST(Dispatcher, EachFormatArrivesFieldByField) {
     EXPECT_EQ(r.headers["content-type"], "application/json") << p;
   }
   json g = json::parse(by_path["/generic"].body);
-  EXPECT_EQ(g["dedup_key"], "first_divergence/glm-migration/glm-npu-01/layers.3.mlp/act/rank3");
+  // The sample is micro step 2: the key ends in /micro2.
+  EXPECT_EQ(g["dedup_key"], "first_divergence/glm-migration/glm-npu-01/layers.3.mlp/act/rank3/micro2");
   EXPECT_EQ(g["step"], 1234);
   EXPECT_EQ(g["runs"][1], "glm-npu-01");
   EXPECT_EQ(by_path["/generic"].headers["authorization"], "Bearer bearer-xyz");

@@ -45,7 +45,8 @@ TEST(Formats, GenericJsonCarriesEveryField) {
   EXPECT_EQ(j["first_seen_unix_ns"], 1714564800123000000);
   EXPECT_EQ(j["repeat_count"], 1);
   EXPECT_EQ(j["message"], "layers.3.mlp output diverges first at step 1234");
-  EXPECT_EQ(j["dedup_key"], "first_divergence/glm-migration/glm-npu-01/layers.3.mlp/act/rank3");
+  // The sample is micro step 2: the key ends in /micro2.
+  EXPECT_EQ(j["dedup_key"], "first_divergence/glm-migration/glm-npu-01/layers.3.mlp/act/rank3/micro2");
 }
 
 TEST(Formats, GenericJsonWritesNanAsNullAndSurvivesBadUtf8) {
