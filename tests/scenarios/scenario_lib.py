@@ -239,6 +239,36 @@ class Run:
         return close_checked(self.mon)
 
 
+class AccumRun(Run):
+    """Gradient accumulation: train_step(micro) runs backward on each micro batch of the
+    step (micro_loss(m, *micro[m]) / len(micro)), then one optimizer step and one
+    mon.step with the summed loss. A subclass gives only micro_loss."""
+
+    def micro_loss(self, m, *batch):
+        raise NotImplementedError
+
+    def train_step(self, micro):  # pylint: disable=arguments-differ
+        total = 0.0
+        for m, batch in enumerate(micro):
+            loss = self.micro_loss(m, *batch) / len(micro)
+            loss.backward()
+            total += loss.item()
+        self.opt.step()
+        self.opt.zero_grad()
+        self.mon.step(loss=torch.tensor(total), lr=self.opt.param_groups[0]["lr"])
+        self.losses.append(total)
+        self.step_no += 1
+
+
+class Heads(nn.Module):
+    """Two heads over one hidden size: `cls` (classes logits) and `reg` (one value)."""
+
+    def __init__(self, d_h, classes):
+        super().__init__()
+        self.cls = nn.Linear(d_h, classes)
+        self.reg = nn.Linear(d_h, 1)
+
+
 class LMRun(Run):
     """A run of a causal language model (transformers' *ForCausalLM, or one wrapped in
     DistributedDataParallel): train_step(ids) with `loss = model(input_ids=ids,

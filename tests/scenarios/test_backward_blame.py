@@ -32,27 +32,18 @@ import pytest
 import torch
 from torch import nn
 
-from scenario_lib import (DRIFT_RULES, Run, collect_pair, compare_json, fmt_alerts, one_first_divergence,
-                          seeded_state)
+from scenario_lib import (DRIFT_RULES, AccumRun, Heads, Run, collect_pair, compare_json, fmt_alerts,
+                          one_first_divergence, seeded_state)
 
 D_IN, D_H, CLASSES, BATCH, MICRO = 12, 16, 4, 8, 2
 STEPS = 3
-
-
-class Heads(nn.Module):
-    """Two heads over one trunk output; the root calls each (ModuleDict-like)."""
-
-    def __init__(self):
-        super().__init__()
-        self.cls = nn.Linear(D_H, CLASSES)
-        self.reg = nn.Linear(D_H, 1)
 
 
 class TwoHeads(nn.Module):
     def __init__(self):
         super().__init__()
         self.trunk = nn.Sequential(nn.Linear(D_IN, D_H), nn.Tanh())
-        self.heads = Heads()
+        self.heads = Heads(D_H, CLASSES)
 
     def forward(self, x):
         h = self.trunk(x)
@@ -66,7 +57,7 @@ def micro_batches(steps, seed=5):
               torch.randn(BATCH, generator=g)) for _ in range(MICRO)] for _ in range(steps)]
 
 
-class AccumRun(Run):
+class RelabelRun(AccumRun):
     """Gradient accumulation over a step's micro batches, one optimizer step each.
     `relabel` = (step, micro): the candidate's label of that micro batch's first sample
     is shifted by one class."""
@@ -75,28 +66,19 @@ class AccumRun(Run):
         super().__init__(*args, **kwargs)
         self.relabel = relabel
 
-    def train_step(self, micro):  # pylint: disable=arguments-differ
-        total = 0.0
-        for m, (x, label, target) in enumerate(micro):
-            if self.relabel == (self.step_no, m):
-                label = label.clone()
-                label[0] = (label[0] + 1) % CLASSES
-            logits, reg = self.model(x)
-            loss = (nn.functional.cross_entropy(logits, label) + nn.functional.mse_loss(reg, target)) / len(micro)
-            loss.backward()
-            total += loss.item()
-        self.opt.step()
-        self.opt.zero_grad()
-        self.mon.step(loss=torch.tensor(total), lr=self.opt.param_groups[0]["lr"])
-        self.losses.append(total)
-        self.step_no += 1
+    def micro_loss(self, m, x, label, target):  # pylint: disable=arguments-differ
+        if self.relabel == (self.step_no, m):
+            label = label.clone()
+            label[0] = (label[0] + 1) % CLASSES
+        logits, reg = self.model(x)
+        return nn.functional.cross_entropy(logits, label) + nn.functional.mse_loss(reg, target)
 
 
 def heads_run(state, relabel=None):
     def make(endpoint, run, role, experiment):
         model = TwoHeads()
         model.load_state_dict(state)
-        return AccumRun(endpoint, run, role, experiment, model=model, relabel=relabel)
+        return RelabelRun(endpoint, run, role, experiment, model=model, relabel=relabel)
     return make
 
 
@@ -169,7 +151,7 @@ def test_a_backward_in_one_of_two_heads_blames_both_not_one(tmp_path):
         def factory(endpoint, run, role, experiment):
             model = TwoHeadsCustom(scale)
             model.load_state_dict(state)
-            return AccumRun(endpoint, run, role, experiment, model=model)
+            return RelabelRun(endpoint, run, role, experiment, model=model)
         return factory
 
     alerts, col, _, _ = collect_pair(tmp_path, "shared", make(1.0), make(1.05),

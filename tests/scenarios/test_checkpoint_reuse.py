@@ -39,17 +39,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from scenario_lib import Run, collect_pair, compare_json, fmt_alerts, one_first_divergence, seeded_state
+from scenario_lib import (AccumRun, Heads, collect_pair, compare_json, fmt_alerts, one_first_divergence,
+                          seeded_state)
 
 D_IN, D_H, CLASSES, BATCH, MICRO, STEPS = 12, 16, 4, 8, 2, 3
 REL_CHANGE = 1e-4
-
-
-class Heads(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.cls = nn.Linear(D_H, CLASSES)
-        self.reg = nn.Linear(D_H, 1)
 
 
 class ReuseNet(nn.Module):
@@ -62,7 +56,7 @@ class ReuseNet(nn.Module):
         self.ckpt = ckpt
         self.inp = nn.Linear(D_IN, D_H)
         self.shared = nn.Sequential(nn.Linear(D_H, D_H), nn.Tanh())
-        self.heads = Heads()
+        self.heads = Heads(D_H, CLASSES)
 
     def _second(self, h):
         self.shared.second = True
@@ -91,22 +85,12 @@ def micro_batches(steps, seed=5):
               torch.randn(BATCH, generator=g)) for _ in range(MICRO)] for _ in range(steps)]
 
 
-class AccumRun(Run):
-    """Gradient accumulation over a step's micro batches, one optimizer step each."""
+class ReuseRun(AccumRun):
+    """Each micro batch: classification + regression loss over ReuseNet's heads."""
 
-    def train_step(self, micro):  # pylint: disable=arguments-differ
-        total = 0.0
-        for x, label, target in micro:
-            out = self.model(x)
-            loss = (nn.functional.cross_entropy(out["cls"], label)
-                    + nn.functional.mse_loss(out["reg"], target)) / len(micro)
-            loss.backward()
-            total += loss.item()
-        self.opt.step()
-        self.opt.zero_grad()
-        self.mon.step(loss=torch.tensor(total), lr=self.opt.param_groups[0]["lr"])
-        self.losses.append(total)
-        self.step_no += 1
+    def micro_loss(self, _m, x, label, target):  # pylint: disable=arguments-differ
+        out = self.model(x)
+        return nn.functional.cross_entropy(out["cls"], label) + nn.functional.mse_loss(out["reg"], target)
 
 
 def reuse_run(state, ckpt, change=False):
@@ -115,7 +99,7 @@ def reuse_run(state, ckpt, change=False):
         model.load_state_dict(state)
         if change:  # before watch(): lockstep records what the next op receives
             model.shared.register_forward_hook(scale_second_call)
-        return AccumRun(endpoint, run, role, experiment, model=model)
+        return ReuseRun(endpoint, run, role, experiment, model=model)
     return make
 
 

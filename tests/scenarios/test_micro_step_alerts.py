@@ -23,7 +23,7 @@ import subprocess
 import torch
 from torch import nn
 
-from scenario_lib import DRIFT_RULES, Run, collect_pair, compare_json, fmt_alerts, seeded_state
+from scenario_lib import DRIFT_RULES, AccumRun, collect_pair, compare_json, fmt_alerts, seeded_state
 
 D_IN, D_H, CLASSES, BATCH, MICRO = 10, 16, 5, 8, 4
 STEPS = 3
@@ -50,7 +50,7 @@ def micro_batches(steps, seed=11):
              for _ in range(MICRO)] for _ in range(steps)]
 
 
-class AccumRun(Run):
+class RelabelRun(AccumRun):
     """One optimizer step per MICRO micro batches; `relabel`: the micro batches of step 0
     whose first sample's label is shifted by one class."""
 
@@ -58,27 +58,18 @@ class AccumRun(Run):
         super().__init__(*args, **kwargs)
         self.relabel = relabel
 
-    def train_step(self, micro):  # pylint: disable=arguments-differ
-        total = 0.0
-        for m, (x, label) in enumerate(micro):
-            if self.step_no == 0 and m in self.relabel:
-                label = label.clone()
-                label[0] = (label[0] + 1) % CLASSES
-            loss = nn.functional.cross_entropy(self.model(x), label) / len(micro)
-            loss.backward()
-            total += loss.item()
-        self.opt.step()
-        self.opt.zero_grad()
-        self.mon.step(loss=torch.tensor(total), lr=self.opt.param_groups[0]["lr"])
-        self.losses.append(total)
-        self.step_no += 1
+    def micro_loss(self, m, x, label):  # pylint: disable=arguments-differ
+        if self.step_no == 0 and m in self.relabel:
+            label = label.clone()
+            label[0] = (label[0] + 1) % CLASSES
+        return nn.functional.cross_entropy(self.model(x), label)
 
 
 def make_run(state, relabel=()):
     def make(endpoint, run, role, experiment):
         model = Classifier()
         model.load_state_dict(state)
-        return AccumRun(endpoint, run, role, experiment, model=model, relabel=relabel)
+        return RelabelRun(endpoint, run, role, experiment, model=model, relabel=relabel)
     return make
 
 
