@@ -44,6 +44,11 @@ def _run(mode):
     mon, fake = fake_monitor(run="ckpt")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mon.watch(model, optimizer=opt)
+    return _train(model, mon, fake, opt)
+
+
+def _train(model, mon, fake, opt):
+    """STEPS steps of MICRO accumulated micro steps on seeded data; the fake's records."""
     gen = torch.Generator().manual_seed(3)
     for _ in range(STEPS):
         for _ in range(MICRO):
@@ -52,7 +57,7 @@ def _run(mode):
         opt.step()
         opt.zero_grad()
         mon.step(loss=1.0)
-    assert mon.counters()["python_errors"] == 0
+    assert mon.counters()["python_errors"] == 0, mon.counters()["last_python_error"]
     return fake
 
 
@@ -144,16 +149,7 @@ def _run_shared(mode, wrap, kinds=None, device_path=False):
     opt = torch.optim.SGD([{"params": [*model.inp.parameters(), *model.head.parameters()]},
                            {"params": model.shared.parameters(), "lr": 0.0}], lr=0.1)
     mon.watch(model, optimizer=opt, **({} if kinds is None else {"kinds": kinds}))
-    gen = torch.Generator().manual_seed(3)
-    for _ in range(STEPS):
-        for _ in range(MICRO):
-            x = torch.randn(5, 6, generator=gen)
-            (model(x).square().mean() / MICRO).backward()
-        opt.step()
-        opt.zero_grad()
-        mon.step(loss=1.0)
-    assert mon.counters()["python_errors"] == 0, mon.counters()["last_python_error"]
-    return fake
+    return _train(model, mon, fake, opt)
 
 
 def _by_key(fake):
