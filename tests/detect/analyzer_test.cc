@@ -185,6 +185,90 @@ TEST(Analyzer, SetupListsEveryDifferenceOnceAndNamesTheCause) {
   EXPECT_NE(fd->message.find("weight_decay"), std::string::npos) << fd->message;
 }
 
+// Issue 30 item 5: a run resumed under its own run id reads its fingerprint at its
+// start_step, where a scheduler has moved lr; the baseline read it at step 0.
+TEST(SetupRule, ScheduledValuesReadAtDifferentStepsAreNotCompared) {
+  const Fingerprint b = {{"fingerprint.step", "0"},           {"optim.group0.lr", "0.001"},
+                         {"optim.group0.initial_lr", "0.001"}, {"optim.group0.betas", "(0.9, 0.999)"},
+                         {"optim.group0.weight_decay", "0.01"}, {"optim.group1.lr", "0.01"}};
+  Fingerprint c = b;
+  c["fingerprint.step"] = "400";
+  c["optim.group0.lr"] = "0.00025";
+  c["optim.group0.betas"] = "(0.85, 0.999)";
+  c["optim.group1.lr"] = "0.0025";
+  std::string note;
+  EXPECT_TRUE(DiffFingerprints(b, c, &note).empty());
+  EXPECT_EQ(note,
+            "the fingerprints were read at step 0 vs 400 (a run resumed under its own run id): the optimizer's "
+            "scheduled values (lr, momentum, betas) are not compared (optim.group0.betas (0.9, 0.999) vs (0.85, "
+            "0.999); optim.group0.lr 0.001 vs 0.00025; optim.group1.lr 0.01 vs 0.0025); lr is compared step by "
+            "step by the scalars rule when step(lr=) is given");
+  // The scheduler's base lr and every other hyperparameter stay compared.
+  c["optim.group0.initial_lr"] = "0.002";
+  c["optim.group0.weight_decay"] = "0.1";
+  auto d = DiffFingerprints(b, c, &note);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].key, "optim.group0.initial_lr");
+  EXPECT_EQ(d[1].key, "optim.group0.weight_decay");
+  EXPECT_EQ(d[1].severity, alerting::Severity::kWarning);
+}
+
+TEST(SetupRule, SameStepOrAnOldAgentComparesLrAsBefore) {
+  Fingerprint b = {{"fingerprint.step", "0"}, {"optim.group0.lr", "0.001"}};
+  Fingerprint c = {{"fingerprint.step", "0"}, {"optim.group0.lr", "0.002"}};
+  std::string note = "stale";
+  auto d = DiffFingerprints(b, c, &note);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "optim.group0.lr");
+  EXPECT_EQ(note, "");
+  // An agent that does not say where it read it (fingerprint.step on one side only):
+  // compared as before, and the step itself is no setting.
+  c.erase("fingerprint.step");
+  c["optim.group0.lr"] = "0.00025";
+  d = DiffFingerprints(b, c, &note);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "optim.group0.lr");
+  EXPECT_EQ(d[0].candidate, "0.00025");
+  EXPECT_EQ(note, "");
+}
+
+TEST(SetupRule, AnInitialLrOnOneSideIsComparedWithTheEarlierReadLr) {
+  // The baseline made its scheduler after watch(): no initial_lr there; its lr at step 0
+  // is the base lr the resumed run's scheduler kept.
+  Fingerprint b = {{"fingerprint.step", "0"}, {"optim.group0.lr", "0.001"}};
+  Fingerprint c = {{"fingerprint.step", "400"}, {"optim.group0.lr", "0.00025"}, {"optim.group0.initial_lr", "0.001"}};
+  EXPECT_TRUE(DiffFingerprints(b, c).empty());
+  c["optim.group0.initial_lr"] = "0.002";
+  auto d = DiffFingerprints(b, c);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].key, "optim.group0.initial_lr");
+  EXPECT_EQ(d[0].baseline, "(absent; lr 0.001)");
+  // The side read later has a scheduled lr: its absence is shown as it is.
+  std::swap(b["fingerprint.step"], c["fingerprint.step"]);
+  d = DiffFingerprints(b, c);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].baseline, "(absent)");
+}
+
+TEST(Analyzer, TheSetupAlertSaysWhatWasNotCompared) {
+  Harness h;
+  std::vector<std::pair<std::string, std::string>> fb = {
+      {"fingerprint.step", "0"}, {"optim.group0.lr", "0.001"}, {"optim.group0.weight_decay", "0.01"}};
+  auto fc = fb;
+  fc[0].second = "5";
+  fc[1].second = "0.0005";
+  fc[2].second = "0.1";
+  RunFingerprinted(h, 3, fb, fc, nullptr);
+  ASSERT_EQ(h.Count("setup"), 1u) << h.Dump();
+  EXPECT_EQ(h.First("setup")->message,
+            "runs base and cand are set up differently: 1 setting differs (1 to check, 0 info): "
+            "optim.group0.weight_decay 0.01 vs 0.1; the fingerprints were read at step 0 vs 5 (a run resumed under "
+            "its own run id): the optimizer's scheduled values (lr, momentum, betas) are not compared "
+            "(optim.group0.lr 0.001 vs 0.0005); lr is compared step by step by the scalars rule when step(lr=) is "
+            "given");
+  EXPECT_EQ(h.an->Reports()[0].setup_note.rfind("the fingerprints were read at step 0 vs 5", 0), 0u);
+}
+
 TEST(Analyzer, AVersionAloneIsInfoAndTheCauseIsUnknownWithoutInputs) {
   Harness h;
   auto fc = kFp;

@@ -62,6 +62,28 @@ def test_watch_sends_versions_settings_optimizer_modules_env_and_config(monkeypa
     mon.close(timeout=1.0)
 
 
+def test_the_step_the_optimizer_was_read_at_is_sent_with_it():
+    """A resumed job (start_step=4, scheduler state loaded before watch) sends the lr of
+    step 4 and says so: the collector then leaves scheduled values to the scalars rule."""
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    mon, fake = fake_monitor(start_step=4)
+    mon.watch(m, optimizer=opt)
+    fp = fake.fingerprint
+    assert fp["fingerprint.step"] == "4"
+    assert fp["optim.group0.lr"] == "0.025" and fp["optim.group0.initial_lr"] == "0.1"
+    mon.close(timeout=1.0)
+    # Without an optimizer there are no values of a step to qualify.
+    mon, fake = fake_monitor(start_step=4)
+    mon.watch(m)
+    assert "fingerprint.step" not in fake.fingerprint
+    mon.close(timeout=1.0)
+
+
 def test_first_forward_adds_the_autocast_state_and_records_inputs_and_initial_weights():
     mon, fake = fake_monitor()
     m = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))

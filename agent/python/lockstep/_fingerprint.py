@@ -26,6 +26,8 @@ Flat keys, text values::
     version.transformers              the version that configuration was written by
     env.<NAME>                        ENV_VARS below, plus LOCKSTEP_FINGERPRINT_ENV
     config.<key>                      Monitor(config={...}), nested dicts flattened
+    fingerprint.step                  the step it was read at (the optimizer's values are
+                                      that step's)
 
 Everything is read inside try blocks: a field that cannot be read is left out, and
 nothing here raises into training. Built once per watch() (a few ms for a model with
@@ -217,9 +219,14 @@ def _user(out, config, prefix="config"):
             _put(out, key, "None" if v is None else (lambda v=v: v))
 
 
-def build(cfg, model, optimizer, user_config):
-    """The fingerprint of a watch() call: {key: text}. Never raises."""
+def build(cfg, model, optimizer, user_config, step=None):
+    """The fingerprint of a watch() call: {key: text}. Never raises. `step`: the
+    Monitor's current step, sent as fingerprint.step: the optimizer's values are those
+    of that step (a resumed run's lr is already scheduled), and the collector does not
+    compare scheduled values read at different steps."""
     out = {}
+    if step is not None and optimizer is not None:  # the step of the optimizer's values
+        _put(out, "fingerprint.step", step)
     for part in (lambda: _versions(out, cfg), lambda: _settings(out),
                  lambda: _optimizer(out, optimizer), lambda: _modules(out, model),
                  lambda: _user(out, user_config or {})):

@@ -594,7 +594,7 @@ class Monitor:
         once; a later watch() adds to it). Never raises."""
         try:
             self._fingerprint.update(_fingerprint.build(self.config, model, optimizer,
-                                                        self._user_config))
+                                                        self._user_config, step=self._step))
             self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the run fingerprint", e)

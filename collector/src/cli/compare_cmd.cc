@@ -114,7 +114,7 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
   if (!r.setup_known) {
     std::printf("\nsetup: not compared (a run sent no fingerprint)\n");
   } else if (r.setup.empty()) {
-    std::printf("\nsetup: the same (fingerprints equal)\n");
+    std::printf("\nsetup: the same (%s)\n", r.setup_note.empty() ? "fingerprints equal" : "no setting differs");
   } else {
     std::printf("\nSETUP: %zu setting(s) differ\n", r.setup.size());
     for (const auto& d : r.setup) {
@@ -122,6 +122,7 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
                   d.baseline.c_str(), d.candidate.c_str());
     }
   }
+  if (r.setup_known && !r.setup_note.empty()) std::printf("  note: %s\n", r.setup_note.c_str());
   if (r.diverged) {
     const auto& a = r.first_divergence;
     if (!a.cause.empty()) std::printf("\ncause: %s\n", a.cause.c_str());
@@ -237,6 +238,7 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   j.Key("critical").Bool(critical);
   j.Key("setup").BeginObject();
   j.Key("known").Bool(r.setup_known);
+  if (!r.setup_note.empty()) j.Key("note").Str(r.setup_note);  // only when something was left out
   j.Key("differences").BeginArray();
   for (const auto& d : r.setup) {
     j.BeginObject();

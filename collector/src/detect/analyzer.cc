@@ -166,7 +166,7 @@ void Analyzer::CheckSetup(PairDet* p, uint64_t step, uint32_t rank) {
   const Fingerprint& fc = *p->aligned->candidate->fingerprint;
   if (fb.empty() || fc.empty()) return;  // an agent without fingerprints: nothing to say
   p->facts.setup_known = true;
-  p->facts.setup = DiffFingerprints(fb, fc);
+  p->facts.setup = DiffFingerprints(fb, fc, &p->facts.setup_note);
   if (p->facts.setup.empty()) return;
   bool warn = false;
   for (const SetupDiff& d : p->facts.setup) warn = warn || d.severity != alerting::Severity::kInfo;
@@ -175,6 +175,7 @@ void Analyzer::CheckSetup(PairDet* p, uint64_t step, uint32_t rank) {
   a.error = static_cast<double>(p->facts.setup.size());
   a.message = "runs " + p->ctx.baseline + " and " + p->ctx.candidate +
               " are set up differently: " + DescribeSetup(p->facts.setup);
+  if (!p->facts.setup_note.empty()) a.message += "; " + p->facts.setup_note;
   emitter_.Emit(std::move(a));
 }
 
@@ -320,6 +321,7 @@ std::vector<PairReport> Analyzer::Reports() const {
     if (r.diverged) r.first_divergence = p->outcome.first_divergence;
     r.setup_known = p->facts.setup_known;
     r.setup = p->facts.setup;
+    r.setup_note = p->facts.setup_note;
     for (const StepBirths& sb : p->birth_log) {
       BirthReport br;
       br.step = sb.step;

@@ -119,6 +119,7 @@ struct PairReport {
   double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)
   bool setup_known = false;              // both runs sent a fingerprint
   std::vector<SetupDiff> setup;          // their differences (rule `setup`)
+  std::string setup_note;                // what was not compared and why ("" if nothing)
   std::vector<BirthReport> births;       // per compared step: ops by the error they add
   bool births_truncated = false;         // more steps were compared than kept
   bool loss_b_given = false, loss_c_given = false;  // false: no loss; true: loss_b/c, NaN included

@@ -1,6 +1,7 @@
 #include "detect/setup_rule.h"
 
 #include <algorithm>
+#include <charconv>
 
 namespace lockstep::collector {
 namespace {
@@ -38,11 +39,42 @@ std::string Category(const std::string& key, const std::string& b, const std::st
   return "config";
 }
 
+constexpr const char* kStepKey = "fingerprint.step";
+
+// "optim.group3.lr" -> "optim.group3." and "lr"; false for any other key.
+bool SplitOptimKey(const std::string& key, std::string* group, std::string* name) {
+  constexpr size_t n = sizeof("optim.group") - 1;
+  if (!StartsWith(key, "optim.group")) return false;
+  size_t i = n;
+  while (i < key.size() && key[i] >= '0' && key[i] <= '9') ++i;
+  if (i == n || i >= key.size() || key[i] != '.') return false;
+  *group = key.substr(0, i + 1);
+  *name = key.substr(i + 1);
+  return true;
+}
+
+// What torch's LR schedulers move step by step: lr, and momentum / betas (OneCycleLR,
+// CyclicLR). Their base value stays in `initial_lr` (max_lr, base_momentum...), compared.
+bool IsScheduled(const std::string& key) {
+  std::string group, name;
+  return SplitOptimKey(key, &group, &name) && (name == "lr" || name == "momentum" || name == "betas");
+}
+
+// The step a fingerprint was read at, or -1 (an agent that does not say).
+int64_t ReadStep(const Fingerprint& f) {
+  auto it = f.find(kStepKey);
+  if (it == f.end()) return -1;
+  int64_t v = -1;
+  const std::string& s = it->second;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size() && v >= 0 ? v : -1;
+}
+
 }  // namespace
 
-std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint& c) {
+std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint& c, std::string* note) {
   std::vector<SetupDiff> out;
-  auto add = [&](const std::string& key, const std::string& vb, const std::string& vc) {
+  auto add_diff = [&](const std::string& key, const std::string& vb, const std::string& vc) {
     SetupDiff d;
     d.key = key;
     d.baseline = vb;
@@ -50,6 +82,42 @@ std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint&
     d.category = Category(key, vb, vc);
     d.severity = d.category == "environment" ? Severity::kInfo : Severity::kWarning;
     out.push_back(std::move(d));
+  };
+  if (note != nullptr) note->clear();
+  const int64_t step_b = ReadStep(b), step_c = ReadStep(c);
+  // Read at different steps (a resume under a new run id reads it at its start_step):
+  // a scheduled value differs by design; the scalars rule compares lr step by step.
+  const bool apart = step_b >= 0 && step_c >= 0 && step_b != step_c;
+  std::string skipped;  // the first few scheduled values that differ, for the note
+  size_t n_skipped = 0;
+  // A scheduler made after watch() on one side only leaves initial_lr out there. The
+  // side read earlier then stands for it with its lr (not yet scheduled): equal is no
+  // difference; unequal shows that lr.
+  auto base_lr = [&](const Fingerprint& f, int64_t f_step, int64_t other_step, const std::string& key,
+                     std::string* lr) {
+    std::string group, name;
+    if (!apart || f_step > other_step || !SplitOptimKey(key, &group, &name) || name != "initial_lr") return false;
+    auto it = f.find(group + "lr");
+    if (it == f.end()) return false;
+    *lr = it->second;
+    return true;
+  };
+  auto add = [&](const std::string& key, const std::string& vb, const std::string& vc) {
+    if (key == kStepKey) return;
+    if (apart && IsScheduled(key)) {
+      if (++n_skipped <= 3) skipped += (skipped.empty() ? "" : "; ") + key + " " + vb + " vs " + vc;
+      return;
+    }
+    std::string lr;
+    if (vb == kAbsent && base_lr(b, step_b, step_c, key, &lr)) {
+      if (lr == vc) return;
+      return add_diff(key, "(absent; lr " + lr + ")", vc);
+    }
+    if (vc == kAbsent && base_lr(c, step_c, step_b, key, &lr)) {
+      if (lr == vb) return;
+      return add_diff(key, vb, "(absent; lr " + lr + ")");
+    }
+    add_diff(key, vb, vc);
   };
   auto ib = b.begin(), ic = c.begin();
   while (ib != b.end() || ic != c.end()) {
@@ -64,6 +132,14 @@ std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint&
       ++ib;
       ++ic;
     }
+  }
+  if (apart && note != nullptr) {
+    *note = "the fingerprints were read at step " + std::to_string(step_b) + " vs " + std::to_string(step_c) +
+            " (a run resumed under its own run id): the optimizer's scheduled values (lr, momentum, betas) are not "
+            "compared" +
+            (skipped.empty() ? std::string()
+                             : " (" + skipped + (n_skipped > 3 ? "; +" + std::to_string(n_skipped - 3) + " more" : "") + ")") +
+            "; lr is compared step by step by the scalars rule when step(lr=) is given";
   }
   return out;
 }

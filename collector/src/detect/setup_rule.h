@@ -28,8 +28,13 @@ struct SetupDiff {
   alerting::Severity severity = alerting::Severity::kWarning;
 };
 
-// Every difference, sorted by key. Twins give none.
-std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint& c);
+// Every difference, sorted by key. Twins give none. `fingerprint.step` (the step an
+// agent read its fingerprint at) is never a difference: when both runs have it and it
+// differs (a run resumed under a new run id, read at its start_step), the optimizer's
+// scheduled values (optim.group<i>.lr / momentum / betas, which LR schedulers move
+// step by step) are not compared, `initial_lr` (the scheduler's base lr) is, and
+// `*note` (if given) says so in one sentence, naming what was left out; else "".
+std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint& c, std::string* note = nullptr);
 
 // "3 settings differ: a 1 vs 2; b x vs y; ... (+N more)", warnings first.
 std::string DescribeSetup(const std::vector<SetupDiff>& diffs, size_t max_items = 8);
@@ -39,6 +44,7 @@ std::string DescribeSetup(const std::vector<SetupDiff>& diffs, size_t max_items 
 struct PairFacts {
   bool setup_known = false;
   std::vector<SetupDiff> setup;
+  std::string setup_note;           // DiffFingerprints' note ("" when none)
   int64_t config_scalar_step = -1;  // first step lr or loss scale differ (-1: never)
   std::string config_scalar;        // its message
   int64_t samples_step = -1;        // first step the sample counts differ
