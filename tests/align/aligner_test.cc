@@ -9,6 +9,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sstream>
 
 #include "../detect/stream_builder.h"
 
@@ -118,6 +121,54 @@ TEST(Aligner, SoloRunIsNeverPaired) {
   EXPECT_TRUE(rec.starts.empty());
   EXPECT_TRUE(rec.pair_steps.empty());
   EXPECT_EQ(al.counters().buffered_steps, 0u);
+}
+
+// The aligner's warnings, captured (restores the default logger when done).
+struct CapturedLog {
+  std::ostringstream text;
+  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  CapturedLog() {
+    auto l = std::make_shared<spdlog::logger>("captured", std::make_shared<spdlog::sinks::ostream_sink_mt>(text));
+    l->set_level(spdlog::level::warn);
+    l->set_pattern("%l %v");
+    spdlog::set_default_logger(l);
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous); }
+};
+
+// Issue 30 item 6a: a candidate heard before its baseline (every `compare` named the
+// candidate first) is not "not paired" once the baseline comes; one that never gets a
+// baseline is, once, at the end.
+TEST(Aligner, OnlyACandidateThatEndsUnpairedIsWarnedAbout) {
+  CapturedLog log;
+  {
+    NameTable names;
+    Recorder rec;
+    AlignerOptions opt;
+    opt.idle_close_ns = 0;
+    Aligner al(opt, &names, &rec);
+    StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+    auto feed = [&](const std::vector<uint8_t>& m) { al.OnMessage(AsEnvelope(m), 1); };
+    feed(c.Hello());
+    feed(c.Goodbye(0));  // ended before its baseline started: still paired when it comes
+    feed(b.Hello());
+    feed(b.Goodbye(0));
+    al.Finish();
+    EXPECT_EQ(rec.starts.size(), 1u);
+  }
+  EXPECT_EQ(log.text.str(), "");
+  {
+    NameTable names;
+    Recorder rec;
+    Aligner al(AlignerOptions{}, &names, &rec);
+    StreamBuilder c("lonely", "exp", wire::Role::Candidate);
+    al.OnMessage(AsEnvelope(c.Hello()), 1);
+    al.Finish();
+    al.Finish();
+  }
+  EXPECT_EQ(log.text.str(),
+            "warning candidate lonely of experiment 'exp' is not paired: no baseline of that experiment came, and it "
+            "was not compared (none of any experiment)\n");
 }
 
 }  // namespace

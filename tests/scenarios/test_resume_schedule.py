@@ -90,6 +90,7 @@ def compare(col, base, cand, *flags):
     out = subprocess.run([col.exe, "compare", *flags, col.log_path(base), col.log_path(cand)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode in (0, 1), out.stdout + out.stderr
+    assert "not paired" not in out.stderr, out.stderr  # the baseline is known before the candidate
     return out
 
 

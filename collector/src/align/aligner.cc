@@ -36,6 +36,7 @@ struct Aligner::RunState {
   bool released = false;    // a step left `buffer` after its candidates passed it
   uint64_t evicted = 0;
   bool warned_evict = false;
+  bool warned_unpaired = false;  // a candidate said to be without a baseline (once)
 };
 
 struct Aligner::PairState {
@@ -206,19 +207,28 @@ void Aligner::SetRole(RunState* r, const std::string& experiment, RunRole role) 
     auto it = baseline_of_.find(experiment);
     if (it != baseline_of_.end()) {
       MakePair(runs_.at(it->second).get(), r);
+    } else if (baseline_of_.empty()) {
+      // Waiting for its baseline is normal at start, even after the candidate's end (a
+      // baseline run after it); one that never gets one is warned about at Finish.
+      spdlog::info("candidate {} of experiment '{}' waits for its baseline", i.id, experiment);
     } else {
-      // Waiting for its baseline is normal at start; a typo in the experiment name
-      // waits forever. Name the experiments that do have a baseline, so it shows.
-      std::string known;
-      for (const auto& [exp, run] : baseline_of_) known += (known.empty() ? "'" : ", '") + exp + "' (" + run + ")";
-      spdlog::warn("candidate {} of experiment '{}' is not paired: no baseline of that experiment yet{}", i.id,
-                   experiment,
-                   known.empty() ? std::string(" (none of any experiment)")
-                                 : "; experiments with a baseline: " + known + " — check experiment= of both runs");
+      WarnUnpaired(r, "no baseline of that experiment yet");  // another experiment's: a typo shows at once
     }
   } else {
     DropBuffered(r);
   }
+}
+
+void Aligner::WarnUnpaired(RunState* r, const char* why) {
+  if (r->warned_unpaired) return;
+  r->warned_unpaired = true;
+  // A typo in the experiment name waits forever: name the experiments that do have a
+  // baseline, so it shows.
+  std::string known;
+  for (const auto& [exp, run] : baseline_of_) known += (known.empty() ? "'" : ", '") + exp + "' (" + run + ")";
+  spdlog::warn("candidate {} of experiment '{}' is not paired: {}{}", r->info.id, r->info.experiment, why,
+               known.empty() ? std::string(" (none of any experiment)")
+                             : "; experiments with a baseline: " + known + " — check experiment= of both runs");
 }
 
 StatusOr<std::string> Aligner::AddBaselineLog(const std::string& path, const std::string& experiment,
@@ -309,6 +319,9 @@ void Aligner::Resume(int64_t now_ns) {
 
 void Aligner::Finish() {
   for (auto& [id, r] : runs_) {
+    if (r->info.role == RunRole::kCandidate && r->pairs.empty()) {
+      WarnUnpaired(r.get(), "no baseline of that experiment came, and it was not compared");
+    }
     if (r->source && !r->readback) continue;
     r->decoder->CloseAll();
     if (!r->readback) r->ended = true;

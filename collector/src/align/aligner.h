@@ -166,6 +166,8 @@ class Aligner : public MessageSink {
 
   RunState* GetRun(const std::string& run_id);
   void SetRole(RunState* r, const std::string& experiment, RunRole role);
+  // Logs once that candidate `r` has no baseline (`why`), naming the experiments that do.
+  void WarnUnpaired(RunState* r, const char* why);
   void MakePair(RunState* b, RunState* c);
   bool OpenBaselineLog(PairState* p);
   void OnClosed(RunState* r, uint32_t rank, StepPtr step);

@@ -425,9 +425,11 @@ int CompareCommand(int argc, const char* const* argv) {
   collector::RankOnsets onsets;
   an.SetPairStepObserver([&onsets](const collector::PairCtx&, const collector::PairStepView& v) { onsets.Observe(v); });
   if (!rename_c.empty()) an.RenameRun(*cand_orig, rename_c);
-  an.OverrideRun(cand_id, "compare", collector::RunRole::kCandidate);
+  // The baseline first: a candidate named before it would wait for one, which the
+  // aligner logs as "not paired".
   auto added = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true, rename_b);
   if (!added.ok()) return fail(kExitBadInput, added.status().message());
+  an.OverrideRun(cand_id, "compare", collector::RunRole::kCandidate);
 
   collector::LogScan cand_scan;
   if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) {
