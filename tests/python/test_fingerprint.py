@@ -84,6 +84,31 @@ def test_the_step_the_optimizer_was_read_at_is_sent_with_it():
     mon.close(timeout=1.0)
 
 
+def test_a_wrapped_model_has_the_keys_of_the_model_it_wraps():
+    """DDP and DataParallel hold the model as `.module`; torch.compile, FSDP and
+    checkpoint wrappers insert a component. The keys are those of the bare model (the
+    collector names tensors without these components too), not `module.module.0.type`."""
+    bare = model()
+
+    class CheckpointWrapper(nn.Module):  # torch's, as far as names go
+        def __init__(self, m):
+            super().__init__()
+            self._checkpoint_wrapped_module = m
+
+    def module_keys(m):
+        mon, fake = fake_monitor()
+        mon.watch(m)
+        mon.close(timeout=1.0)
+        return {k: v for k, v in fake.fingerprint.items() if k.startswith("module") or k == "dtype.params"}
+
+    want = module_keys(bare)
+    assert want["module.type"] == "Sequential" and want["module.0.type"] == "Linear"
+    assert module_keys(nn.DataParallel(bare)) == want
+    wrapped = model()
+    wrapped[4] = CheckpointWrapper(wrapped[4])
+    assert module_keys(wrapped) == want
+
+
 def test_first_forward_adds_the_autocast_state_and_records_inputs_and_initial_weights():
     mon, fake = fake_monitor()
     m = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))

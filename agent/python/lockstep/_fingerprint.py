@@ -178,10 +178,33 @@ def _model_config(out, base, config):
         _put(out, base + ".config.attn_implementation", impl)
 
 
+# Modules that wrap a whole model as `.module` (the collector drops that leading
+# `module.` from tensor names, align/names.cc), and path components wrappers insert
+# anywhere (torch.compile, FSDP, activation checkpointing), dropped there too: a DDP
+# run's keys then read `module.fc1.type` as a single-process run's do, not
+# `module.module.fc1.type`.
+_WHOLE_MODEL_WRAPPERS = ("DistributedDataParallel", "DataParallel")
+_WRAPPER_COMPONENTS = ("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+
+
+def _unwrap(model):
+    while type(model).__name__ in _WHOLE_MODEL_WRAPPERS and isinstance(
+            getattr(model, "module", None), torch.nn.Module):
+        model = model.module
+    return model
+
+
+def _path(path):
+    """A module's path as the collector names it: wrapper components removed (a wrapper
+    and what it wraps share a path; the wrapped module, visited after it, wins)."""
+    return ".".join(c for c in path.split(".") if c not in _WRAPPER_COMPONENTS) if path else path
+
+
 def _modules(out, model):
     dtypes = {}
     configs = set()  # ids of configuration objects recorded (submodules share the model's)
-    for path, m in model.named_modules():
+    for path, m in _unwrap(model).named_modules():
+        path = _path(path)
         base = "module." + path if path else "module"
         _put(out, base + ".type", lambda m=m: type(m).__name__)
         config = getattr(m, "config", None)
