@@ -109,6 +109,24 @@ def test_a_wrapped_model_has_the_keys_of_the_model_it_wraps():
     assert module_keys(wrapped) == want
 
 
+def test_settings_extra_repr_leaves_out_at_their_default_are_read_from_the_module():
+    """ReLU() prints no `inplace`, ReLU(inplace=True) prints `inplace=True`; a Conv2d
+    prints `padding` only when it is not 0. Both runs show a value, never "(absent)"."""
+    def keys(*modules):
+        mon, fake = fake_monitor()
+        mon.watch(nn.Sequential(*modules))
+        mon.close(timeout=1.0)
+        return fake.fingerprint
+
+    default = keys(nn.ReLU(), nn.Conv2d(3, 4, 3), nn.SiLU())
+    changed = keys(nn.ReLU(inplace=True), nn.Conv2d(3, 4, 3, padding=1, groups=1), nn.SiLU(inplace=True))
+    for fp, inplace, padding in ((default, "False", "(0, 0)"), (changed, "True", "(1, 1)")):
+        assert fp["module.0.inplace"] == inplace and fp["module.2.inplace"] == inplace
+        assert fp["module.1.padding"] == padding and fp["module.1.groups"] == "1"
+        assert fp["module.1.dilation"] == "(1, 1)" and fp["module.1.padding_mode"] == "zeros"
+    assert {k for k in default if k.startswith("module.")} == {k for k in changed if k.startswith("module.")}
+
+
 def test_first_forward_adds_the_autocast_state_and_records_inputs_and_initial_weights():
     mon, fake = fake_monitor()
     m = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))

@@ -200,6 +200,23 @@ def _path(path):
     return ".".join(c for c in path.split(".") if c not in _WRAPPER_COMPONENTS) if path else path
 
 
+# Settings torch's extra_repr prints only when they are not the default (ReLU, SiLU...
+# `inplace`; Conv `padding`, `dilation`, `groups`, `output_padding`, `padding_mode`):
+# read from the module when its extra_repr left them out, so a run with the default
+# shows it ("False") where the other run's extra_repr printed "True", not "(absent)".
+_OMITTED_DEFAULTS = ("inplace", "padding", "dilation", "groups", "output_padding", "padding_mode")
+
+
+def _omitted_defaults(out, base, m, shown):
+    attrs = vars(m)  # plain attributes only (not parameters, buffers or submodules)
+    for name in _OMITTED_DEFAULTS:
+        v = attrs.get(name)
+        if name in shown or v is None:
+            continue
+        if isinstance(v, (bool, int, str)) or (isinstance(v, tuple) and all(type(x) is int for x in v)):
+            out[base + "." + name] = str(v)[:MAX_VALUE]  # as extra_repr formats it: (1, 1), zeros
+
+
 def _modules(out, model):
     dtypes = {}
     configs = set()  # ids of configuration objects recorded (submodules share the model's)
@@ -216,8 +233,11 @@ def _modules(out, model):
             except Exception:  # pylint: disable=broad-except
                 pass
         try:
+            shown = set()
             for k, v in _split_repr(m.extra_repr()):
                 out[base + "." + k] = v[:MAX_VALUE]
+                shown.add(k)
+            _omitted_defaults(out, base, m, shown)
         except Exception:  # pylint: disable=broad-except
             pass
         try:
