@@ -237,5 +237,30 @@ TEST(Snapshot, PlainTextAt80ColumnsLabelsAlertsAndShowsActivePairsFirst) {
   EXPECT_EQ(text.find("alerts 2 (1 critical)"), text.find("alerts "));  // one count, in the header
 }
 
+// Issue 30 item 6e: "compared 160" on 4 ranks was 40 steps × 4 ranks without saying so.
+TEST(Snapshot, ComparedSaysWhatItCounts) {
+  EXPECT_EQ(view::ComparedText(40, 1, true), "40 steps");
+  EXPECT_EQ(view::ComparedText(160, 4, true), "40 steps \u00d7 4 ranks");
+  EXPECT_EQ(view::ComparedText(160, 4, false), "40 steps x 4 ranks");
+  EXPECT_EQ(view::ComparedText(161, 4, false), "161 rank-steps over 4 ranks");
+  EXPECT_EQ(view::ComparedText(7, 0, false), "7");  // an older collector does not say
+  auto s = view::ParseSnapshot(R"({"v":1,"t":0,"runs":[],
+    "pairs":[{"experiment":"e","baseline":"b","candidate":"c","step":39,"compared":160,"ranks":4}]})");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const std::string text = view::FormatPlain(*s, "tcp://127.0.0.1:6201", 80, false);
+  EXPECT_NE(text.find("PAIR e: b vs c  step 39  compared 40 steps x 4 ranks"), std::string::npos) << text;
+}
+
+TEST(ViewModel, TheFeedSaysOverHowManyRanksItCompared) {
+  ViewModel vm;
+  Feeder f(&vm);
+  for (uint64_t s = 0; s < 3; ++s) {
+    for (uint32_t r = 0; r < 2; ++r) f.Step(s, {{1, Kind::kAct, 0, 0.1}}, 1.0, 1.0, true, r);
+  }
+  const json p = Snap(vm)["pairs"][0];
+  EXPECT_EQ(p["compared"], 6);
+  EXPECT_EQ(p["ranks"], 2);
+}
+
 }  // namespace
 }  // namespace lockstep::collector

@@ -141,6 +141,7 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
       pr.candidate = S(p, "candidate");
       pr.step = I(p, "step");
       pr.compared = U(p, "compared");
+      pr.ranks = U(p, "ranks");
       pr.tensors_total = U(p, "tensors_total");
       pr.drifting = U(p, "drifting");
       pr.loss_b = LossAt(p, "loss_b", &pr.has_loss_b);
@@ -307,6 +308,15 @@ std::string FormatLoss(double v, bool given, int width) {
   return FormatNum(v, width);
 }
 
+std::string ComparedText(uint64_t compared, uint64_t ranks, bool unicode) {
+  const std::string n = std::to_string(compared);
+  if (ranks == 0) return n;
+  if (ranks == 1) return n + (compared == 1 ? " step" : " steps");
+  const std::string r = std::to_string(ranks) + " ranks";
+  if (compared % ranks == 0) return std::to_string(compared / ranks) + " steps " + (unicode ? "\u00d7 " : "x ") + r;
+  return n + " rank-steps over " + r;
+}
+
 std::string FormatSeconds(double s) {
   if (!std::isfinite(s) || s < 0) return "-";
   char buf[32];
@@ -464,7 +474,7 @@ std::string FormatPlain(const Snapshot& s, const std::string& endpoint, int widt
   for (const PairRow& p : s.pairs) {
     line("");
     line("PAIR " + p.experiment + ": " + p.baseline + " vs " + p.candidate + "  step " + std::to_string(p.step) +
-         "  compared " + std::to_string(p.compared) + (p.active ? "" : "  (ended)"));
+         "  compared " + ComparedText(p.compared, p.ranks, unicode) + (p.active ? "" : "  (ended)"));
     std::vector<double> rel;
     for (const LossPoint& lp : p.loss_hist) {
       rel.push_back(std::isfinite(lp.b) && std::isfinite(lp.c) ? std::fabs(lp.c - lp.b) / std::max(std::fabs(lp.b), 1e-12)

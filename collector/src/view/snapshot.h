@@ -49,6 +49,7 @@ struct PairRow {
   std::string experiment, baseline, candidate;
   int64_t step = 0;
   uint64_t compared = 0, tensors_total = 0, drifting = 0;
+  uint64_t ranks = 0;  // distinct ranks compared (0: an older collector, which does not say)
   double loss_b = 0, loss_c = 0, loss_rel = 0;
   bool has_loss_b = false, has_loss_c = false;  // as RunRow::has_loss
   std::vector<LossPoint> loss_hist;
@@ -93,6 +94,11 @@ struct Snapshot {
 // Orders for display: pairs with a live run first, then runs of those pairs, other live
 // runs, and ended runs last, so a small screen shows what is running.
 StatusOr<Snapshot> ParseSnapshot(std::string_view json);
+
+// What a pair's `compared` count counts: (step, rank) comparisons. "40 steps" (one
+// rank), "40 steps x 4 ranks" (× with unicode), "161 rank-steps over 4 ranks" (ranks
+// at different steps), or the bare count from an older collector.
+std::string ComparedText(uint64_t compared, uint64_t ranks, bool unicode);
 
 // Whether an alert is about the pair: one of its runs is the pair's baseline or candidate.
 bool AlertOfPair(const AlertRow& a, const PairRow& p);

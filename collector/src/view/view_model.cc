@@ -63,6 +63,7 @@ void ViewModel::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
   }
   p.step = std::max(p.step, v.step);
   ++p.steps_compared;
+  p.ranks.insert(v.rank);
   if (v.b && v.c && v.b->has_scalars && v.c->has_scalars &&
       (p.loss.empty() || p.loss.back().step < v.step)) {
     p.loss.push_back(LossPoint{v.step, v.b->scalars.loss, v.c->scalars.loss, v.b->scalars.loss_given,
@@ -265,7 +266,8 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
   json jpairs = json::array();
   for (const auto& [k, p] : pairs_) {
     json j = {{"experiment", p.experiment}, {"baseline", p.baseline}, {"candidate", p.candidate},
-              {"step", p.step},             {"compared", p.steps_compared}};
+              {"step", p.step},             {"compared", p.steps_compared},
+              {"ranks", p.ranks.size()}};
     const LossPoint* last = p.loss.empty() ? nullptr : &p.loss.back();
     j["loss_b"] = last ? Loss(last->b, last->b_given) : json(nullptr);
     j["loss_c"] = last ? Loss(last->c, last->c_given) : json(nullptr);

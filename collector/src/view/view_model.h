@@ -25,6 +25,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -102,7 +103,8 @@ class ViewModel : public MessageSink {
   struct PairState {
     std::string experiment, baseline, candidate;
     uint64_t step = 0;
-    uint64_t steps_compared = 0;
+    uint64_t steps_compared = 0;     // (step, rank) comparisons
+    std::set<uint32_t> ranks;        // the ranks among them
     double critical_factor = 10;
     std::deque<LossPoint> loss;
     std::unordered_map<uint64_t, TensorState> tensors;
