@@ -36,8 +36,10 @@ std::string Dir() {
 
 // Writes a 3-tensor run of `steps` steps; tensors 1 and 2 are scaled by `factor` from
 // `from`. Steps for which `drop` says so are left out (a log with holes).
+// `factor_at` (if given) is the factor of each step from `from` instead.
 std::string WriteRun(const std::string& dir, const std::string& run, wire::Role role, int steps, int from,
-                     double factor, const std::string& prefix = "", std::function<bool(int)> drop = nullptr) {
+                     double factor, const std::string& prefix = "", std::function<bool(int)> drop = nullptr,
+                     std::function<double(int)> factor_at = nullptr) {
   std::string path = dir + "/" + run + ".lslog";
   auto w = LogWriter::Open(path, false);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
@@ -57,7 +59,7 @@ std::string WriteRun(const std::string& dir, const std::string& run, wire::Role 
     for (int i = 0; i < 3; ++i) {
       std::vector<double> v(32);
       for (size_t j = 0; j < v.size(); ++j) v[j] = std::cos(0.3 * i + 0.1 * s + 0.2 * j);
-      if (i >= 1 && s >= from) for (double& x : v) x *= factor;
+      if (i >= 1 && s >= from) for (double& x : v) x *= factor_at ? factor_at(s) : factor;
       auto st = FakeStat::Vec(i, v);
       st.order = i;
       stats.push_back(st);
@@ -149,6 +151,23 @@ TEST(CompareCommand, VerdictComesFirst) {
   EXPECT_EQ(l[5], "") << out;
   // The header that follows says where the settings came from.
   EXPECT_NE(out.find("settings: the defaults (no settings file next to the logs)"), std::string::npos) << out;
+}
+
+// Issue 30 item 6b: the headline named a downstream tensor that turned critical later
+// ("tensor_drift of conv1 at step 2") where the first divergence was known.
+TEST(CompareCommand, TheHeadlineNamesTheFirstDivergenceBeforeALaterCriticalAlert) {
+  auto d = Dir();
+  auto a = WriteRun(d, "gpu", wire::Role::Baseline, 30, 12, 1.0);
+  // +0.5 % from step 12 (5x the fp32 tolerance: a warning), +50 % from step 20 (critical).
+  auto b = WriteRun(d, "npu", wire::Role::Candidate, 30, 12, 1.0, "", nullptr,
+                    [](int s) { return s < 20 ? 1.005 : 1.5; });
+  auto [rc, out] = CompareOut({a, b});
+  EXPECT_EQ(rc, cli::kExitFinding);
+  auto l = Lines(out);
+  ASSERT_GE(l.size(), 2u) << out;
+  EXPECT_EQ(l[0], "verdict: FAIL (exit 1): a critical finding between gpu and npu: first divergence at blk.1 (act) "
+                  "at step 12; first critical: tensor_drift of blk.1 (act) at step 20") << out;
+  EXPECT_EQ(l[1].rfind("  first divergence (warning): blk.1 (act, order 1) at step 12 rank 0:", 0), 0u) << out;
 }
 
 TEST(CompareCommand, RecordedSettingsAreUsedAndFlagsOverrideThem) {

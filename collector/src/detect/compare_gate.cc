@@ -201,6 +201,16 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
       }
     }
     head = "a critical finding between " + r.baseline + " and " + r.candidate;
+    // Where the runs part (the birth point, else the earliest drifting tensor) comes
+    // first when a later critical alert is not that alert: the culprit, not a tensor
+    // downstream of it that crossed the critical line later.
+    const alerting::Alert* fd = r.diverged ? &r.first_divergence : nullptr;
+    if (fd != nullptr && first_crit != nullptr && first_crit->rule != "first_divergence") {
+      head += ": first divergence at " + (fd->tensor.empty() ? std::string("?") : fd->tensor) + " (" + fd->kind +
+              ") at step " + std::to_string(fd->step);
+      if (r.ranks > 1) head += onsets ? " on " + FirstDivergenceWhere(*fd, onsets) : " rank " + std::to_string(fd->rank);
+      head += "; first critical";
+    }
     if (first_crit) {
       head += ": " + first_crit->rule;
       if (!first_crit->tensor.empty()) head += " of " + first_crit->tensor + " (" + first_crit->kind + ")";
