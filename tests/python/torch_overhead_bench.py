@@ -81,7 +81,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
-from bench_util import attach_hooks, naive_stats, start_collector  # noqa: E402
+from bench_util import (TimedAgent, attach_hooks, naive_stats,  # noqa: E402
+                        reexec_with_quiet_memory, start_collector)
 from model_zoo import TinyTransformer  # noqa: E402
 
 WARMUP = 20  # rounds not measured: includes host_stats_thread="auto"'s 18 tuning steps
@@ -102,64 +103,8 @@ def attach_floor(model):
     return attach_hooks(model)
 
 
-def _numel(sizes):
-    n = 1
-    for d in sizes:
-        n *= d
-    return n
-
-
-class TimedAgent:
-    """Wraps the monitor's agent to time its C++ record_host_tensor calls in place (the
-    tensors hot in cache, as in training). Adds ~0.5 us per tensor to the lockstep side."""
-
-    _BYTES = {1: 4, 2: 2, 3: 2, 4: 8}  # wire dtype code -> element size
-
-    def __init__(self, agent):
-        self._agent = agent
-        self.seconds = 0.0
-        self.bytes = 0           # read by the kernel on the training thread
-        self.threaded_bytes = 0  # handed to the host statistics thread
-
-    def record_host_tensor(self, *args):
-        t0 = time.perf_counter()
-        r = self._agent.record_host_tensor(*args)
-        self.seconds += time.perf_counter() - t0
-        self.bytes += args[5] * self._BYTES.get(args[6], 4)
-        return r
-
-    def record_host_tensor_strided(self, *args):  # (..., ptr, dtype, sizes, strides)
-        t0 = time.perf_counter()
-        r = self._agent.record_host_tensor_strided(*args)
-        self.seconds += time.perf_counter() - t0
-        self.bytes += _numel(args[6]) * self._BYTES.get(args[5], 4)
-        return r
-
-    def submit_host_tensor_strided(self, *args):
-        ticket = self._agent.submit_host_tensor_strided(*args)
-        if ticket >= 0:
-            self.threaded_bytes += _numel(args[6]) * self._BYTES.get(args[5], 4)
-        return ticket
-
-    def submit_host_tensor(self, *args):
-        ticket = self._agent.submit_host_tensor(*args)
-        if ticket >= 0:
-            self.threaded_bytes += args[5] * self._BYTES.get(args[6], 4)
-        return ticket
-
-    def __getattr__(self, name):
-        return getattr(self._agent, name)
-
-
-_TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=1073741824"
-
-
 def main():
-    if "GLIBC_TUNABLES" not in os.environ or "OPENBLAS_NUM_THREADS" not in os.environ:
-        env = dict(os.environ)
-        env.setdefault("GLIBC_TUNABLES", _TUNABLES)
-        env.setdefault("OPENBLAS_NUM_THREADS", str(THREADS))
-        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    reexec_with_quiet_memory(THREADS)
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
     model = TinyTransformer(**SHAPE)

@@ -1,0 +1,155 @@
+# lockstep-bench-stack: torch2  (scripts/bench runs it with the torch 2.x stack: torchvision)
+"""Overhead of the lockstep agent on torchvision's resnet18: many small tensors.
+
+torch_overhead_bench's transformer has few, large tensors, and hides what each record
+costs beyond the statistics kernel (the Python hooks, name lookups, the calls into
+C++). resnet18 records about 290 tensors a step, most of them small (BatchNorm
+parameters' gradients: 64-512 elements), on CIFAR-sized images (3x32x32, batch 16,
+10 classes; torchvision's own model code, SGD with momentum), on one torch thread.
+
+Four configurations, one step each per round, in a fresh random order each round, the
+hooks attached before the step and removed after it (as torch_overhead_bench; see its
+docstring for the memory and OpenBLAS settings this re-executes itself with):
+  `plain`    no hooks;
+  `floor`    empty hooks at lockstep's hook points (torch's own hook machinery);
+  `lockstep` Monitor.watch with the defaults (host_stats_thread="auto");
+  `inline`   the same with host_stats_thread="off": everything on the training thread.
+
+BENCH torch_overhead_ratio_resnet18         median of lockstep / plain step time (target <= 1.03)
+BENCH torch_overhead_ratio_resnet18_inline  the same for `inline`
+BENCH torch_hooks_floor_ratio_resnet18      median of floor / plain: torch's hook machinery
+BENCH agent_hook_us_per_tensor   what the agent adds per recorded tensor beyond torch's
+                                 hooks and the statistics kernel: median over rounds of
+                                 (inline - floor, in CPU time of the training thread, minus
+                                 the inline Monitor's time inside its C++ record calls) /
+                                 tensors per step (target <= 5 us; the timing wrapper's own
+                                 ~0.5 us per call is included). CPU time, since a few us
+                                 per tensor is ~0.3 % of a step, below wall-time noise
+BENCH resnet18_stats_ms_per_step  median time inside the inline Monitor's C++ record calls
+                                 (the statistics kernel) per step
+BENCH resnet18_step_ms           median plain step time, for context
+BENCH resnet18_tensors_per_step  tensors lockstep records per step
+"""
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lockstep  # noqa: E402
+from lockstep import _watch  # noqa: E402
+from bench_util import (TimedAgent, attach_hooks, reexec_with_quiet_memory,  # noqa: E402
+                        start_collector)
+
+WARMUP = 20  # rounds not measured: includes host_stats_thread="auto"'s tuning steps
+STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
+THREADS = int(os.environ.get("LOCKSTEP_BENCH_THREADS", "1"))
+BATCH, SIDE, CLASSES = 16, 32, 10
+
+
+def main():
+    reexec_with_quiet_memory(THREADS)
+    try:
+        import torchvision  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        print("resnet_overhead_bench: torchvision is not installed in %s (it is in the "
+              "torch 2.x stack: bash scripts/setup)" % sys.executable, file=sys.stderr)
+        return 1
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=CLASSES)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    tmp = tempfile.mkdtemp(prefix="lockstep-bench-")
+    proc, endpoint = start_collector(tmp)
+    mon = lockstep.Monitor(run="resnet-bench", endpoint=endpoint)
+    mon_inline = lockstep.Monitor(run="resnet-bench-inline", endpoint=endpoint,
+                                  host_stats_thread="off")
+    timed = TimedAgent(mon._rec._agent)
+    mon._rec._agent = timed
+    timed_inline = TimedAgent(mon_inline._rec._agent)
+    mon_inline._rec._agent = timed_inline
+    monitors = {"lockstep": mon, "inline": mon_inline}
+    # "init" (every parameter once, at the first watch) is left out: this bench watches
+    # anew every step.
+    kinds = tuple(k for k in _watch.DEFAULT_KINDS if k != "init")
+
+    def attacher(m_):
+        def attach(m):
+            m_.watch(m, kinds=kinds)
+            return [m_._watches.pop()]  # removed again after the step
+        return attach
+
+    attach = {"plain": lambda m: [], "floor": attach_hooks, "lockstep": attacher(mon),
+              "inline": attacher(mon_inline)}
+    names = list(attach)
+    x = torch.randn(BATCH, 3, SIDE, SIDE)
+    y = torch.randint(0, CLASSES, (BATCH,))
+    times = {k: [] for k in names}
+    cpu_times = {k: [] for k in names}
+    inline_cxx = []
+
+    def one_step(kind):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if kind in monitors:
+            monitors[kind].step(loss=loss)
+        return time.perf_counter() - t0, time.thread_time() - c0
+
+    rng = random.Random(0)
+    for i in range(WARMUP + STEPS):
+        order = list(names)
+        rng.shuffle(order)
+        for kind in order:
+            handles = attach[kind](model)
+            before = timed_inline.seconds
+            dt, dc = one_step(kind)
+            for h in handles:
+                h.remove()
+            if i >= WARMUP:
+                times[kind].append(dt)
+                cpu_times[kind].append(dc)
+                if kind == "inline":
+                    inline_cxx.append(timed_inline.seconds - before)
+    counters = mon.counters()
+    per_step = mon_inline.counters()["tensors_recorded"] / (WARMUP + STEPS)
+    mon.close(timeout=5.0)
+    mon_inline.close(timeout=5.0)
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+    rounds = list(zip(*(times[k] for k in names)))
+    col = {k: i for i, k in enumerate(names)}
+    pl, fl, lk, il = (col[k] for k in ("plain", "floor", "lockstep", "inline"))
+    ratio = statistics.median(r[lk] / r[pl] for r in rounds)
+    inline = statistics.median(r[il] / r[pl] for r in rounds)
+    floor = statistics.median(r[fl] / r[pl] for r in rounds)
+    cpu_rounds = list(zip(*(cpu_times[k] for k in names)))
+    hook_us = statistics.median((r[il] - r[fl] - c) / per_step * 1e6
+                                for r, c in zip(cpu_rounds, inline_cxx))
+    print("collector: %s; steps: %d; threads: %d; host statistics thread: %s (%d of %d "
+          "records; measured ratio %s); wall medians ms: %s"
+          % ("real" if proc else "none (no LOCKSTEP_BIN)", STEPS, THREADS,
+             "on" if counters.get("host_stats_thread") else "off",
+             counters["tensors_threaded"], counters["tensors_recorded"],
+             counters.get("host_stats_thread_ratio"),
+             {k: round(statistics.median(v) * 1e3, 3) for k, v in times.items()}))
+    print("BENCH resnet18_step_ms %.3f ms" % (statistics.median(times["plain"]) * 1e3))
+    print("BENCH resnet18_tensors_per_step %.0f count" % per_step)
+    print("BENCH resnet18_stats_ms_per_step %.3f ms" % (statistics.median(inline_cxx) * 1e3))
+    print("BENCH torch_hooks_floor_ratio_resnet18 %.4f ratio" % floor)
+    print("BENCH torch_overhead_ratio_resnet18_inline %.4f ratio" % inline)
+    print("BENCH agent_hook_us_per_tensor %.2f us" % hook_us)
+    print("BENCH torch_overhead_ratio_resnet18 %.4f ratio" % ratio)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
