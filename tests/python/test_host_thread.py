@@ -54,6 +54,73 @@ def test_threaded_records_equal_inline_records_and_settle_before_end_step():
     assert fake.kicks == 3  # the end of each backward that handed it gradients
 
 
+# torch >= 2.1: a parameter's .grad adopted by autograd can go to the thread.
+_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+
+
+def _optimizer_run(worker, clip=False, accumulate=1, steps=5):
+    """SGD with zero_grad(set_to_none=True) after each update (the default): each
+    backward's .grad was None before it, so autograd adopts the gradient as .grad.
+    With `accumulate` > 1, micro steps after the first add into .grad."""
+    mon, fake = fake_monitor(worker=worker)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    mon.watch(model, optimizer=opt)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(steps):
+        for _ in range(accumulate):
+            loss = model(torch.randn(5, 4, generator=gen)).pow(2).mean()
+            loss.backward()
+        if clip:  # scales every gradient in place, after backward
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        mon.step(loss=loss)
+        assert fake.settled == len(fake.jobs)
+    return _records(fake), mon.counters(), fake
+
+
+def _threaded_kinds(fake, step=None):
+    return {fake.tensors[job[2]][1] for job in fake.jobs if step is None or job[0] == step}
+
+
+def test_adopted_parameter_gradients_go_to_the_thread_with_the_inline_statistics():
+    inline, _, fake_inline = _optimizer_run(False)
+    threaded, counters, fake = _optimizer_run(True)
+    assert threaded == inline
+    # The reported gradient norm (from the parameter gradients' l2) is the same too.
+    assert [s["grad_norm"] for s in fake.scalars] == \
+        [s["grad_norm"] for s in fake_inline.scalars]
+    assert counters["tensors_changed_in_flight"] == 0 and counters["tensors_failed"] == 0
+    if not _POST_ACCUMULATE:  # torch 1.13: no post-accumulate hook, gradients inline
+        assert "param_grad" not in _threaded_kinds(fake)
+        return
+    # Step 0 has no ids yet, step 1 probes .grad (inline), from step 2 on the thread.
+    assert "param_grad" not in _threaded_kinds(fake, 1)
+    assert _threaded_kinds(fake, 2) >= {"param_grad", "act", "act_grad"}
+    n_params = len(list(mlp().parameters()))
+    assert sum(fake.tensors[j[2]][1] == "param_grad" for j in fake.jobs) == 3 * n_params
+
+
+def test_gradients_clipped_in_place_after_backward_stay_inline_and_none_is_dropped():
+    inline, _, _ = _optimizer_run(False, clip=True)
+    threaded, counters, fake = _optimizer_run(True, clip=True)
+    assert threaded == inline
+    assert "param_grad" not in _threaded_kinds(fake)  # the probe saw the clip
+    assert counters["tensors_changed_in_flight"] == 0
+
+
+def test_accumulated_micro_steps_record_each_micro_steps_own_gradient():
+    inline, _, _ = _optimizer_run(False, accumulate=2, steps=4)
+    threaded, counters, fake = _optimizer_run(True, accumulate=2, steps=4)
+    assert threaded == inline
+    # Micro step 1 adds into the .grad micro step 0 left (in place): the probe sees it,
+    # and the parameter gradients stay inline (each micro step's own gradient, exact).
+    assert "param_grad" not in _threaded_kinds(fake)
+    assert _threaded_kinds(fake) >= {"act", "act_grad"}
+    assert counters["tensors_changed_in_flight"] == 0
+
+
 def test_a_repeat_of_a_tensor_still_in_flight_is_recorded_with_its_result():
     mon, fake = fake_monitor(worker=True)
     model = mlp()

@@ -56,9 +56,9 @@ _BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.float64: 
 
 class _Pending:
     """A tensor whose statistics the host thread is computing."""
-    __slots__ = ("ticket", "tensor", "version", "tid", "ident", "nbytes", "repeats")
+    __slots__ = ("ticket", "tensor", "version", "tid", "ident", "nbytes", "repeats", "pgrad")
 
-    def __init__(self, ticket, tensor, version, tid, ident, nbytes):
+    def __init__(self, ticket, tensor, version, tid, ident, nbytes, pgrad=False):
         self.ticket = ticket
         self.tensor = tensor    # held until settled: the thread reads its memory
         self.version = version  # its version counter when submitted
@@ -66,6 +66,7 @@ class _Pending:
         self.ident = ident
         self.nbytes = nbytes
         self.repeats = []       # (step, micro, id, order) recorded with the same result
+        self.pgrad = pgrad      # a parameter gradient: its l2 joins the step's grad norm
 
 
 def _torch_dtype_codes():
@@ -135,11 +136,18 @@ class Recorder:
         self._last_pending = None  # the _Pending of self._last, while unsettled
         self._mode = {}    # tensor id -> True: may go to the thread; False: stays inline
         self._probes = []  # (tid, tensor, version): first records, watched for changes
+        # Parameter gradients handed to the thread once accumulated (record_param_grad):
+        # name -> (tid, order, micro) from the gradient hook, until the post-accumulate
+        # hook hands over .grad; and name -> tid of a first record whose .grad is watched
+        # as a probe.
+        self._deferred = {}
+        self._probe_grad = {}
         self.threaded = 0  # records whose statistics the thread computed
         self.changed_in_flight = 0  # results dropped: tensor changed before they were read
 
     def new_step(self, step):
         self.settle(wait=True)
+        self._drop_deferred()
         self.t_first = None
         self._last = None
         self._last_dev = None
@@ -150,6 +158,7 @@ class Recorder:
         self.grad_count = 0
 
     def new_micro(self):
+        self._drop_deferred()
         self._last = None
         self._last_dev = None
         self._last_pending = None
@@ -233,22 +242,8 @@ class Recorder:
                 if kind == _ACT_GRAD and not self._end_of_backward_queued:
                     self._queue_end_of_backward()
                 return
-            agent = self._agent
-            if contiguous:
-                l2 = agent.record_host_tensor(self.step, self.micro, tid, order, t.data_ptr(),
-                                              t.numel(), code)
-            else:
-                # A transposed or sliced view (attention's outputs): read in place, in
-                # flat order, instead of copying it first.
-                l2 = agent.record_host_tensor_strided(self.step, self.micro, tid, order,
-                                                      t.data_ptr(), code, t.shape, t.stride())
-                if l2 == _BAD_LAYOUT:  # a layout the kernel cannot read: a contiguous copy
-                    src = t.contiguous()
-                    l2 = agent.record_host_tensor(self.step, self.micro, tid, order,
-                                                  src.data_ptr(), src.numel(), code)
-            if l2.__class__ is not float:  # REFUSED: the kernel refused the tensor
-                self.failed += 1
-            elif repeatable:
+            l2 = self._inline(t, contiguous, tid, order, code, self.step, self.micro, kind)
+            if l2 is not None and repeatable:
                 try:
                     self._last = (t, t._version, _get_ident())
                 except RuntimeError:  # inference tensors have no version counter
@@ -256,9 +251,6 @@ class Recorder:
                 else:
                     if self._threaded and tid not in self._mode:
                         self._probes.append((tid, t, self._last[1]))
-            elif kind == _PARAM_GRAD:
-                self.grad_sq += l2 * l2  # NaN l2 (no finite value) makes the norm NaN
-                self.grad_count += 1
         else:
             if not t.dtype.is_floating_point:
                 self.skipped += 1
@@ -297,32 +289,126 @@ class Recorder:
         thread, too many bytes held already, or a layout the kernel cannot read."""
         if not self._mode.get(tid, False):
             return False  # first record (probed inline) or changed in place before
+        pend = self._hand_over(t, contiguous, tid, order, code, self.step, self.micro, False)
+        if pend is None:
+            return False
+        self._last = (t, pend.version, pend.ident)
+        self._last_pending = pend
+        return True
+
+    def _hand_over(self, t, contiguous, tid, order, code, step, micro, pgrad):
+        """Submits `t` to the thread as record (step, micro, tid, order): its _Pending, or
+        None (no version counter, too many bytes held, a full thread, a layout the
+        kernel cannot read)."""
         try:
             version = t._version
         except RuntimeError:  # no version counter: nothing to check a result against
-            return False
+            return None
         nbytes = t.numel() * _BYTES.get(t.dtype, 8)
         if self._pending_bytes + nbytes > _MAX_PENDING_BYTES:
-            return False
-        ident = _get_ident()
+            return None
         agent = self._agent
         with self._host_lock:
             if contiguous:
-                ticket = agent.submit_host_tensor(self.step, self.micro, tid, order,
-                                                  t.data_ptr(), t.numel(), code)
+                ticket = agent.submit_host_tensor(step, micro, tid, order, t.data_ptr(),
+                                                  t.numel(), code)
             else:
-                ticket = agent.submit_host_tensor_strided(self.step, self.micro, tid, order,
+                ticket = agent.submit_host_tensor_strided(step, micro, tid, order,
                                                           t.data_ptr(), code, t.shape,
                                                           t.stride())
             if ticket.__class__ is not int:  # FULL or BAD_LAYOUT: compute inline
-                return False
-            pend = _Pending(ticket, t, version, tid, ident, nbytes)
+                return None
+            pend = _Pending(ticket, t, version, tid, _get_ident(), nbytes, pgrad)
             self._pending.append(pend)
             self._pending_bytes += nbytes
             self.threaded += 1
-        self._last = (t, version, ident)
-        self._last_pending = pend
-        return True
+        return pend
+
+    # ---- parameter gradients -------------------------------------------------------
+    #
+    # A parameter gradient cannot be held by the gradient hook (autograd would then copy
+    # it into .grad instead of adopting it). But when .grad was None before this
+    # backward, the tensor autograd adopts as .grad *is* this backward's gradient: the
+    # post-accumulate hook (torch >= 2.1) hands that to the thread, which computes its
+    # statistics during the rest of the backward and the optimizer step. Its first
+    # record is computed inline and .grad watched until the end of the step, as for
+    # outputs (a gradient clipped, unscaled or zeroed in place after backward keeps its
+    # name inline). A .grad that was not None (accumulation, zero_grad(set_to_none=
+    # False)) would be the sum: computed inline in the hook, as before.
+
+    def record_param_grad(self, name, t, fresh):
+        """A parameter gradient from its hook; `fresh`: the parameter's .grad was None
+        and its post-accumulate hook will call param_accumulated(name, .grad)."""
+        if fresh and self._threaded and t.is_cpu and not self._force_device:
+            tid = self._ids.get((name, _PARAM_GRAD))
+            if tid is not None and tid >= 0 and self._mode.get(tid, False) \
+                    and t.dtype in self._host_dtypes:
+                order = self.order
+                self.order = order + 1
+                if self.t_first is None:
+                    self.t_first = _perf_counter()
+                self.records += 1
+                self._deferred[name] = (tid, order, self.micro)
+                return
+            if tid is not None and tid >= 0 and tid not in self._mode:
+                self._probe_grad[name] = tid
+        self.record(name, _PARAM_GRAD, t)
+
+    def param_accumulated(self, name, grad):
+        """The post-accumulate hook: `grad` is the parameter's .grad now."""
+        tid = self._probe_grad.pop(name, None)
+        if tid is not None and grad is not None:
+            try:
+                self._probes.append((tid, grad, grad._version))
+            except RuntimeError:
+                pass
+        d = self._deferred.pop(name, None)
+        if d is None:
+            return
+        tid, order, micro = d
+        code = self._host_dtypes.get(grad.dtype) if grad is not None else None
+        if code is None or grad.layout != torch.strided:
+            self.failed += 1  # .grad went away or changed type in between
+            return
+        contiguous = grad.is_contiguous()
+        if self._pending or self._probes:
+            self._settle_done()
+        if self._hand_over(grad, contiguous, tid, order, code, self.step, micro, True) is None:
+            self._inline(grad, contiguous, tid, order, code, self.step, micro, _PARAM_GRAD)
+        elif not self._end_of_backward_queued:
+            self._queue_end_of_backward()  # wakes the thread for what is left
+
+    def _inline(self, t, contiguous, tid, order, code, step, micro, kind):
+        """Computes the statistics of `t` on this thread: its l2 norm, or None when the
+        kernel refused it (counted)."""
+        agent = self._agent
+        if contiguous:
+            l2 = agent.record_host_tensor(step, micro, tid, order, t.data_ptr(), t.numel(),
+                                          code)
+        else:
+            # A transposed or sliced view (attention's outputs): read in place, in flat
+            # order, instead of copying it first.
+            l2 = agent.record_host_tensor_strided(step, micro, tid, order, t.data_ptr(),
+                                                  code, t.shape, t.stride())
+            if l2 == _BAD_LAYOUT:  # a layout the kernel cannot read: a contiguous copy
+                src = t.contiguous()
+                l2 = agent.record_host_tensor(step, micro, tid, order, src.data_ptr(),
+                                              src.numel(), code)
+        if l2.__class__ is not float:  # REFUSED: the kernel refused the tensor
+            self.failed += 1
+            return None
+        if kind == _PARAM_GRAD:
+            self.grad_sq += l2 * l2  # NaN l2 (no finite value) makes the norm NaN
+            self.grad_count += 1
+        return l2
+
+    def _drop_deferred(self):
+        """Deferred gradients whose post-accumulate hook never came (a backward that
+        failed half-way): counted as failed."""
+        if self._deferred:
+            self.failed += len(self._deferred)
+            self._deferred.clear()
+        self._probe_grad.clear()
 
     def _settle_done(self):
         self._check_probes(final=False)
@@ -363,6 +449,9 @@ class Recorder:
                 self._mode[pend.tid] = False
             elif l2.__class__ is not float:  # REFUSED: the kernel refused the tensor
                 self.failed += 1 + len(pend.repeats)
+            elif pend.pgrad:
+                self.grad_sq += l2 * l2
+                self.grad_count += 1
             else:
                 for step, micro, tid, order in pend.repeats:
                     agent.record_repeat(step, micro, tid, order)

@@ -188,6 +188,18 @@ class Session:
         except Exception as e:  # pylint: disable=broad-except
             self.guard.fail("the gradient hook of " + name, e)
 
+    def on_param_grad(self, name, grad, param_ref):
+        """A parameter's gradient from its hook, before autograd accumulates it into
+        .grad (Recorder.record_param_grad)."""
+        try:
+            if not self.in_bwd:
+                self.backward_seen()
+            if self.active and not self.closed:
+                p = param_ref() if param_ref is not None else None
+                self.rec.record_param_grad(name, grad, p is not None and p.grad is None)
+        except Exception as e:  # pylint: disable=broad-except
+            self.guard.fail("the gradient hook of " + name, e)
+
     def on_grad_piece(self, name, grad):
         """One piece of a split parameter's gradient (is_split): summed, in the order
         backward produces them, and recorded when the backward ends."""
@@ -236,13 +248,25 @@ def act_grad_hook(ref, name, grad):
         s.on_grad(name, _ACT_GRAD, grad)
 
 
-def param_grad_hook(ref, name, grad):
+def param_grad_hook(ref, name, param_ref, grad):
+    """`param_ref`: a weak reference to the parameter when its post-accumulate hook is
+    registered too (param_accumulated_hook), else None."""
     s = ref()
     if s is not None:
         if s.seg_params and s.is_split(name):
             s.on_grad_piece(name, grad)
         else:
-            s.on_grad(name, _PARAM_GRAD, grad)
+            s.on_param_grad(name, grad, param_ref)
+
+
+def param_accumulated_hook(ref, name, param):
+    s = ref()
+    if s is not None:
+        try:
+            if s.active and not s.closed:
+                s.rec.param_accumulated(name, param.grad)
+        except Exception as e:  # pylint: disable=broad-except
+            s.guard.fail("the gradient hook of " + name, e)
 
 
 def backward_marker_hook(ref, _grad):
