@@ -845,6 +845,34 @@ TEST(Analyzer, TrendIsReportedBeforeTheToleranceIsCrossed) {
   EXPECT_LT(tr->step, fd->step);
 }
 
+// Issue 30 item 6f: after a rank's first drifting tensor, a trend is that divergence
+// spreading: counted in the pair, not an alert of its own (137 of resnet18's 182 were).
+TEST(Analyzer, ATrendDownstreamOfTheFirstDivergenceIsCountedNotAlerted) {
+  auto grow = [](uint64_t s, int t, std::vector<double>* v) {
+    if (t == 3 && s >= 6) {
+      const double e = 1e-5 * std::pow(2.0, (s - 6) / 2.0);
+      for (double& x : *v) x *= 1 + e;
+    }
+  };
+  Harness h;
+  RunPair(h, 30, [&](uint64_t s, int t, std::vector<double>* v) {
+    if (t == 1 && s >= 4) for (double& x : *v) x *= 1.05;  // the first divergence, upstream
+    grow(s, t, v);
+  });
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->step, 4u);
+  EXPECT_EQ(fd->tensor, "layers.1");
+  EXPECT_EQ(h.Count("trend"), 0u) << h.Dump();
+  EXPECT_EQ(h.an->Reports()[0].trends_downstream, 1u);
+  EXPECT_GE(h.Count("tensor_drift"), 1u);  // layers.3 still alerts when it crosses
+  // Without the upstream divergence the same growth is the trend it always was.
+  Harness alone;
+  RunPair(alone, 30, grow);
+  EXPECT_EQ(alone.Count("trend"), 1u) << alone.Dump();
+  EXPECT_EQ(alone.an->Reports()[0].trends_downstream, 0u);
+}
+
 TEST(Analyzer, CandidateAheadWaitsForSlowBaseline) {
   Harness h;
   StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);

@@ -175,6 +175,10 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
               static_cast<unsigned long long>(em.count(alerting::Severity::kCritical)),
               static_cast<unsigned long long>(em.count(alerting::Severity::kWarning)),
               static_cast<unsigned long long>(em.count(alerting::Severity::kInfo)));
+  if (r.trends_downstream > 0) {
+    std::printf("  and %llu trend(s) downstream of the first divergence, counted in it, not listed as alerts\n",
+                static_cast<unsigned long long>(r.trends_downstream));
+  }
   size_t shown = 0;
   for (const auto& a : alerts) {
     if (a.severity == alerting::Severity::kInfo) continue;
@@ -236,6 +240,7 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   j.Key("steps_only_candidate").Uint(r.steps_only_candidate);
   j.Key("steps_not_compared").Uint(r.steps_evicted);
   j.Key("critical").Bool(critical);
+  j.Key("trends_downstream").Uint(r.trends_downstream);
   j.Key("setup").BeginObject();
   j.Key("known").Bool(r.setup_known);
   if (!r.setup_note.empty()) j.Key("note").Str(r.setup_note);  // only when something was left out

@@ -319,6 +319,7 @@ std::vector<PairReport> Analyzer::Reports() const {
     r.loss_c_given = p->loss_c_given;
     r.diverged = p->outcome.diverged;
     if (r.diverged) r.first_divergence = p->outcome.first_divergence;
+    r.trends_downstream = p->outcome.trends_downstream;
     r.setup_known = p->facts.setup_known;
     r.setup = p->facts.setup;
     r.setup_note = p->facts.setup_note;

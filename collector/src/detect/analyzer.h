@@ -114,6 +114,7 @@ struct PairReport {
   uint64_t steps_only_baseline = 0, steps_only_candidate = 0, steps_evicted = 0;
   bool diverged = false;
   alerting::Alert first_divergence;  // valid when diverged
+  uint64_t trends_downstream = 0;        // trends downstream of the onset: counted, not alerted
   std::vector<TensorReport> tensors;     // in execution order
   std::vector<UnmatchedReport> unmatched;
   double loss_b = 0, loss_c = 0;         // at the last compared step (NaN if none)

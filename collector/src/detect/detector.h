@@ -72,6 +72,9 @@ struct RunCtx {
 struct PairOutcome {
   bool diverged = false;
   alerting::Alert first_divergence;  // as emitted (id, incident stamped); valid when diverged
+  // Trends the `trend` rule found downstream of a rank's onset (its first drifting
+  // tensor or born op: the first divergence's cause) and counted instead of alerting.
+  uint64_t trends_downstream = 0;
 };
 
 struct PairCtx {

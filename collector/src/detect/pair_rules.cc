@@ -436,6 +436,15 @@ void ScalarsDetector::OnPairStep(const PairStepView& v) {
 void TrendDetector::OnPairStep(const PairStepView& v) {
   const RulesConfig& cfg = *ctx_->cfg;
   const size_t w = static_cast<size_t>(std::max<int64_t>(cfg.trend_window, 3));
+  if (onset_.find(v.rank) == onset_.end()) {
+    uint32_t first = UINT32_MAX;
+    for (const MatchedTensor& m : *v.matched) {
+      if (m.drifting()) first = std::min(first, m.c->order);
+    }
+    if (v.births != nullptr && v.birth >= 0) first = std::min(first, (*v.births)[static_cast<size_t>(v.birth)].order);
+    if (first != UINT32_MAX) onset_[v.rank] = Onset{v.step, first};
+  }
+  const auto onset = onset_.find(v.rank);
   for (MatchedTensor& m : *v.matched) {
     TensorTrack& t = *m.track;
     const float s = std::isfinite(m.eval.score) ? static_cast<float>(m.eval.score) : 1e30f;
@@ -466,6 +475,11 @@ void TrendDetector::OnPairStep(const PairStepView& v) {
     }
     if (ups * 10 < (w - 1) * 7) continue;  // at least 70% of the steps went up
     t.trend_fired = true;
+    if (onset != onset_.end() &&
+        (v.step > onset->second.step || (v.step == onset->second.step && m.c->order > onset->second.order))) {
+      if (ctx_->outcome != nullptr) ++ctx_->outcome->trends_downstream;
+      continue;
+    }
     auto a = ctx_->Make(rule(), Severity::kWarning, v.step, v.rank);
     DescribeTensorPair(*ctx_, v, m, &a);
     a.message = "divergence growing: " + a.message + "; score grew " + G(s / oldest) + "x over " +

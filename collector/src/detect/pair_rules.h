@@ -110,7 +110,11 @@ class FirstDivergenceDetector : public PairDetector {
 
 // `trend`: a tensor's drift score grew trend_growth-fold over trend_window steps of
 // one rank, mostly monotonically, and is still under its threshold: reported before it
-// crosses. Once per (rank, tensor).
+// crosses. Once per (rank, tensor). A trend downstream of the rank's onset — at a later
+// step than the rank's first drifting tensor or born op, or later in execution order at
+// that step — is the divergence already found spreading: counted in the pair's
+// PairOutcome::trends_downstream, not alerted. Per rank, from that rank's own steps in
+// order, so the live collector and `compare` count the same.
 class TrendDetector : public PairDetector {
  public:
   explicit TrendDetector(const PairCtx* ctx) : ctx_(ctx) {}
@@ -118,7 +122,12 @@ class TrendDetector : public PairDetector {
   void OnPairStep(const PairStepView& v) override;
 
  private:
+  struct Onset {
+    uint64_t step = 0;
+    uint32_t order = 0;  // the earliest drifting tensor's or born op's execution order
+  };
   const PairCtx* ctx_;
+  std::map<uint32_t, Onset> onset_;  // rank -> its onset, once it has one
 };
 
 // Fills the human part of a pair alert about one tensor.
