@@ -1,4 +1,4 @@
-// ZmqTransport: the agent's ZeroMQ PUSH socket (DESIGN.md "Rules for the agent").
+// ZmqTransport: the agent's ZeroMQ PUSH socket (docs/design.md "Rules for the agent").
 //
 // PUSH, connect (never bind), ZMQ_SNDHWM = send_hwm, ZMQ_IMMEDIATE off so messages
 // queue (up to the HWM) before the collector is up, every send with ZMQ_DONTWAIT, a

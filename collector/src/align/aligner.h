@@ -1,5 +1,5 @@
 // Aligner: which runs are compared with which, and which of their closed steps meet
-// (DESIGN.md "Collector"; docs/rules.md "Memory bound").
+// (docs/design.md "Aligner"; docs/rules.md "Memory bound").
 //
 // Fed verified Envelopes (live by LiveAnalyzer's thread through the Analyzer, offline
 // by `lockstep compare` replaying two logs), it decodes each run into closed steps

@@ -1,4 +1,4 @@
-// Canonical tensor names and their interning (DESIGN.md "Aligner").
+// Canonical tensor names and their interning (docs/design.md "Aligner").
 //
 // Two runs of one model name the same tensor differently when one of them is wrapped
 // (DDP `module.`, torch.compile `_orig_mod.`, FSDP `_fsdp_wrapped_module.`, activation

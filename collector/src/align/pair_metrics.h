@@ -1,4 +1,4 @@
-// How far apart one tensor is in two runs at one step (DESIGN.md "Aligner",
+// How far apart one tensor is in two runs at one step (docs/design.md "Aligner",
 // docs/rules.md "tensor_drift").
 //
 // Raw metrics, for people and for the compare table:

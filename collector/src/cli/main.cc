@@ -1,4 +1,4 @@
-// `lockstep`: one binary, one subcommand per job (DESIGN.md "Parts").
+// `lockstep`: one binary, one subcommand per job (docs/design.md "Parts").
 #include <cstdio>
 #include <cstring>
 #include <string>

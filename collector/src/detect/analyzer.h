@@ -1,5 +1,5 @@
-// Analyzer: the detection side of the collector behind one MessageSink (DESIGN.md
-// "Collector"; docs/rules.md).
+// Analyzer: the detection side of the collector behind one MessageSink (docs/design.md
+// "Detectors"; docs/rules.md).
 //
 // Fed verified Envelopes — live by LiveAnalyzer's thread, offline by `lockstep
 // compare` replaying two logs — it hands them to its Aligner (align/aligner.h), which

@@ -1,4 +1,4 @@
-// The detector interfaces and what they see (DESIGN.md "Detectors", docs/rules.md).
+// The detector interfaces and what they see (docs/design.md "Detectors", docs/rules.md).
 //
 // Per-run detectors (nonfinite, overflow, underflow, spike, stall) get every closed
 // step of one run, one instance per run. Per-pair detectors (loss_drift, tensor_drift,

@@ -1,4 +1,4 @@
-// The statistics of one CPU tensor in one pass over its memory (DESIGN.md "Statistics
+// The statistics of one CPU tensor in one pass over its memory (docs/design.md "Statistics
 // of one tensor"; every definition is pinned in docs/statistics.md).
 //
 // ComputeHostStats reads a contiguous buffer once and fills every TensorStats field:

@@ -24,7 +24,7 @@ enum class DType : uint8_t {
   kF8E4M3 = 11, kF8E5M2 = 12
 };
 
-// Statistics of one tensor (DESIGN.md "Statistics of one tensor"). Fixed size so the
+// Statistics of one tensor (docs/design.md "Statistics of one tensor"). Fixed size so the
 // hot path copies it into a preallocated queue slot without allocating.
 // NaN/Inf are excluded from min..absmax and counted instead; when no finite value
 // exists, min..absmax are NaN.

@@ -1,4 +1,4 @@
-// The alert: what a detector found, in the form every sink formats (DESIGN.md
+// The alert: what a detector found, in the form every sink formats (docs/design.md
 // "Alerting"). A plain value; copied into the dispatcher's queue.
 #ifndef LOCKSTEP_ALERTING_ALERT_H_
 #define LOCKSTEP_ALERTING_ALERT_H_
@@ -71,7 +71,7 @@ struct Alert {
   uint64_t incident_alerts = 0;
   std::vector<IncidentFact> facts;
 
-  // Receivers may dedup on this too (DESIGN.md, docs/alerting.md "Dedup"):
+  // Receivers may dedup on this too (docs/design.md "Alerting", docs/alerting.md "Dedup"):
   // rule/experiment/run/tensor/kind/rank<N>, then /micro<M> for micro step M > 0, the
   // run being the candidate for a pair rule. One finding per (run, tensor, kind, rank,
   // micro step): the same tensor drifting on two ranks, as an activation and as its
