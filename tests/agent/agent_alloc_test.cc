@@ -1,4 +1,4 @@
-// The hot path does not allocate after warm-up (DESIGN.md "Rules for the agent"):
+// The hot path does not allocate after warm-up (docs/design.md "Rules for the agent"):
 // this binary replaces the global operator new to count allocations per thread.
 #include <gtest/gtest.h>
 

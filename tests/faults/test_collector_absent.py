@@ -1,5 +1,5 @@
-"""No collector for 60 s while a real PyTorch run trains (DESIGN.md: the training job is
-the customer, lockstep a guest):
+"""No collector for 60 s while a real PyTorch run trains (docs/design.md "Rules for the
+agent": the training job is the customer, lockstep a guest):
 
 - the run is not slowed: median step time without a collector is within a generous
   bound of the median with one (measured in the same test, before and after the
