@@ -1,4 +1,4 @@
-"""Monitor: the object a training script holds (DESIGN.md "Agent").
+"""Monitor: the object a training script holds (docs/design.md "Agent").
 
     mon = lockstep.Monitor(run="glm-npu-01", role="candidate", experiment="glm",
                            endpoint="tcp://127.0.0.1:6200")

@@ -26,8 +26,9 @@ can be changed in place after its hook (an inplace ReLU, ``out += identity``): a
 is recorded only if the tensor's version counter is unchanged when it is settled, and
 is dropped (``tensors_changed_in_flight``) otherwise. To keep such drops away, a name's
 first record is computed inline and watched until the end of its step; a name whose
-tensor was changed in place stays inline. Parameter gradients stay inline (holding one
-makes autograd copy it), and so do tensors without a version counter.
+tensor was changed in place stays inline. Parameter gradients go to the thread only as
+the .grad autograd adopted (record_param_grad: holding the one a hook receives would make
+autograd copy it). Tensors without a version counter stay inline.
 """
 import collections
 import threading
