@@ -203,6 +203,12 @@ TEST(SetupRule, ScheduledValuesReadAtDifferentStepsAreNotCompared) {
             "scheduled values (lr, momentum, betas) are not compared (optim.group0.betas (0.9, 0.999) vs (0.85, "
             "0.999); optim.group0.lr 0.001 vs 0.00025; optim.group1.lr 0.01 vs 0.0025); lr is compared step by "
             "step by the scalars rule when step(lr=) is given");
+  // Many param groups: the first three named, the rest counted.
+  Fingerprint b4 = b, c4 = c;
+  b4["optim.group2.lr"] = "0.1";
+  c4["optim.group2.lr"] = "0.025";
+  EXPECT_TRUE(DiffFingerprints(b4, c4, &note).empty());
+  EXPECT_NE(note.find("optim.group1.lr 0.01 vs 0.0025; +1 more)"), std::string::npos) << note;
   // The scheduler's base lr and every other hyperparameter stay compared.
   c["optim.group0.initial_lr"] = "0.002";
   c["optim.group0.weight_decay"] = "0.1";

@@ -208,7 +208,9 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
     if (fd != nullptr && first_crit != nullptr && first_crit->rule != "first_divergence") {
       head += ": first divergence at " + (fd->tensor.empty() ? std::string("?") : fd->tensor) + " (" + fd->kind +
               ") at step " + std::to_string(fd->step);
-      if (r.ranks > 1) head += onsets ? " on " + FirstDivergenceWhere(*fd, onsets) : " rank " + std::to_string(fd->rank);
+      if (r.ranks > 1) {
+        head += onsets ? " on " + FirstDivergenceWhere(*fd, onsets) : " rank " + std::to_string(fd->rank);
+      }
       head += "; first critical";
     }
     if (first_crit) {

@@ -134,11 +134,10 @@ std::vector<SetupDiff> DiffFingerprints(const Fingerprint& b, const Fingerprint&
     }
   }
   if (apart && note != nullptr) {
+    if (n_skipped > 3) skipped += "; +" + std::to_string(n_skipped - 3) + " more";
     *note = "the fingerprints were read at step " + std::to_string(step_b) + " vs " + std::to_string(step_c) +
             " (a run resumed under its own run id): the optimizer's scheduled values (lr, momentum, betas) are not "
-            "compared" +
-            (skipped.empty() ? std::string()
-                             : " (" + skipped + (n_skipped > 3 ? "; +" + std::to_string(n_skipped - 3) + " more" : "") + ")") +
+            "compared" + (skipped.empty() ? std::string() : " (" + skipped + ")") +
             "; lr is compared step by step by the scalars rule when step(lr=) is given";
   }
   return out;
