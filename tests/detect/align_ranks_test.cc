@@ -382,6 +382,45 @@ void SameStepOnRanks(const std::vector<uint32_t>& parting, const std::string& wh
 TEST(AlignRanks, AllRanksPartingAtOneStepAreOneFirstDivergence) { SameStepOnRanks({0, 1, 2, 3}, "all 4 ranks"); }
 TEST(AlignRanks, TwoOfFourRanksPartingAtOneStepAreNamed) { SameStepOnRanks({0, 2}, "ranks 0, 2 of 4"); }
 
+// Issue 29: the rank a first divergence names must not follow arrival order. Rank 3
+// connects first and sends every step before ranks 2, 1, 0 connect; all four part at
+// the same step. With the Hellos' world_size (4) the decision waits for all four ranks
+// and names the lowest, live and in `compare`; an agent that says world_size 1 (or
+// nothing) keeps the old rule: the ranks seen so far.
+void RankThreeFirst(uint32_t world_size, uint32_t expected_rank) {
+  const std::string dir = TestDir();
+  Collector col(dir, false);
+  auto eps = [](uint32_t, int t, uint64_t step) { return step >= 2 && t == 1 ? 0.02 : 0.0; };
+  for (uint32_t r = kRanks; r-- > 0;) {
+    StreamBuilder b("base", "exp", wire::Role::Baseline, r), c("cand", "exp", wire::Role::Candidate, r);
+    col.Feed("base", b.Hello(world_size));
+    col.Feed("base", b.Directory(Model()));
+    col.Feed("cand", c.Hello(world_size));
+    col.Feed("cand", c.Directory(Model()));
+    for (uint64_t s = 0; s < 6; ++s) {
+      col.Feed("cand", StepMsg(c, r, s, eps));
+      col.Feed("base", StepMsg(b, r, s, nullptr));
+    }
+    col.Feed("base", b.Goodbye(5));
+    col.Feed("cand", c.Goodbye(5));
+  }
+  col.Finish();
+  const auto offline = CompareLogs(dir);
+  EXPECT_EQ(Keys(col.alerts), Keys(offline)) << "live:\n" << Dump(col.alerts) << "compare:\n" << Dump(offline);
+  ASSERT_EQ(col.Count("first_divergence"), 1u) << Dump(col.alerts);
+  for (const auto& alerts : {col.alerts, offline}) {
+    for (const auto& a : alerts) {
+      if (a.rule != "first_divergence") continue;
+      EXPECT_EQ(a.step, 2u);
+      EXPECT_EQ(a.rank, expected_rank) << a.message;
+      EXPECT_EQ(a.tensor, "layers.1");
+    }
+  }
+}
+
+TEST(AlignRanks, TheFirstDivergenceNamesTheLowestRankWhateverArrivesFirst) { RankThreeFirst(kRanks, 0); }
+TEST(AlignRanks, WithoutAWorldSizeTheRanksSeenSoFarDecide) { RankThreeFirst(1, kRanks - 1); }
+
 // A rank that goes silent (no Goodbye) before the onset step holds first_divergence at
 // most FirstDivergenceDetector::kWaitNs of the analyzer's clock, then it names the
 // ranks that parted.

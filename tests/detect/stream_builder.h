@@ -84,9 +84,9 @@ class StreamBuilder {
   StreamBuilder(std::string run, std::string experiment, wire::Role role, uint32_t rank = 0)
       : run_(std::move(run)), experiment_(std::move(experiment)), role_(role), rank_(rank) {}
 
-  std::vector<uint8_t> Hello() {
+  std::vector<uint8_t> Hello(uint32_t world_size = 1) {
     auto fbb = Begin();
-    auto h = wire::CreateHelloDirect(*fbb, experiment_.c_str(), role_, "cpu");
+    auto h = wire::CreateHelloDirect(*fbb, experiment_.c_str(), role_, "cpu", nullptr, nullptr, world_size);
     return Finish(fbb, wire::Body::Hello, h.Union());
   }
   // A RunFingerprint of these key/value pairs.

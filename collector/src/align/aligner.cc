@@ -99,6 +99,7 @@ Aligner::RunState* Aligner::GetRun(const std::string& run_id) {
       [this, rp](uint32_t rank, StepPtr s) { OnClosed(rp, rank, std::move(s)); });
   rp->decoder->set_on_rewind([this, rp](const Rewind& w) { sink_->OnRunRewind(rp->info, w); });
   rp->info.fingerprint = &rp->decoder->fingerprint();
+  rp->info.world_size = &rp->decoder->world_size();
   runs_.emplace(run_id, std::move(r));
   return rp;
 }

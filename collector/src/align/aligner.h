@@ -98,6 +98,8 @@ struct AlignedRun {
   bool run_rules = true;           // false: a recorded baseline whose per-run rules ran when recorded
   // Its RunFingerprint (the lowest rank's); empty until one arrives.
   const std::map<std::string, std::string>* fingerprint = nullptr;
+  // The ranks it says it has (its Hellos' world_size); 0 until a Hello arrives.
+  const uint32_t* world_size = nullptr;
 };
 
 // One (baseline, candidate) pair and its step accounting. Stable address.

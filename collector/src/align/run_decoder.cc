@@ -298,6 +298,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         rs.rewind_from = reached;
       }
       rs.session = env.session();
+      if (const auto* h = env.body_as_Hello(); h != nullptr) world_size_ = std::max(world_size_, h->world_size());
       return;
     }
     case wire::Body::StepEnd:

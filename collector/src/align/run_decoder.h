@@ -143,6 +143,9 @@ class RunDecoder {
   // before. version() grows with each fingerprint taken.
   const std::map<std::string, std::string>& fingerprint() const { return fingerprint_; }
   uint32_t fingerprint_version() const { return fingerprint_version_; }
+  // The ranks the run says it has: the largest world_size of its ranks' Hellos (0
+  // before any).
+  const uint32_t& world_size() const { return world_size_; }
   // Highest step closed on `rank` (-1 if none).
   int64_t LastClosed(uint32_t rank) const;
 
@@ -209,6 +212,7 @@ class RunDecoder {
   std::map<std::string, std::string> fingerprint_;
   int64_t fingerprint_rank_ = -1;
   uint32_t fingerprint_version_ = 0;
+  uint32_t world_size_ = 0;
 };
 
 }  // namespace lockstep::collector

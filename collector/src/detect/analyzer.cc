@@ -133,6 +133,8 @@ void Analyzer::Sink::OnPairStart(const AlignedPair& pair) {
   p->ctx.out = &a_->emitter_;
   p->ctx.facts = &p->facts;
   p->ctx.outcome = &p->outcome;
+  p->ctx.world_b = pair.baseline->world_size;
+  p->ctx.world_c = pair.candidate->world_size;
   p->detectors = MakePairDetectors(&p->ctx);
   if (a_->pairs_.size() <= pair.index) a_->pairs_.resize(pair.index + 1);
   a_->pairs_[pair.index] = std::move(p);

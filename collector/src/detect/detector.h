@@ -85,6 +85,13 @@ struct PairCtx {
   AlertEmitter* out = nullptr;
   PairFacts* facts = nullptr;  // owned by the pair: setup differences, scalar findings
   PairOutcome* outcome = nullptr;  // owned by the pair: its first divergence
+  // The ranks the two runs say they have (Hello's world_size; null or 0: unknown):
+  // first_divergence waits for all of them at its onset step.
+  const uint32_t* world_b = nullptr;
+  const uint32_t* world_c = nullptr;
+  uint32_t WorldSize() const {
+    return std::max(world_b != nullptr ? *world_b : 0u, world_c != nullptr ? *world_c : 0u);
+  }
   alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
 };
 

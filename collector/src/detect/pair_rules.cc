@@ -174,6 +174,9 @@ void FirstDivergenceDetector::OnEnd() { Decide(true); }
 void FirstDivergenceDetector::Decide(bool force) {
   if (fired_ || pending_.empty()) return;
   if (!force) {
+    // Every rank the runs have, not only those seen so far: which rank speaks first
+    // is arrival order, and the alert (its rank, its id) must not follow it.
+    if (compared_.size() < ctx_->WorldSize()) return;
     for (const auto& [rank, step] : compared_) {
       if (step < pending_step_) return;  // a rank not yet compared at the onset step
     }

@@ -63,9 +63,10 @@ class ScalarsDetector : public PairDetector {
 // tensor in execution order — with both runs' values and its likely cause
 // (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
 // pair; what it sent is kept in the pair's PairOutcome (PairCtx::outcome).
-// Across ranks the decision waits until every rank of the pair compared so far has
-// been compared at that step (ranks arrive in any order; an earlier onset on a lagging
-// rank replaces a later one), so the live collector and `compare` name the same
+// Across ranks the decision waits until every rank has been compared at that step:
+// every rank the runs say they have (Hello's world_size), else every rank compared so
+// far (ranks arrive in any order; an earlier onset on a lagging rank replaces a later
+// one), so the live collector and `compare` name the same
 // step and rank(s): one alert, "at step 3 on all 4 ranks" / "on ranks 0, 2 of 4" /
 // "rank 2" (RankOnsets::Where), for the rank whose first drifting tensor is earliest
 // in execution order (the lowest rank on a tie). A rank that ended or went silent
