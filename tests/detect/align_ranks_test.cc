@@ -22,6 +22,7 @@
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 #include "runlog/log_writer.h"
+#include "service/offline_compare.h"
 #include "stream_builder.h"
 
 namespace lockstep::collector {
@@ -126,29 +127,19 @@ std::string Dump(const std::vector<alerting::Alert>& alerts) {
   return s;
 }
 
-// `lockstep compare` on the two logs: the baseline read at the candidate's pace, the
-// candidate's log replayed in its recorded order.
-std::vector<alerting::Alert> CompareLogs(const std::string& dir) {
-  std::vector<alerting::Alert> alerts;
-  AnalyzerOptions opt;
-  opt.idle_close_ns = 0;
-  Analyzer an(std::move(opt), [&](alerting::Alert a) { alerts.push_back(std::move(a)); },
-              &kClock);
-  auto b = an.AddBaselineLog(runlog::LogPathFor(dir, "base"), "compare", /*run_rules=*/true);
-  EXPECT_TRUE(b.ok()) << b.status().ToString();
-  an.OverrideRun("cand", "compare", RunRole::kCandidate);
-  auto reader = LogReader::Open(runlog::LogPathFor(dir, "cand"));
-  EXPECT_TRUE(reader.ok());
-  LogReader::Record rec;
-  while ((*reader)->Next(&rec) == LogReader::Result::kRecord) {
-    auto env = LogReader::Envelope(rec);
-    if (env.ok()) an.OnMessage(**env, rec.recv_unix_ns);
-  }
-  an.Finish();
-  auto r = an.Reports();
-  EXPECT_EQ(r.size(), 1u);
-  return alerts;
+// `lockstep compare` on the two logs (service/offline_compare.h, compare's and
+// report's pipeline): the baseline read at the candidate's pace, the candidate's log
+// replayed in its recorded order.
+OfflineComparison CompareOffline(const std::string& dir) {
+  OfflineCompareSpec spec;
+  spec.baseline_path = runlog::LogPathFor(dir, "base");
+  spec.candidate_path = runlog::LogPathFor(dir, "cand");
+  OfflineComparison cmp;
+  std::string error;
+  EXPECT_EQ(CompareRunLogs(std::move(spec), &cmp, &error), OfflineProblem::kNone) << error;
+  return cmp;
 }
+std::vector<alerting::Alert> CompareLogs(const std::string& dir) { return CompareOffline(dir).alerts; }
 
 constexpr uint64_t kSteps = 24;
 constexpr uint64_t kBump = 15;       // rank 3 at 1.5x the tolerance for one step: within its own floor
@@ -405,7 +396,8 @@ void RankThreeFirst(uint32_t world_size, uint32_t expected_rank) {
     col.Feed("cand", c.Goodbye(5));
   }
   col.Finish();
-  const auto offline = CompareLogs(dir);
+  const OfflineComparison cmp = CompareOffline(dir);
+  const auto& offline = cmp.alerts;
   EXPECT_EQ(Keys(col.alerts), Keys(offline)) << "live:\n" << Dump(col.alerts) << "compare:\n" << Dump(offline);
   ASSERT_EQ(col.Count("first_divergence"), 1u) << Dump(col.alerts);
   for (const auto& alerts : {col.alerts, offline}) {
@@ -415,6 +407,22 @@ void RankThreeFirst(uint32_t world_size, uint32_t expected_rank) {
       EXPECT_EQ(a.rank, expected_rank) << a.message;
       EXPECT_EQ(a.tensor, "layers.1");
     }
+  }
+  // The verdict: compare's and report's (one pipeline) against the live page's, which
+  // judges the live Analyzer's report with what it knows of the logs (their run ids).
+  auto reports = col.an->Reports();
+  ASSERT_EQ(reports.size(), 1u);
+  LogScan base, cand;
+  base.run_id = reports.front().baseline;
+  cand.run_id = reports.front().candidate;
+  bool critical = false;
+  for (const auto& a : col.alerts) critical |= a.severity == alerting::Severity::kCritical;
+  const GateVerdict live = JudgeCompare(reports.front(), base, cand, col.alerts, critical);
+  ASSERT_FALSE(live.lines.empty());
+  ASSERT_FALSE(cmp.verdict.lines.empty());
+  EXPECT_EQ(live.lines.front(), cmp.verdict.lines.front());
+  if (world_size == kRanks) {
+    EXPECT_NE(cmp.verdict.lines.front().find("on all 4 ranks"), std::string::npos) << cmp.verdict.lines.front();
   }
 }
 

@@ -1,6 +1,6 @@
-// `lockstep compare A B`: the live aligner and detectors over two recorded run logs.
-// A is the baseline, B the candidate, whatever roles their Hellos announce. A is read
-// at B's pace (Analyzer::AddBaselineLog), so memory stays bounded for any log length.
+// `lockstep compare A B`: the live aligner and detectors over two recorded run logs
+// (service/offline_compare.h, the pipeline `report` shares). A is the baseline, B the
+// candidate, whatever roles their Hellos announce.
 // Prints a verdict of a few lines first (docs/rules.md "compare as a CI gate"), then the
 // settings, the first divergence and a per-tensor table (or --json). The exit status
 // gates CI (lockstep/common/exit_codes.h): a critical finding, a corrupt or truncated log, too few
@@ -29,15 +29,13 @@
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "lockstep/common/json_out.h"
-#include "runlog/log_reader.h"
+#include "service/offline_compare.h"
 
 namespace lockstep::cli {
 namespace {
 
-using collector::Analyzer;
 using collector::AnalyzerOptions;
 using collector::JsonOut;
-using collector::LogReader;
 using collector::PairReport;
 
 #ifndef LOCKSTEP_VERSION
@@ -50,18 +48,6 @@ std::string G(double x, const char* fmt = "%.4g") {
   char buf[48];
   std::snprintf(buf, sizeof buf, fmt, x);
   return buf;
-}
-
-// The run id of a log (from its first Hello), or a one-sentence error.
-StatusOr<std::string> RunIdOf(const std::string& path) {
-  auto r = LogReader::Open(path);
-  if (!r.ok()) return r.status();  // names the path and the reason (a directory: its run logs)
-  LogReader::Record rec;
-  while ((*r)->Next(&rec) == LogReader::Result::kRecord) {
-    auto env = LogReader::Envelope(rec);
-    if (env.ok() && (*env)->run_id()) return (*env)->run_id()->str();
-  }
-  return Status::InvalidArgument("run log '" + path + "' holds no readable message");
 }
 
 // The verdict's lines, headline first, as printed before everything else.
@@ -93,10 +79,12 @@ void PrintSettings(const OfflineSettings& s) {
   for (const auto& n : s.notes) std::printf("  note: %s\n", n.c_str());
 }
 
-void PrintText(const PairReport& r, const std::string& path_a, const std::string& path_b,
-               const std::vector<alerting::Alert>& alerts, const collector::AlertEmitter& em,
-               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings,
-               const collector::RankOnsets* onsets) {
+void PrintText(const collector::OfflineComparison& cmp, const std::string& path_a, const std::string& path_b,
+               int exit_code, const OfflineSettings& settings) {
+  const PairReport& r = cmp.report;
+  const auto& alerts = cmp.alerts;
+  const auto& verdict = cmp.verdict;
+  const collector::RankOnsets* onsets = &r.onsets;
   PrintVerdict(verdict, exit_code);
   std::printf("\n");
   std::printf("baseline  %s  (%s)\ncandidate %s  (%s)\n", r.baseline.c_str(), path_a.c_str(), r.candidate.c_str(),
@@ -171,10 +159,10 @@ void PrintText(const PairReport& r, const std::string& path_a, const std::string
     }
   }
   std::printf("\nalerts: %llu (critical %llu, warning %llu, info %llu)\n",
-              static_cast<unsigned long long>(em.total()),
-              static_cast<unsigned long long>(em.count(alerting::Severity::kCritical)),
-              static_cast<unsigned long long>(em.count(alerting::Severity::kWarning)),
-              static_cast<unsigned long long>(em.count(alerting::Severity::kInfo)));
+              static_cast<unsigned long long>(cmp.alerts.size()),
+              static_cast<unsigned long long>(cmp.alerts_critical),
+              static_cast<unsigned long long>(cmp.alerts_warning),
+              static_cast<unsigned long long>(cmp.alerts_info));
   if (r.trends_downstream > 0) {
     std::printf("  and %llu trend(s) downstream of the first divergence, counted in it, not listed as alerts\n",
                 static_cast<unsigned long long>(r.trends_downstream));
@@ -387,24 +375,6 @@ int CompareCommand(int argc, const char* const* argv) {
   }
   const std::string path_a = fs.positional()[0], path_b = fs.positional()[1];
 
-  // The logs: the baseline scanned whole here (the analyzer reads it again at the
-  // candidate's pace), the candidate's run id from its first message.
-  auto base_scan = collector::ScanLog(path_a);
-  if (!base_scan.ok()) return fail(kExitBadInput, base_scan.status().message());
-  if (base_scan->run_id.empty()) {
-    return fail(kExitBadInput, "run log '" + path_a + "' holds no readable message" +
-                                   (base_scan->problem.empty() ? "" : " (" + base_scan->problem + ")"));
-  }
-  auto cand_orig = RunIdOf(path_b);
-  if (!cand_orig.ok()) return fail(kExitBadInput, cand_orig.status().message());
-  const std::string base_id = rename_b.empty() ? base_scan->run_id : rename_b;
-  const std::string cand_id = rename_c.empty() ? *cand_orig : rename_c;
-  if (base_id == cand_id) {
-    return fail(kExitUsage, "both logs hold run " + base_id + "; give one of them another name for this "
-                            "comparison with --rename-baseline ID or --rename-candidate ID (e.g. "
-                            "--rename-baseline " + base_id + "-before)");
-  }
-
   // Settings: recorded next to the candidate's log (else the baseline's), then the
   // flags given here on top (cli/offline_pair.h, shared with report).
   OfflineSettings si;
@@ -412,9 +382,7 @@ int CompareCommand(int argc, const char* const* argv) {
   if (int code = ResolveOfflineSettings(fs, path_a, path_b, default_settings, name_map, &opt, &si, &error)) {
     return fail(code, error);
   }
-
   opt.max_buffered_steps = static_cast<size_t>(max_buffered);
-  opt.idle_close_ns = 0;  // offline: steps close on the data, never on a timer
   std::unique_ptr<collector::JsonlAlertFile> jsonl;
   if (!alerts_file.empty()) {
     auto f = collector::JsonlAlertFile::Open(alerts_file);
@@ -422,32 +390,23 @@ int CompareCommand(int argc, const char* const* argv) {
     jsonl = std::move(*f);
   }
 
-  std::vector<alerting::Alert> alerts;
-  Analyzer an(std::move(opt), [&](alerting::Alert a) {
-    if (jsonl) jsonl->Write(a);
-    alerts.push_back(std::move(a));
-  });
-  collector::RankOnsets onsets;
-  an.SetPairStepObserver([&onsets](const collector::PairCtx&, const collector::PairStepView& v) { onsets.Observe(v); });
-  if (!rename_c.empty()) an.RenameRun(*cand_orig, rename_c);
-  // The baseline first: a candidate named before it would wait for one, which the
-  // aligner logs as "not paired".
-  auto added = an.AddBaselineLog(path_a, "compare", /*run_rules=*/true, rename_b);
-  if (!added.ok()) return fail(kExitBadInput, added.status().message());
-  an.OverrideRun(cand_id, "compare", collector::RunRole::kCandidate);
-
-  collector::LogScan cand_scan;
-  if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) {
-    return fail(kExitBadInput, fed.message());
+  // The pipeline itself is service/offline_compare's, the same for `report`.
+  collector::OfflineCompareSpec spec;
+  spec.baseline_path = path_a;
+  spec.candidate_path = path_b;
+  spec.rename_baseline = rename_b;
+  spec.rename_candidate = rename_c;
+  spec.options = std::move(opt);
+  if (jsonl) spec.on_alert = [&jsonl](const alerting::Alert& a) { jsonl->Write(a); };
+  collector::OfflineComparison cmp;
+  switch (collector::CompareRunLogs(std::move(spec), &cmp, &error)) {
+    case collector::OfflineProblem::kNone: break;
+    case collector::OfflineProblem::kBadInput: return fail(kExitBadInput, error);
+    case collector::OfflineProblem::kSameRun:
+      return fail(kExitUsage, error + "; give one of them another name for this comparison with --rename-baseline ID "
+                                      "or --rename-candidate ID (e.g. --rename-baseline " + cmp.baseline_id + "-before)");
   }
-  if (!cand_scan.problem.empty()) spdlog::warn("{}; comparing what came before it", cand_scan.problem);
-  if (cand_scan.unreadable > 0) spdlog::warn("{} unreadable message(s) in '{}' were skipped", cand_scan.unreadable, path_b);
-  an.Finish();
-
-  auto reports = an.Reports();
-  const bool critical = an.emitter().count(alerting::Severity::kCritical) > 0;
-  if (reports.empty()) return fail(kExitBadInput, "the logs could not be paired");
-  const auto verdict = collector::JudgeCompare(reports.front(), *base_scan, cand_scan, alerts, critical, &onsets);
+  const auto& verdict = cmp.verdict;
   int code = kExitOk;
   switch (verdict.outcome) {
     case collector::GateOutcome::kOk: code = kExitOk; break;
@@ -457,9 +416,9 @@ int CompareCommand(int argc, const char* const* argv) {
     case collector::GateOutcome::kNotSameModel: code = kExitNotSameModel; break;
   }
   if (json) {
-    PrintJson(reports.front(), alerts, critical, verdict, code, si);
+    PrintJson(cmp.report, cmp.alerts, cmp.critical, verdict, code, si);
   } else {
-    PrintText(reports.front(), path_a, path_b, alerts, an.emitter(), verdict, code, si, &onsets);
+    PrintText(cmp, path_a, path_b, code, si);
   }
   return code;
 }

@@ -111,31 +111,4 @@ int ResolveOfflineSettings(const FlagSet& fs, const std::string& path_base, cons
   return kExitOk;
 }
 
-Status FeedCandidateLog(const std::string& path, collector::Analyzer* an, collector::LogScan* scan) {
-  using collector::LogReader;
-  auto reader = LogReader::Open(path);
-  if (!reader.ok()) return reader.status();
-  scan->path = path;
-  LogReader::Record rec;
-  while (true) {
-    auto res = (*reader)->Next(&rec);
-    if (res == LogReader::Result::kRecord) {
-      ++scan->records;
-      auto env = LogReader::Envelope(rec);
-      if (!env.ok()) {
-        ++scan->unreadable;  // counted: the verdict says the input was damaged
-        continue;
-      }
-      scan->Add(**env);
-      an->OnMessage(**env, rec.recv_unix_ns);
-      continue;
-    }
-    if (res == LogReader::Result::kCorrupt) scan->corrupt = true;
-    if (res == LogReader::Result::kTruncated) scan->truncated = true;
-    if (res != LogReader::Result::kEnd) scan->problem = (*reader)->problem();
-    break;
-  }
-  return Status::OK();
-}
-
 }  // namespace lockstep::cli

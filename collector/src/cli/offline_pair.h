@@ -1,6 +1,6 @@
 // What `compare` and `report` share when they judge two recorded run logs offline: the
-// detection settings (recorded next to the logs, flags on top) and feeding the
-// candidate's log to the Analyzer. One place, so the two commands give one answer.
+// detection settings (recorded next to the logs, flags on top). The pipeline itself is
+// service/offline_compare.h's. One place, so the two commands give one answer.
 // Called from the command's thread only.
 #ifndef LOCKSTEP_CLI_OFFLINE_PAIR_H_
 #define LOCKSTEP_CLI_OFFLINE_PAIR_H_
@@ -12,9 +12,7 @@
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {
-class Analyzer;
 struct AnalyzerOptions;
-struct LogScan;
 }  // namespace lockstep::collector
 
 namespace lockstep::cli {
@@ -48,11 +46,6 @@ void AddDefaultSettingsFlag(FlagSet* fs, bool* default_settings);
 int ResolveOfflineSettings(const FlagSet& fs, const std::string& path_base, const std::string& path_cand,
                            bool default_settings, const std::string& name_map,
                            collector::AnalyzerOptions* opt, OfflineSettings* out, std::string* error);
-
-// Hands every record of the candidate's log at `path` to `an` (OnMessage), noting each
-// message in *scan; stops at corruption or a torn tail, recorded in *scan with what came
-// before it kept. An error only when the file cannot be opened.
-Status FeedCandidateLog(const std::string& path, collector::Analyzer* an, collector::LogScan* scan);
 
 }  // namespace lockstep::cli
 

@@ -1,8 +1,8 @@
 // `lockstep report A B -o report.html` (or --data-dir DIR --experiment NAME): the
 // comparison `lockstep compare` makes, drawn as one self-contained HTML page
-// (docs/report.md). The same Analyzer and verdict (detect/compare_gate.h) as compare;
-// a ReportRecorder on the analyzer's pair-step hook keeps the per-(tensor, step)
-// scores and the step scalars, so each log is read once.
+// (docs/report.md). The same pipeline and verdict as compare (service/offline_compare.h);
+// a ReportRecorder on its pair-step hook keeps the per-(tensor, step) scores and the
+// step scalars, so each log is read once.
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -20,7 +20,6 @@
 #include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "cli/rule_flags.h"
-#include "detect/analyzer.h"
 #include "detect/compare_gate.h"
 #include "detect/detection_settings.h"
 #include "lockstep/schema/lockstep_generated.h"
@@ -28,6 +27,7 @@
 #include "report/report_recorder.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
+#include "service/offline_compare.h"
 
 namespace lockstep::cli {
 namespace {
@@ -176,15 +176,8 @@ int ReportCommand(int argc, const char* const* argv) {
                             "--experiment NAME");
   }
 
-  auto base_scan = collector::ScanLog(path_a);
-  if (!base_scan.ok()) return fail(kExitBadInput, base_scan.status().message());
   auto cand_hello = HelloOf(path_b);
   if (!cand_hello.ok()) return fail(kExitBadInput, cand_hello.status().message());
-  if (base_scan->run_id.empty()) return fail(kExitBadInput, "run log '" + path_a + "' holds no readable message");
-  if (base_scan->run_id == cand_hello->run_id) {
-    return fail(kExitUsage, "both logs hold run " + base_scan->run_id +
-                                "; compare them with lockstep compare --rename-baseline ID");
-  }
 
   // Settings as compare takes them (cli/offline_pair.h): recorded next to the
   // candidate's log (else the baseline's), the flags given here on top.
@@ -199,41 +192,37 @@ int ReportCommand(int argc, const char* const* argv) {
   hdr.notes = settings.notes;
   if (!settings.name_map.empty()) hdr.notes.push_back("name map: " + settings.name_map);
   opt.max_buffered_steps = static_cast<size_t>(max_buffered);
-  opt.idle_close_ns = 0;
 
   collector::ReportLimits limits;
   limits.max_cols = static_cast<uint32_t>(std::min<int64_t>(max_cols, 100000));
   limits.max_tensors = static_cast<uint32_t>(std::min<int64_t>(max_tensors, 1000000));
   collector::ReportRecorder recorder(limits);
-  // The pair is labelled with the candidate's experiment (the recorder and the alerts
-  // are keyed by it); the logs' roles are fixed whatever their Hellos say.
-  const std::string exp = cand_hello->experiment.empty() ? "report" : cand_hello->experiment;
-  std::vector<alerting::Alert> alerts;
-  collector::Analyzer an(std::move(opt), [&](alerting::Alert a) {
-    recorder.OnAlert(a);
-    alerts.push_back(std::move(a));
-  });
-  an.SetPairStepObserver([&recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
+  // The pipeline is compare's (service/offline_compare.h); the recorder keeps the
+  // per-(tensor, step) scores and the step scalars on the way. The pair is labelled
+  // with the candidate's experiment (the recorder and the alerts are keyed by it).
+  collector::OfflineCompareSpec spec;
+  spec.baseline_path = path_a;
+  spec.candidate_path = path_b;
+  spec.experiment = cand_hello->experiment.empty() ? "report" : cand_hello->experiment;
+  spec.options = std::move(opt);
+  spec.on_alert = [&recorder](const alerting::Alert& a) { recorder.OnAlert(a); };
+  spec.on_pair_step = [&recorder](const collector::PairCtx& ctx, const collector::PairStepView& v) {
     recorder.OnPairStep(ctx, v);
-  });
-  // The baseline first, so the candidate finds it when its role is fixed.
-  auto added = an.AddBaselineLog(path_a, exp, /*run_rules=*/true);
-  if (!added.ok()) return fail(kExitBadInput, added.status().message());
-  an.OverrideRun(cand_hello->run_id, exp, collector::RunRole::kCandidate);
-  collector::LogScan cand_scan;
-  if (Status fed = FeedCandidateLog(path_b, &an, &cand_scan); !fed.ok()) return fail(kExitBadInput, fed.message());
-  an.Finish();
-  auto reports = an.Reports();
-  if (reports.empty()) return fail(kExitBadInput, "the logs could not be paired");
-  collector::PairReport& r = reports.front();
-  const bool critical = an.emitter().count(alerting::Severity::kCritical) > 0;
-  const auto verdict = collector::JudgeCompare(r, *base_scan, cand_scan, alerts, critical);
+  };
+  collector::OfflineComparison cmp;
+  switch (collector::CompareRunLogs(std::move(spec), &cmp, &error)) {
+    case collector::OfflineProblem::kNone: break;
+    case collector::OfflineProblem::kBadInput: return fail(kExitBadInput, error);
+    case collector::OfflineProblem::kSameRun:
+      return fail(kExitUsage, error + "; compare them with lockstep compare --rename-baseline ID");
+  }
+  const auto& verdict = cmp.verdict;
   hdr.generated_by = std::string("lockstep ") + LOCKSTEP_VERSION + " report";
   hdr.generated_at = UtcNow();
   hdr.path_b = path_a;
   hdr.path_c = path_b;
   hdr.exit_code = ExitOf(verdict.outcome);
-  std::string json = collector::ReportJson(hdr, r, verdict, recorder);
+  std::string json = collector::ReportJson(hdr, cmp.report, verdict, recorder);
   const std::string page = collector::ReportHtml(json);
   std::ofstream out(output, std::ios::binary | std::ios::trunc);
   out << page;

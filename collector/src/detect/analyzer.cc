@@ -56,6 +56,7 @@ struct Analyzer::PairDet {
   std::vector<StepBirths> birth_log;
   PairOutcome outcome;
   PairFacts facts;  // setup differences and scalar findings: first_divergence's cause
+  RankOnsets onsets;  // PairReport::onsets
   double loss_b = std::nan(""), loss_c = std::nan("");
   bool loss_b_given = false, loss_c_given = false;
 };
@@ -298,6 +299,7 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
     p->loss_c_given = cs.scalars.loss_given;
   }
   pairs_compared_ += matched.size();
+  p->onsets.Observe(v);
   if (observer_) observer_(p->ctx, v);
 }
 
@@ -325,6 +327,7 @@ std::vector<PairReport> Analyzer::Reports() const {
     r.setup_known = p->facts.setup_known;
     r.setup = p->facts.setup;
     r.setup_note = p->facts.setup_note;
+    r.onsets = p->onsets;
     for (const StepBirths& sb : p->birth_log) {
       BirthReport br;
       br.step = sb.step;

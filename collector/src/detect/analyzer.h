@@ -32,6 +32,7 @@
 #include "align/aligner.h"
 #include "align/names.h"
 #include "detect/detector.h"
+#include "detect/rank_onsets.h"
 #include "detect/rules_config.h"
 #include "detect/setup_rule.h"
 #include "lockstep/collector/message_sink.h"
@@ -124,6 +125,9 @@ struct PairReport {
   std::vector<BirthReport> births;       // per compared step: ops by the error they add
   bool births_truncated = false;         // more steps were compared than kept
   bool loss_b_given = false, loss_c_given = false;  // false: no loss; true: loss_b/c, NaN included
+  // Each rank's first drifting step and tensor, from every compared step: where the
+  // first divergence is ("on all 4 ranks"), the same for compare, report and the live page.
+  RankOnsets onsets;
 };
 
 class Analyzer : public MessageSink {

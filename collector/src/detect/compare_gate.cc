@@ -127,7 +127,8 @@ std::string WithWhere(const std::string& message, const alerting::Alert& a, cons
 }
 
 GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan& cand,
-                         const std::vector<alerting::Alert>& alerts, bool critical, const RankOnsets* onsets) {
+                         const std::vector<alerting::Alert>& alerts, bool critical) {
+  const RankOnsets* onsets = &r.onsets;
   GateVerdict v;
   // Input: a log not read whole.
   std::vector<std::string> bad_input;

@@ -63,11 +63,10 @@ inline constexpr double kMinTensorsSharedFraction = 0.5;
 // The verdict over one compared pair. `critical`: a critical alert was raised; a
 // `restart` alert in `alerts` (steps not compared: their numbers repeat) is a finding too. The
 // outcome's precedence: bad input, not the same model, too few steps, finding, ok.
-// `onsets` (may be null): each rank's first drifting step, so the first divergence is
-// said to be "on all 4 ranks" when every rank parts at that step.
+// The first divergence is said to be "on all 4 ranks" when every rank parts at that
+// step (the report's onsets).
 GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan& cand,
-                         const std::vector<alerting::Alert>& alerts, bool critical,
-                         const RankOnsets* onsets = nullptr);
+                         const std::vector<alerting::Alert>& alerts, bool critical);
 
 // The first divergence's place, "rank 2" or "all 4 ranks" (RankOnsets::Where), and its
 // message with "at step S rank R" said that way.
