@@ -31,6 +31,7 @@ def test_this_tree_follows_the_layering():
 def fake_tree(root):
     """A small clean tree with one header per room."""
     write(root, "schema/include/lockstep/common/status.h", "#pragma once\n")
+    write(root, "schema/include/lockstep/common/flags.h", "#pragma once\n")
     write(root, "agent/include/lockstep/agent/agent.h", '#include "lockstep/common/status.h"\n')
     write(root, "alerting/include/lockstep/alerting/alert.h", '#include "lockstep/common/status.h"\n')
     write(root, "collector/include/lockstep/collector/collector.h", "#pragma once\n")
@@ -45,14 +46,16 @@ def fake_tree(root):
 
 # (rule, the file planted, its text): each plants one violation into the clean fake tree.
 PLANTS = [
-    ("agent-below-collector", "agent/tools/loadgen.cc", '#include "cli/compare_cmd.cc"\n'),
-    ("agent-below-collector", "agent/src/engine/x.cc", '#include "lockstep/alerting/alert.h"\n'),
-    ("common-is-lowest", "schema/include/lockstep/common/flags.h",
-     '#include "lockstep/agent/agent.h"\n'),
-    ("alerting-below-collector", "alerting/src/formats.cc", '#include "lockstep/collector/collector.h"\n'),
-    ("runlog-below-ingest", "collector/src/runlog/inspect.h", '#include "ingest/registry.h"\n'),
-    ("detect-below-cli", "collector/src/detect/rules.cc", '#include "cli/compare_cmd.cc"\n'),
-    ("daemon-below-cli", "collector/src/view/view_model.cc", '#include "top/top_ui.cc"\n'),
+    ("stacks-apart", "agent/tools/loadgen.cc", '#include "cli/compare_cmd.cc"\n'),
+    ("stacks-apart", "agent/src/engine/x.cc", '#include "lockstep/alerting/alert.h"\n'),
+    ("order", "schema/include/lockstep/common/flags.h", '#include "lockstep/agent/agent.h"\n'),
+    ("order", "alerting/src/formats.cc", '#include "lockstep/collector/collector.h"\n'),
+    ("order", "collector/src/runlog/inspect.h", '#include "ingest/registry.h"\n'),
+    ("order", "collector/src/detect/rules.cc", '#include "cli/compare_cmd.cc"\n'),
+    ("order", "collector/src/view/view_model.cc", '#include "top/top_ui.cc"\n'),
+    ("order", "collector/src/top/top_cmd.cc", '#include "cli/compare_cmd.cc"\n'),
+    ("detect-without-flag-parser", "collector/src/detect/rules.cc",
+     '#include "lockstep/common/flags.h"\n'),
     ("public-not-private", "collector/include/lockstep/collector/service.h",
      '// the pipeline\n#include "ingest/registry.h"\n'),
     ("daemon-without-ncurses", "collector/src/view/CMakeLists.txt",

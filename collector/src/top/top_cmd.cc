@@ -1,10 +1,12 @@
 // `lockstep top`: the live terminal view attached to a collector's view feed
 // (docs/top.md). The work is in collector/src/top/top_ui.cc; this file is flags.
+#include "top/top_cmd.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "cli/commands.h"
+#include "lockstep/common/exit_codes.h"
 #include "lockstep/common/flags.h"
 #include "top/top_ui.h"
 
