@@ -7,9 +7,7 @@
 #include "lockstep/common/exit_codes.h"
 #include "lockstep/common/flags.h"
 #include "detect/analyzer.h"
-#include "detect/compare_gate.h"
 #include "detect/detection_settings.h"
-#include "runlog/log_reader.h"
 
 namespace lockstep::cli {
 
