@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "sink_type.h"
 #include "sink_worker.h"
 #include "transport.h"
 
@@ -65,8 +66,8 @@ StatusOr<std::vector<SinkTestResult>> SendTestAlert(const AlertingOptions& optio
   for (size_t i = 0; i < options.sinks.size(); ++i) {
     const SinkOptions& s = options.sinks[i];
     SinkTestResult r;
-    r.name = s.name.empty() ? std::string(SinkKindName(s.kind)) + "-" + std::to_string(i) : s.name;
-    r.target = IsHttpKind(s.kind) ? RedactUrl(s.target) : s.target;
+    r.name = SinkDisplayName(s, i);
+    r.target = SinkShownTarget(s);
     auto t = Transport::Create(s, r.name);
     if (!t.ok()) {
       r.setup_failed = true;

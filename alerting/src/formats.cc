@@ -8,28 +8,38 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "sink_type.h"
+
 namespace lockstep::alerting {
 namespace {
 
 using nlohmann::json;
 
-// Detector strings may hold any bytes; never let invalid UTF-8 throw from dump().
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Base64(const unsigned char* data, size_t n) {
+  std::string out(4 * ((n + 2) / 3) + 1, '\0');
+  int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(n));
+  out.resize(len);
+  return out;
+}
 
-std::string Fmt(double v) {
+}  // namespace
+
+std::string DumpJson(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string FormatNumber(double v) {
   if (std::isnan(v)) return "n/a";
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6g", v);
   return buf;
 }
 
-std::string Runs(const Alert& a, const char* sep) {
+std::string JoinRuns(const Alert& a, const char* sep) {
   std::string s;
   for (size_t i = 0; i < a.runs.size(); ++i) s += (i ? sep : "") + a.runs[i];
   return s;
 }
 
-std::string Title(const Alert& a) {
+std::string AlertTitle(const Alert& a) {
   std::string t = "[" + std::string(SeverityName(a.severity)) + "] lockstep ";
   if (!a.notification.empty()) t += "incident " + a.notification + ": ";
   t += a.rule;
@@ -38,19 +48,20 @@ std::string Title(const Alert& a) {
 }
 
 // Markdown lines shared by Slack (mrkdwn: *bold*), Feishu, DingTalk, WeCom (**bold**).
-std::string Details(const Alert& a, const std::string& b) {
+std::string AlertDetails(const Alert& a, const std::string& b) {
   std::string s = a.message + "\n";
   if (!a.tensor.empty())
     s += b + "tensor" + b + ": " + a.tensor + (a.kind.empty() ? "" : " (" + a.kind + ")") + "\n";
   s += b + "step" + b + ": " + std::to_string(a.step) +
        (a.micro_step ? " (micro step " + std::to_string(a.micro_step) + ")" : std::string()) + "  " + b + "rank" +
        b + ": " + std::to_string(a.rank) + "\n";
-  if (!a.runs.empty()) s += b + "runs" + b + ": " + Runs(a, " vs ") + "\n";
+  if (!a.runs.empty()) s += b + "runs" + b + ": " + JoinRuns(a, " vs ") + "\n";
   if (!a.metric.empty())
-    s += b + a.metric + b + ": " + Fmt(a.error) + " (threshold " + Fmt(a.threshold) + ")\n";
+    s += b + a.metric + b + ": " + FormatNumber(a.error) + " (threshold " +
+         FormatNumber(a.threshold) + ")\n";
   if (!std::isnan(a.baseline_value) || !std::isnan(a.candidate_value))
-    s += b + "baseline" + b + ": " + Fmt(a.baseline_value) + "  " + b + "candidate" + b + ": " +
-         Fmt(a.candidate_value) + "\n";
+    s += b + "baseline" + b + ": " + FormatNumber(a.baseline_value) + "  " + b + "candidate" + b +
+         ": " + FormatNumber(a.candidate_value) + "\n";
   if (!a.notification.empty()) {
     s += b + "incident" + b + ": " + a.incident + "  (" + std::to_string(a.incident_alerts) +
          " alert(s); every one is in the alerts file)\n";
@@ -64,57 +75,12 @@ std::string Details(const Alert& a, const std::string& b) {
   return s;
 }
 
-std::string Base64(const unsigned char* data, size_t n) {
-  std::string out(4 * ((n + 2) / 3) + 1, '\0');
-  int len = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(n));
-  out.resize(len);
-  return out;
-}
-
 std::string HmacSha256Base64(const std::string& key, const std::string& msg) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int md_len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), md, &md_len);
   return Base64(md, md_len);
-}
-
-std::string CamelRule(const std::string& rule) {
-  std::string out = "Lockstep";
-  bool up = true;
-  for (char c : rule) {
-    if (c == '_' || c == '-' || c == ' ') { up = true; continue; }
-    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-    up = false;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string UrlEncode(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-// Feishu: key = "<timestamp>\n<secret>", message empty, base64 of the HMAC-SHA256.
-std::string FeishuSign(int64_t timestamp_s, const std::string& secret) {
-  return HmacSha256Base64(std::to_string(timestamp_s) + "\n" + secret, "");
-}
-
-// DingTalk: key = secret, message = "<timestamp_ms>\n<secret>".
-std::string DingTalkSign(int64_t timestamp_ms, const std::string& secret) {
-  return HmacSha256Base64(secret, std::to_string(timestamp_ms) + "\n" + secret);
 }
 
 StatusOr<Alert> AlertFromJson(const std::string& text) {
@@ -174,118 +140,10 @@ StatusOr<Alert> AlertFromJson(const std::string& text) {
   return a;
 }
 
-std::string AlertToLogLine(const Alert& a) {
-  std::string s = Title(a) + ": " + a.message;
-  if (!a.incident.empty()) s += " incident=" + a.incident;
-  if (!a.tensor.empty()) s += " tensor=" + a.tensor;
-  if (!a.kind.empty()) s += " kind=" + a.kind;
-  s += " step=" + std::to_string(a.step) + " rank=" + std::to_string(a.rank);
-  if (a.micro_step) s += " micro_step=" + std::to_string(a.micro_step);
-  if (!a.runs.empty()) s += " runs=" + Runs(a, ",");
-  if (!a.metric.empty()) s += " " + a.metric + "=" + Fmt(a.error) + " threshold=" + Fmt(a.threshold);
-  if (a.repeat_count > 1) s += " repeat=" + std::to_string(a.repeat_count);
-  return s;
-}
-
 Payload FormatAlert(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms) {
-  Payload p;
-  switch (sink.kind) {
-    case SinkKind::kLog:
-    case SinkKind::kJsonl:
-    case SinkKind::kWebhook:
-      p.body = AlertToJson(a, now_unix_ms);
-      break;
-    case SinkKind::kSlack: {
-      json blocks = json::array();
-      blocks.push_back({{"type", "header"}, {"text", {{"type", "plain_text"}, {"text", Title(a)}}}});
-      blocks.push_back({{"type", "section"}, {"text", {{"type", "mrkdwn"}, {"text", Details(a, "*")}}}});
-      p.body = Dump({{"text", Title(a) + ": " + a.message}, {"blocks", blocks}});
-      break;
-    }
-    case SinkKind::kFeishu: {
-      json j;
-      if (sink.feishu_text) {
-        j = {{"msg_type", "text"}, {"content", {{"text", Title(a) + "\n" + Details(a, "")}}}};
-      } else {
-        const char* color = a.severity == Severity::kCritical ? "red"
-                            : a.severity == Severity::kWarning ? "orange" : "blue";
-        j = {{"msg_type", "interactive"},
-             {"card",
-              {{"config", {{"wide_screen_mode", true}}},
-               {"header", {{"title", {{"tag", "plain_text"}, {"content", Title(a)}}}, {"template", color}}},
-               {"elements", json::array({{{"tag", "div"},
-                                          {"text", {{"tag", "lark_md"}, {"content", Details(a, "**")}}}}})}}}};
-      }
-      if (!sink.secret.empty()) {
-        int64_t ts = now_unix_ms / 1000;
-        j["timestamp"] = std::to_string(ts);
-        j["sign"] = FeishuSign(ts, sink.secret);
-      }
-      p.body = Dump(j);
-      break;
-    }
-    case SinkKind::kDingTalk: {
-      p.body = Dump({{"msgtype", "markdown"},
-                     {"markdown", {{"title", Title(a)}, {"text", "### " + Title(a) + "\n\n" + Details(a, "**")}}}});
-      if (!sink.secret.empty()) {
-        p.query_suffix = "timestamp=" + std::to_string(now_unix_ms) +
-                         "&sign=" + UrlEncode(DingTalkSign(now_unix_ms, sink.secret));
-      }
-      break;
-    }
-    case SinkKind::kWeCom: {
-      const char* color = a.severity == Severity::kCritical ? "warning"
-                          : a.severity == Severity::kWarning ? "comment" : "info";
-      std::string content = "### <font color=\"" + std::string(color) + "\">" + Title(a) +
-                            "</font>\n" + Details(a, "**");
-      p.body = Dump({{"msgtype", "markdown"}, {"markdown", {{"content", content}}}});
-      break;
-    }
-    case SinkKind::kAlertmanager: {
-      json labels = {{"alertname", CamelRule(a.rule)},
-                     {"severity", SeverityName(a.severity)},
-                     {"rule", a.rule},
-                     {"source", "lockstep"}};
-      // Alertmanager treats an empty label as absent; leave those out.
-      auto put = [&](const char* k, const std::string& v) { if (!v.empty()) labels[k] = v; };
-      put("experiment", a.experiment);
-      put("run", Runs(a, ","));
-      if (a.notification.empty()) {
-        put("tensor", a.tensor);
-        put("kind", a.kind);
-        // The rank is part of the finding's identity (the dedup key): two ranks are two
-        // Alertmanager alerts, not one overwriting the other.
-        labels["rank"] = std::to_string(a.rank);
-      } else {
-        // One incident is one Alertmanager alert: its labels stay the same from opened
-        // to resolved (the tensor of each message is in the annotations).
-        labels["alertname"] = "LockstepIncident";
-        labels.erase("rule");
-      }
-      // Alertmanager groups by labels: the incident key makes one cause one group.
-      put("incident", a.incident);
-      json annotations = {{"summary", a.message.empty() ? Title(a) : a.message},
-                          {"description", Details(a, "")},
-                          {"step", std::to_string(a.step)},
-                          {"rank", std::to_string(a.rank)},
-                          {"micro_step", std::to_string(a.micro_step)},
-                          {"dedup_key", a.DedupKey()},
-                          {"repeat_count", std::to_string(a.repeat_count)}};
-      if (!a.metric.empty()) annotations["metric"] = a.metric + "=" + Fmt(a.error);
-      if (!a.notification.empty()) {
-        annotations["notification"] = a.notification;
-        annotations["rule"] = a.rule;
-        if (!a.tensor.empty()) annotations["tensor"] = a.tensor;
-      }
-      int64_t first = a.first_seen_unix_ns ? a.first_seen_unix_ns : now_unix_ms * 1000000;
-      json one = {{"labels", labels}, {"annotations", annotations}, {"startsAt", Rfc3339(first)}};
-      if (!sink.generator_url.empty()) one["generatorURL"] = sink.generator_url;
-      if (a.notification == "resolved") one["endsAt"] = Rfc3339(now_unix_ms * 1000000);
-      p.body = Dump(json::array({one}));
-      break;
-    }
-  }
-  return p;
+  const SinkType& type = SinkTypeOf(sink.kind);
+  if (type.format) return type.format(sink, a, now_unix_ms);
+  return Payload{AlertToJson(a, now_unix_ms), ""};
 }
 
 ReplyVerdict JudgeReply(SinkKind kind, int status, const std::string& body) {
@@ -294,25 +152,7 @@ ReplyVerdict JudgeReply(SinkKind kind, int status, const std::string& body) {
   std::string snippet = body.substr(0, 200);
   if (status >= 200 && status < 300) {
     v.ok = true;
-    if (kind == SinkKind::kFeishu || kind == SinkKind::kDingTalk || kind == SinkKind::kWeCom) {
-      nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-      if (j.is_object()) {
-        const char* code_key = kind == SinkKind::kFeishu ? (j.contains("code") ? "code" : "StatusCode")
-                                                         : "errcode";
-        const char* msg_key = kind == SinkKind::kFeishu ? (j.contains("msg") ? "msg" : "StatusMessage")
-                                                        : "errmsg";
-        if (j.contains(code_key) && j[code_key].is_number_integer() && j[code_key].get<int64_t>() != 0) {
-          int64_t code = j[code_key].get<int64_t>();
-          v.ok = false;
-          // Frequency limits (Feishu 9499/11232/11233, DingTalk 130101, WeCom 45009,
-          // WeCom -1 "system busy") pass with time; anything else is configuration.
-          v.retryable = code == 9499 || code == 11232 || code == 11233 || code == 130101 ||
-                        code == 45009 || code == -1;
-          std::string msg = j.contains(msg_key) && j[msg_key].is_string() ? j[msg_key].get<std::string>() : "";
-          v.detail += " error code " + std::to_string(code) + (msg.empty() ? "" : ": " + msg);
-        }
-      }
-    }
+    if (const SinkType& type = SinkTypeOf(kind); type.judge_body) type.judge_body(body, &v);
     return v;
   }
   // 408 (timeout) and 429 (too many requests) pass with time, and so do 5xx; any
@@ -320,6 +160,28 @@ ReplyVerdict JudgeReply(SinkKind kind, int status, const std::string& body) {
   v.retryable = status == 408 || status == 429 || status >= 500;
   if (!snippet.empty()) v.detail += ": " + snippet;
   return v;
+}
+
+void ReadBotErrorCode(const std::string& body, std::initializer_list<const char*> code_keys,
+                      std::initializer_list<const char*> msg_keys, ReplyVerdict* v) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return;
+  auto first_present = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+      if (j.contains(k)) return k;
+    return *(keys.end() - 1);
+  };
+  const char* code_key = first_present(code_keys);
+  const char* msg_key = first_present(msg_keys);
+  if (!j.contains(code_key) || !j[code_key].is_number_integer() || j[code_key].get<int64_t>() == 0) return;
+  int64_t code = j[code_key].get<int64_t>();
+  v->ok = false;
+  // Frequency limits (Feishu 9499/11232/11233, DingTalk 130101, WeCom 45009,
+  // WeCom -1 "system busy") pass with time; anything else is configuration.
+  v->retryable = code == 9499 || code == 11232 || code == 11233 || code == 130101 ||
+                 code == 45009 || code == -1;
+  std::string msg = j.contains(msg_key) && j[msg_key].is_string() ? j[msg_key].get<std::string>() : "";
+  v->detail += " error code " + std::to_string(code) + (msg.empty() ? "" : ": " + msg);
 }
 
 }  // namespace lockstep::alerting

@@ -2,37 +2,38 @@
 
 #include <cctype>
 #include <filesystem>
+#include <vector>
 
+#include "sink_type.h"
 #include "url.h"
 
 namespace lockstep::alerting {
+namespace {
 
-const char* SinkKindName(SinkKind k) {
-  switch (k) {
-    case SinkKind::kLog: return "log";
-    case SinkKind::kJsonl: return "jsonl";
-    case SinkKind::kWebhook: return "webhook";
-    case SinkKind::kSlack: return "slack";
-    case SinkKind::kFeishu: return "feishu";
-    case SinkKind::kDingTalk: return "dingtalk";
-    case SinkKind::kWeCom: return "wecom";
-    case SinkKind::kAlertmanager: return "alertmanager";
-  }
-  return "unknown";
+// "feishu and dingtalk": the kinds that take a signing secret.
+std::string SigningKinds() {
+  std::vector<std::string> names;
+  for (const SinkType* t : AllSinkTypes())
+    if (t->signs) names.emplace_back(t->name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
 }
 
+}  // namespace
+
+const char* SinkKindName(SinkKind k) { return SinkTypeOf(k).name; }
+
 StatusOr<SinkKind> ParseSinkKind(const std::string& name) {
-  if (name == "log") return SinkKind::kLog;
-  if (name == "jsonl" || name == "file") return SinkKind::kJsonl;
-  if (name == "webhook" || name == "generic" || name == "json") return SinkKind::kWebhook;
-  if (name == "slack") return SinkKind::kSlack;
-  if (name == "feishu" || name == "lark") return SinkKind::kFeishu;
-  if (name == "dingtalk") return SinkKind::kDingTalk;
-  if (name == "wecom" || name == "wechat" || name == "wxwork") return SinkKind::kWeCom;
-  if (name == "alertmanager") return SinkKind::kAlertmanager;
-  return Status::InvalidArgument(
-      "unknown alert sink format '" + name +
-      "': use one of generic, slack, feishu, dingtalk, wecom, alertmanager, jsonl, log");
+  std::string listed;
+  for (const SinkType* t : AllSinkTypes()) {
+    if (name == t->name) return t->kind;
+    for (const char* alias : t->aliases)
+      if (alias && name == alias) return t->kind;
+    listed += (listed.empty() ? "" : ", ") + std::string(t->listed_as ? t->listed_as : t->name);
+  }
+  return Status::InvalidArgument("unknown alert sink format '" + name + "': use one of " + listed);
 }
 
 StatusOr<Severity> ParseSeverity(const std::string& name) {
@@ -43,7 +44,7 @@ StatusOr<Severity> ParseSeverity(const std::string& name) {
                                  "': use info, warning or critical");
 }
 
-bool IsHttpKind(SinkKind k) { return k != SinkKind::kLog && k != SinkKind::kJsonl; }
+bool IsHttpKind(SinkKind k) { return SinkTypeOf(k).http; }
 
 std::string RedactSecret(const std::string& secret) {
   if (secret.empty()) return "";
@@ -123,18 +124,15 @@ std::string RedactUrl(const std::string& url) {
 Status ValidateOptions(const AlertingOptions& o) {
   for (size_t i = 0; i < o.sinks.size(); ++i) {
     const SinkOptions& s = o.sinks[i];
-    std::string who = "alert sink " + (s.name.empty() ? std::string(SinkKindName(s.kind)) + "-" +
-                                                            std::to_string(i)
-                                                      : s.name);
-    if (IsHttpKind(s.kind)) {
+    const SinkType& type = SinkTypeOf(s.kind);
+    std::string who = "alert sink " + SinkDisplayName(s, i);
+    if (type.http) {
       if (s.target.empty())
-        return Status::InvalidArgument(who + " has no URL: give the " +
-                                       std::string(SinkKindName(s.kind)) + " URL");
+        return Status::InvalidArgument(who + " has no URL: give the " + type.name + " URL");
       auto u = ParseUrl(s.target, "URL of " + who);
       if (!u.ok()) return u.status();
-    } else if (s.kind == SinkKind::kJsonl && s.target.empty()) {
-      return Status::InvalidArgument(who + " has no file path: give --alerts-file PATH");
     }
+    if (type.validate) LOCKSTEP_RETURN_IF_ERROR(type.validate(s, who));
     if (s.connect_timeout.count() <= 0 || s.request_timeout.count() <= 0)
       return Status::InvalidArgument(who + ": timeouts must be positive");
     if (s.max_retries < 0 || s.max_retries > 100)
@@ -147,8 +145,9 @@ Status ValidateOptions(const AlertingOptions& o) {
     if (!s.ca_file.empty() && !std::filesystem::is_regular_file(s.ca_file, ec))
       return Status::InvalidArgument(who + ": CA file '" + s.ca_file +
                                      "' does not exist or is not a file");
-    if (!s.secret.empty() && s.kind != SinkKind::kFeishu && s.kind != SinkKind::kDingTalk)
-      return Status::InvalidArgument(who + ": a signing secret only applies to feishu and dingtalk sinks");
+    if (!s.secret.empty() && !type.signs)
+      return Status::InvalidArgument(who + ": a signing secret only applies to " + SigningKinds() +
+                                     " sinks");
   }
   if (o.queue_capacity == 0) return Status::InvalidArgument("alert queue capacity must be at least 1");
   if (!o.spool_dir.empty() && o.spool_max_bytes < 4096)

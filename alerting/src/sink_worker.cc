@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "lockstep/common/thread_name.h"
+#include "sink_type.h"
 
 namespace lockstep::alerting {
 namespace {
@@ -25,9 +26,8 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
                                                          const AlertingOptions& all, size_t index) {
   std::unique_ptr<SinkWorker> w(new SinkWorker());
   w->sink_ = sink;
-  w->name_ = sink.name.empty() ? std::string(SinkKindName(sink.kind)) + "-" + std::to_string(index)
-                               : sink.name;
-  w->redacted_target_ = IsHttpKind(sink.kind) ? RedactUrl(sink.target) : sink.target;
+  w->name_ = SinkDisplayName(sink, index);
+  w->redacted_target_ = SinkShownTarget(sink);
   w->capacity_ = all.queue_capacity;
   w->clock_ = RealClockOr(all.clock);
   auto t = Transport::Create(sink, w->name_);

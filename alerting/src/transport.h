@@ -2,20 +2,18 @@
 // file, or one HTTP(S) POST in the sink's format — and says whether it worked and,
 // if not, whether trying again can help. Retries, backoff and spooling are the
 // worker's job (sink_worker.h); alert-test uses a Transport directly.
+// Each local kind has its own (sinks/log_sink.cc, sinks/jsonl_sink.cc); every HTTP kind
+// shares one (transport.cc), which POSTs the kind's payload (sink_type.h).
 // Threads: Deliver() from one thread at a time; Abort() from any thread.
 #ifndef LOCKSTEP_ALERTING_SRC_TRANSPORT_H_
 #define LOCKSTEP_ALERTING_SRC_TRANSPORT_H_
 
-#include <fstream>
 #include <memory>
-#include <mutex>
 #include <string>
 
-#include "http_client.h"
 #include "lockstep/alerting/alert.h"
 #include "lockstep/alerting/options.h"
 #include "lockstep/common/status.h"
-#include "url.h"
 
 namespace lockstep::alerting {
 
@@ -27,19 +25,20 @@ struct AttemptResult {
 
 class Transport {
  public:
-  // `display_name` names the sink in messages. Fails on a bad URL, CA file or path.
+  // The transport of `sink`'s kind; `display_name` names the sink in messages. Fails on
+  // a bad URL, CA file or path.
   static StatusOr<std::unique_ptr<Transport>> Create(const SinkOptions& sink,
                                                      const std::string& display_name);
-  AttemptResult Deliver(const Alert& alert);
-  void Abort() noexcept;
+  virtual ~Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
 
- private:
+  virtual AttemptResult Deliver(const Alert& alert) = 0;
+  // Ends a request in flight (HTTP); a local transport has none.
+  virtual void Abort() noexcept {}
+
+ protected:
   Transport() = default;
-  SinkOptions sink_;
-  std::string name_;
-  Url url_;
-  std::unique_ptr<HttpClient> http_;
-  std::ofstream file_;  // jsonl
 };
 
 }  // namespace lockstep::alerting

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "sink_type.h"
 #include "test_util.h"
 #include "url.h"
 
@@ -300,6 +302,35 @@ TEST(Options, UnknownFormatAndSeverityGiveOneSentence) {
   EXPECT_FALSE(ValidateOptions(o).ok());  // slack takes no signing secret
   o.sinks[0].secret.clear();
   EXPECT_TRUE(ValidateOptions(o).ok());
+}
+
+// The registry (sink_type.h) is the one list of kinds: each once, every name and alias
+// parses back to it, and the sentences built from it read as they did when written out.
+TEST(SinkTypes, EachKindOnceAndTheSentencesBuiltFromTheTable) {
+  std::set<SinkKind> kinds;
+  for (const SinkType* t : AllSinkTypes()) {
+    EXPECT_TRUE(kinds.insert(t->kind).second) << t->name;
+    EXPECT_EQ(&SinkTypeOf(t->kind), t) << t->name;
+    EXPECT_STREQ(SinkKindName(t->kind), t->name);
+    EXPECT_EQ(ParseSinkKind(t->name).value(), t->kind) << t->name;
+    for (const char* alias : t->aliases)
+      if (alias) EXPECT_EQ(ParseSinkKind(alias).value(), t->kind) << alias;
+    EXPECT_EQ(t->http, t->open == nullptr) << t->name << ": a local kind opens its own transport";
+    EXPECT_EQ(IsHttpKind(t->kind), t->http) << t->name;
+  }
+  EXPECT_EQ(kinds.size(), 8u);
+  EXPECT_EQ(ParseSinkKind("teams").status().message(),
+            "unknown alert sink format 'teams': use one of generic, slack, feishu, dingtalk, wecom, "
+            "alertmanager, jsonl, log");
+  AlertingOptions o;
+  o.sinks.push_back(Sink(SinkKind::kWeCom));
+  o.sinks[0].secret = "s3cr3t";
+  EXPECT_EQ(ValidateOptions(o).message(),
+            "alert sink wecom-0: a signing secret only applies to feishu and dingtalk sinks");
+  o.sinks[0] = Sink(SinkKind::kJsonl);
+  o.sinks[0].target.clear();
+  EXPECT_EQ(ValidateOptions(o).message(),
+            "alert sink jsonl-0 has no file path: give --alerts-file PATH");
 }
 
 }  // namespace
