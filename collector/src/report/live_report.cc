@@ -1,27 +1,19 @@
 #include "report/live_report.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <ctime>
 #include <exception>
 
 #include "detect/compare_gate.h"
 #include "detect/live_analyzer.h"
+#include "lockstep/common/url_encoding.h"
 #include "report/report_page.h"
 #include "report/report_recorder.h"
 
 namespace lockstep::collector {
 
 namespace {
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 // The value of `key` in a query string, percent-decoded ("" when absent).
 std::string QueryValue(std::string_view query, std::string_view key) {
@@ -31,35 +23,9 @@ std::string QueryValue(std::string_view query, std::string_view key) {
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
     const size_t eq = kv.find('=');
     if (kv.substr(0, eq) != key || eq == std::string_view::npos) continue;
-    std::string out;
-    std::string_view v = kv.substr(eq + 1);
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] == '+') {
-        out += ' ';
-      } else if (v[i] == '%' && i + 2 < v.size() && HexDigit(v[i + 1]) >= 0 && HexDigit(v[i + 2]) >= 0) {
-        out += static_cast<char>(HexDigit(v[i + 1]) * 16 + HexDigit(v[i + 2]));
-        i += 2;
-      } else {
-        out += v[i];
-      }
-    }
-    return out;
+    return UrlDecode(kv.substr(eq + 1));
   }
   return "";
-}
-
-std::string UrlEncode(const std::string& s) {
-  std::string q;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
-      q += static_cast<char>(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      q += b;
-    }
-  }
-  return q;
 }
 
 std::string UtcNow() {

@@ -1,12 +1,11 @@
 #include "report/report_page.h"
 
-#include <cctype>
-#include <cstdio>
 #include <string_view>
 
 #include "detect/alert_json.h"
 #include "report/report_template.h"  // generated: kReportTemplate
 #include "lockstep/common/json_out.h"
+#include "lockstep/common/url_encoding.h"
 
 namespace lockstep::collector {
 
@@ -152,17 +151,8 @@ std::string ReportIndexHtml(const std::vector<std::string>& experiments) {
   } else {
     s += "<p>Live reports, one per experiment:</p><ul>";
     for (const auto& e : experiments) {
-      std::string q;
-      for (unsigned char c : e) {
-        if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
-          q += static_cast<char>(c);
-        } else {
-          char b[4];
-          std::snprintf(b, sizeof b, "%%%02X", c);
-          q += b;
-        }
-      }
-      s += "<li><a href=\"/report?experiment=" + HtmlEscape(q) + "\">" + HtmlEscape(e) + "</a></li>";
+      s += "<li><a href=\"/report?experiment=" + HtmlEscape(UrlEncode(e)) + "\">" + HtmlEscape(e) +
+           "</a></li>";
     }
     s += "</ul>";
   }
