@@ -1,8 +1,8 @@
 // DingTalk custom robot: markdown, signed in the URL's query (timestamp, sign) when a
 // secret is set. The robot answers errors with HTTP 200 and `errcode`/`errmsg`.
-#include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/common/url_encoding.h"
 #include "sink_type.h"
 
 namespace lockstep::alerting {
@@ -13,21 +13,6 @@ using nlohmann::json;
 // key = secret, message = "<timestamp_ms>\n<secret>"; not URL-encoded.
 std::string DingTalkSign(int64_t timestamp_ms, const std::string& secret) {
   return HmacSha256Base64(secret, std::to_string(timestamp_ms) + "\n" + secret);
-}
-
-std::string UrlEncode(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
 }
 
 Payload Format(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms) {
