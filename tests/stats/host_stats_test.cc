@@ -228,6 +228,32 @@ TEST(HostStats, MatchesFloat64ReferenceForEveryDtypeKernelAndShape) {
   EXPECT_GT(cases, 100);
 }
 
+TEST(HostStats, CleanSmallTensorsMatchReferenceForEveryKernel) {
+  // Without NaN/Inf only the fast pass runs. Below K blocks of K elements the kernel
+  // adds each block's sketch row directly instead of through its K x K table (cheaper
+  // there); sizes on both sides of that switch, and of a fixed-K step's blocks.
+  const size_t sizes[] = {31, 32, 33, 64, 100, 127, 128, 512, 1000, 1023, 1024, 1025, 2048 + 5,
+                          4096 + 64};
+  int cases = 0;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (size_t n : sizes) {
+      for (int k : {32, 64, 40}) {
+        Buffer buf = MakeBuffer(dt, MakeRaw(n, static_cast<uint32_t>(n * 7 + k), 2.0, false));
+        Ref ref = Reference(buf.values, dt, k, kHistBins);
+        for (Isa isa : Isas()) {
+          TensorStats got;
+          StatsConfig cfg{k, kHistBins};
+          ASSERT_TRUE(stats::ComputeHostStatsWithIsa(buf.data(), dt, n, cfg, isa, &got).ok());
+          Compare(got, ref, "dtype " + std::to_string(int(dt)) + " n " + std::to_string(n) +
+                                " k " + std::to_string(k) + " isa " + std::to_string(int(isa)));
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 80);
+}
+
 TEST(HostStats, CleanTilesAndTilesWithSpecialsAgreeWithReference) {
   // The vector kernels take a fast path for tiles (8192 elements) holding no NaN/Inf
   // and nothing at limit_dtype's max exponent, and redo the other tiles with masks.
