@@ -1,5 +1,7 @@
 #include "lockstep/common/wire_names.h"
 
+#include <iterator>
+
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::wire {
@@ -28,9 +30,12 @@ const char* KindName(uint8_t kind) {
 }
 
 const char* DTypeName(uint8_t dtype) {
-  static const char* const kNames[] = {"unknown", "f32", "f16", "bf16", "f64", "i8", "u8",
-                                       "i16", "i32", "i64", "bool", "f8e4m3", "f8e5m2"};
-  return dtype < sizeof kNames / sizeof kNames[0] ? kNames[dtype] : "unknown";
+  static const char* const kNames[] = {"unknown", "fp32",  "fp16",  "bf16", "fp64",
+                                       "int8",    "uint8", "int16", "int32", "int64",
+                                       "bool",    "fp8_e4m3", "fp8_e5m2"};
+  static_assert(std::size(kNames) == static_cast<size_t>(DType::MAX) + 1,
+                "a name for every DType of schema/lockstep.fbs");
+  return dtype < std::size(kNames) ? kNames[dtype] : "unknown";
 }
 
 }  // namespace lockstep::wire

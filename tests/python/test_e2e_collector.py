@@ -40,7 +40,7 @@ HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 # The platform in the Hello is the process's (detected), not the model's device.
 PLATFORM = "cuda" if HAS_CUDA else "cpu"
-WIRE_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+WIRE_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 class SyncWatch:
@@ -168,7 +168,7 @@ def test_training_loop_lands_in_the_collector_log(collector, device_path, device
         assert [s["name"] for s in acts] == [n for n, _ in ref_acts[step]]
         for s, (name, t) in zip(acts, ref_acts[step]):
             ref = reference_stats(t)
-            assert s["numel"] == ref["numel"] and s["dtype"] == "f32"
+            assert s["numel"] == ref["numel"] and s["dtype"] == "fp32"
             for key in ("min", "max", "mean", "std", "l2", "absmax"):
                 assert close(s[key], ref[key]), (step, name, key, s[key], ref[key])
             assert s["nan_count"] == 0 and s["inf_count"] == 0
@@ -290,7 +290,7 @@ def test_cuda_amp_training_loop_with_grad_scaler(collector):
                 assert close(s[key], ref[key]), (step, name, key, s[key], ref[key])
             assert s["zero_count"] == ref["zero_count"]
             assert s["nan_count"] == int(torch.isnan(t).sum())
-        assert acts["embed"]["dtype"] == "f16" and acts["encoder.layers.1.norm2"]["dtype"] == "f32"
+        assert acts["embed"]["dtype"] == "fp16" and acts["encoder.layers.1.norm2"]["dtype"] == "fp32"
         grads = {s["name"]: s for s in recs if s["kind"] == "param_grad"}
         for name, l2 in ref_grads[step].items():
             if math.isfinite(l2):

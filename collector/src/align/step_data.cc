@@ -1,29 +1,38 @@
 #include "align/step_data.h"
 
 #include "lockstep/common/wire_names.h"
+#include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::collector {
 
+// Kind and DT are the wire's enums kept as bytes (step_data.h): the same values.
+template <typename A, typename W>
+constexpr bool Same(A a, W w) {
+  return static_cast<int>(a) == static_cast<int>(w);
+}
+static_assert(Same(Kind::kAct, wire::TensorKind::Act) &&
+              Same(Kind::kActGrad, wire::TensorKind::ActGrad) &&
+              Same(Kind::kParamGrad, wire::TensorKind::ParamGrad) &&
+              Same(Kind::kParam, wire::TensorKind::Param) &&
+              Same(Kind::kOptim, wire::TensorKind::Optim) &&
+              Same(Kind::kLoss, wire::TensorKind::Loss) &&
+              Same(Kind::kInput, wire::TensorKind::Input) &&
+              Same(Kind::kActIn, wire::TensorKind::ActIn) &&
+              wire::TensorKind::MAX == wire::TensorKind::ActIn,
+              "step_data.h's Kind is schema/lockstep.fbs's TensorKind");
+static_assert(Same(DT::kUnknown, wire::DType::Unknown) && Same(DT::kF32, wire::DType::F32) &&
+              Same(DT::kF16, wire::DType::F16) && Same(DT::kBF16, wire::DType::BF16) &&
+              Same(DT::kF64, wire::DType::F64) && Same(DT::kI8, wire::DType::I8) &&
+              Same(DT::kU8, wire::DType::U8) && Same(DT::kI16, wire::DType::I16) &&
+              Same(DT::kI32, wire::DType::I32) && Same(DT::kI64, wire::DType::I64) &&
+              Same(DT::kBool, wire::DType::Bool) && Same(DT::kF8E4M3, wire::DType::F8E4M3) &&
+              Same(DT::kF8E5M2, wire::DType::F8E5M2) &&
+              wire::DType::MAX == wire::DType::F8E5M2,
+              "step_data.h's DT is schema/lockstep.fbs's DType");
+
 const char* KindName(Kind k) { return wire::KindName(static_cast<uint8_t>(k)); }
 
-const char* DTypeName(DT d) {
-  switch (d) {
-    case DT::kUnknown: return "unknown";
-    case DT::kF32: return "fp32";
-    case DT::kF16: return "fp16";
-    case DT::kBF16: return "bf16";
-    case DT::kF64: return "fp64";
-    case DT::kI8: return "int8";
-    case DT::kU8: return "uint8";
-    case DT::kI16: return "int16";
-    case DT::kI32: return "int32";
-    case DT::kI64: return "int64";
-    case DT::kBool: return "bool";
-    case DT::kF8E4M3: return "fp8_e4m3";
-    case DT::kF8E5M2: return "fp8_e5m2";
-  }
-  return "unknown";
-}
+const char* DTypeName(DT d) { return wire::DTypeName(static_cast<uint8_t>(d)); }
 
 bool IsLowPrecisionFloat(DT d) {
   return d == DT::kF16 || d == DT::kBF16 || d == DT::kF8E4M3 || d == DT::kF8E5M2;

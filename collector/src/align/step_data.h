@@ -16,7 +16,8 @@
 
 namespace lockstep::collector {
 
-// Wire enums as small integers (values of schema/lockstep.fbs).
+// Wire enums as small integers (values of schema/lockstep.fbs; step_data.cc asserts they
+// match). Names: KindName and DTypeName, the wire's (lockstep/common/wire_names.h).
 enum class Kind : uint8_t {
   kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7
 };

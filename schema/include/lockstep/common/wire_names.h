@@ -14,8 +14,8 @@ namespace lockstep::wire {
 const char* RoleName(uint8_t role);
 // TensorKind: "act", "act_grad", "param_grad", "param", "optim", "loss", "input", "act_in".
 const char* KindName(uint8_t kind);
-// DType as the run log spells it: "f32", "f16", "bf16", ..., "f8e4m3" (the reports use
-// the longer "fp32" of align/step_data.h's DTypeName).
+// DType: "fp32", "fp16", "bf16", "fp64", "int8", ..., "fp8_e4m3", "fp8_e5m2": the one
+// spelling of `lockstep inspect`, the reports, alerts and `compare --json`.
 const char* DTypeName(uint8_t dtype);
 
 }  // namespace lockstep::wire
