@@ -29,6 +29,7 @@ class Dispatcher;
 
 namespace lockstep::collector {
 class Collector;
+struct CollectorCounters;
 class LiveAnalyzer;
 }  // namespace lockstep::collector
 
@@ -36,6 +37,7 @@ namespace lockstep::collector::metrics {
 
 class MetricsFeed;
 class MetricsServer;
+class TextWriter;
 
 struct MetricsSources {
   const Collector* collector = nullptr;
@@ -53,6 +55,7 @@ class CollectorMetrics {
   // Samples the ingest counters for the messages/s and records/s gauges (a sliding
   // window of kRateWindow). Call about once a second.
   void Tick();
+  // The whole scrape: one small renderer per source (collector_metrics.cc), in order.
   std::string Render();
 
   static constexpr std::chrono::seconds kRateWindow{10};
@@ -61,6 +64,9 @@ class CollectorMetrics {
   std::chrono::steady_clock::time_point SteadyNow() const {
     return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock_->NowMonotonicNs()));
   }
+
+  // The messages/s, records/s and bytes/s gauges over the window.
+  void RenderRates(TextWriter& w, const CollectorCounters& counters) const;
 
   struct RateSample {
     std::chrono::steady_clock::time_point t;
