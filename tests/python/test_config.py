@@ -71,6 +71,10 @@ def test_lockstep_disable_gives_a_no_op_monitor(clean_env):
 @pytest.mark.parametrize("kwargs,match", [
     (dict(role="teacher"), "role 'teacher'"),
     (dict(run="../etc/passwd"), "run id"),
+    # The collector's own rule (wire.h IsValidRunId): 1-128 of [A-Za-z0-9._-], no leading '.'
+    (dict(run=".hidden"), r"run id '\.hidden' .*\(1-128, not starting with '\.'\)"),
+    (dict(run="r" * 129), "run id"),
+    (dict(run="a b"), "run id"),
     (dict(sketch_k=1000), "sketch_k=1000"),
     (dict(send_buffer_mb=-1), "send_buffer_mb=-1 is not valid: give an integer from 0 to 1048576"),
     (dict(send_buffer_mb=1, sketch_k=256), "at least 3 MiB"),
@@ -135,3 +139,10 @@ def test_seed_all_disable_dropout_turns_dropout_off(clean_env):
     torch.manual_seed(1)
     b = mha(q, q, q)[0]
     assert torch.allclose(a, b)  # attention dropout is off too
+
+
+def test_run_ids_the_collector_accepts_are_accepted(clean_env):
+    for run in ("r" * 128, "a.b-c_D9", "-x", "_"):
+        mon = lockstep.Monitor(run=run, endpoint="tcp://127.0.0.1:9", strict=True)
+        assert mon.enabled, run
+        mon.close(timeout=1.0)

@@ -11,7 +11,6 @@ import math
 import numbers
 import operator
 import os
-import re
 import socket
 import sys
 import time
@@ -21,7 +20,6 @@ import torch
 from . import _core, _keys
 
 ROLES = tuple(_core.ROLES)  # the schema's roles but Unknown: baseline, candidate, solo
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _U32 = 2**32 - 1
 _MAX_STEP = 2**62  # steps travel as uint64; room for the steps after the first
 
@@ -200,10 +198,10 @@ def resolve(args):
     if cfg["run"] is None:
         cfg["run"] = "run-%s-%d" % (time.strftime("%Y%m%d-%H%M%S"), os.getpid())
         cfg["run_defaulted"] = True
-    if not _RUN_ID_RE.match(cfg["run"]):
+    if not isinstance(cfg["run"], str) or not _core.is_valid_run_id(cfg["run"]):
         raise ValueError("lockstep: run id %s may only hold letters, digits, '.', '_', '-' "
-                         "(1-128, not starting with '.'); pass another run= or LOCKSTEP_RUN"
-                         % (safe_repr(cfg["run"]),))
+                         "(1-%d, not starting with '.'); pass another run= or LOCKSTEP_RUN"
+                         % (safe_repr(cfg["run"]), _core.MAX_RUN_ID_LENGTH))
     if cfg["hist_bins"] not in (0, _core.HIST_BINS):
         raise ValueError("lockstep: hist_bins=%d is not supported; use %d or 0 (off)"
                          % (cfg["hist_bins"], _core.HIST_BINS))

@@ -185,6 +185,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEFAULT_SKETCH_K") = kDefaultSketchK;
   m.attr("MAX_SKETCH_K") = kMaxSketchK;
   m.attr("HIST_BINS") = kHistBins;
+  // A run id names the collector's log file: the collector's own check (wire.h).
+  m.attr("MAX_RUN_ID_LENGTH") = kMaxRunIdLength;
+  m.def("is_valid_run_id", [](const std::string& id) { return IsValidRunId(id); }, py::arg("id"));
   m.attr("STAT_REPEAT") = kStatRepeat;  // record_packed flags: this row repeats an earlier one
   py::dict stat_flags;
   stat_flags["repeat"] = kStatRepeat;
