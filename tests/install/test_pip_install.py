@@ -107,6 +107,12 @@ def assert_installed_outside_source(py, cwd):
     for path in r.stdout.split():
         assert not os.path.realpath(path).startswith(os.path.realpath(SRC) + os.sep), path
         assert "site-packages" in path, path
+    # The type-hint marker (PEP 561) and the declared run-time dependency are installed too.
+    r = run_py(py, "import os, lockstep, importlib.metadata as m; "
+                   "print(os.path.exists(os.path.join(os.path.dirname(lockstep.__file__), "
+                   "'py.typed'))); print(m.requires('lockstep'))", cwd)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["True", "['numpy']"], r.stdout
 
 
 TRAIN = r"""

@@ -1,9 +1,12 @@
 """Monitor configuration from arguments and LOCKSTEP_* variables; LOCKSTEP_DISABLE;
 platform and rank detection; seed_all."""
+import inspect
 import os
 import random
+import warnings
 
 import numpy as np
+
 import pytest
 import torch
 from torch import nn
@@ -57,14 +60,17 @@ def test_defaults_detect_platform_and_generate_a_run_id(clean_env):
 
 def test_lockstep_disable_gives_a_no_op_monitor(clean_env):
     clean_env.setenv("LOCKSTEP_DISABLE", "1")
-    mon = lockstep.Monitor(run="x", endpoint="not even checked")
-    assert isinstance(mon, lockstep.NoOpMonitor) and not mon.enabled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a word: not even about an unknown argument
+        mon = lockstep.Monitor(run="x", endpoint="not even checked")
+        assert type(mon) is lockstep.Monitor and not mon.enabled and mon.run == "x"
+        assert not lockstep.Monitor(run="x", rnak=1).enabled
     model = nn.Linear(2, 2)
     with mon:
         assert mon.watch(model, optimizer=None, every=2) is mon
         model(torch.randn(1, 2)).sum().backward()
         mon.step(loss=1.0, lr=0.1)
-        assert mon.flush() and mon.counters() == {}
+        assert mon.flush() and mon.counters() == {"python_errors": 0, "last_python_error": None}
     assert not model._forward_hooks  # nothing was hooked
 
 
@@ -146,3 +152,33 @@ def test_run_ids_the_collector_accepts_are_accepted(clean_env):
         mon = lockstep.Monitor(run=run, endpoint="tcp://127.0.0.1:9", strict=True)
         assert mon.enabled, run
         mon.close(timeout=1.0)
+
+
+def test_the_public_api_has_real_signatures_and_type_hints():
+    # Keyword-only options (what IDEs and type checkers read), and the PEP 561 marker.
+    init = inspect.signature(lockstep.Monitor.__init__).parameters
+    assert all(p.kind is p.KEYWORD_ONLY for n, p in init.items() if n != "self"), init
+    assert init["run"].annotation and init["strict"].default is False
+    watch = inspect.signature(lockstep.Monitor.watch).parameters
+    assert [n for n, p in watch.items() if p.kind is p.POSITIONAL_OR_KEYWORD] == \
+        ["self", "model", "optimizer"]
+    step = inspect.signature(lockstep.Monitor.step).parameters
+    assert [n for n, p in step.items() if p.kind is p.POSITIONAL_OR_KEYWORD] == ["self", "loss"]
+    assert inspect.signature(lockstep.Monitor.step).return_annotation in (None, "None")
+    assert os.path.exists(os.path.join(os.path.dirname(lockstep.__file__), "py.typed"))
+
+
+def test_a_call_that_does_not_fit_warns_and_never_raises(clean_env):
+    mon = lockstep.Monitor(run="x", endpoint="tcp://127.0.0.1:9", host_stats_thread="off")
+    model = nn.Linear(2, 2)
+    with pytest.warns(RuntimeWarning, match="watch\\(\\) has no argument 'kind'; did you mean "
+                                            "'kinds'\\?; nothing is watched"):
+        assert mon.watch(model, kind=("act",)) is mon
+    assert not model._forward_hooks
+    with pytest.warns(RuntimeWarning, match="step\\(\\) takes 1 argument\\(s\\), then its "
+                                            "options by name; 1 more positional"):
+        mon.step(1.0, 0.1)  # lr is keyword-only: the step keeps its loss
+    assert mon.counters()["steps"] == 1
+    with pytest.raises(ValueError, match="Monitor\\(\\) has no argument 'rnak'"):
+        lockstep.Monitor(run="x", rnak=1, strict=True)
+    mon.close(timeout=0.5)

@@ -39,15 +39,15 @@ def _preload_bundled_libs():
 _preload_bundled_libs()
 
 if _util.find_spec("torch") is not None:
-    from lockstep._monitor import Monitor, NoOpMonitor
+    from lockstep._monitor import Monitor
     from lockstep._seed import seed_all
 else:
     # Without torch the package still imports (`python -m lockstep doctor`, lockstep._core);
     # the torch-facing API says what is missing when it is first used.
     def __getattr__(name):
-        if name in ("Monitor", "NoOpMonitor", "seed_all"):
+        if name in ("Monitor", "seed_all"):
             raise ImportError("lockstep.%s needs PyTorch, which this Python (%s) does not "
                               "have; install torch in this environment" % (name, _sys.executable))
         raise AttributeError("module 'lockstep' has no attribute %r" % (name,))
 
-__all__ = ["Monitor", "NoOpMonitor", "seed_all", "__version__"]
+__all__ = ["Monitor", "seed_all", "__version__"]

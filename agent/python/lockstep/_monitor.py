@@ -13,20 +13,19 @@ belongs to step start_step. Nothing here raises into the training loop: errors a
 counted and warned about once (lockstep._guard). Methods are for the training thread;
 hooks may run on autograd's threads under the GIL.
 """
+from __future__ import annotations
+
 import atexit
-import difflib
 import math
-import numbers
-import operator
-import re
 import threading
 import time
 import warnings
 import weakref
+from typing import Any, Dict, Iterable, Mapping, Optional, Pattern, Union
 
 import torch
 
-from lockstep import _config, _core, _fingerprint
+from lockstep import _args, _config, _core, _fingerprint
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
@@ -64,139 +63,15 @@ def _remove_watches(watches):
             pass
 
 
-def _host_scalar(value):
-    """float, or a 0-d device tensor left on its device (read with the step's copy)."""
-    if value is None:
-        return math.nan
-    if isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            return value.detach()
-        return float(value.detach().reshape(-1)[0])
-    return float(value)
+_STEP_ARGS = ("loss", "lr", "loss_scale", "grad_norm", "samples")
 
 
-_SCALAR_TEXT = "give a number, a 1-element tensor or None"
-
-
-def _scalar(value):
-    """A step() scalar (loss, lr, grad_norm) as _host_scalar gives it; ValueError saying
-    what is accepted. NaN and inf are values (a NaN loss is a fact to report)."""
-    if value is None:
-        return math.nan
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError("a tensor of %d elements; %s (e.g. loss.mean())" % (value.numel(), _SCALAR_TEXT))
-        if value.is_complex() or value.dtype == torch.bool:
-            raise ValueError("a %s tensor; %s" % (str(value.dtype).replace("torch.", ""), _SCALAR_TEXT))
-        return _host_scalar(value)
-    if isinstance(value, (bool, str, bytes, bytearray)) or not (
-            isinstance(value, numbers.Real) or hasattr(type(value), "__float__")):
-        raise ValueError("a %s; %s" % (type(value).__name__, _SCALAR_TEXT))
-    return float(value)
-
-
-def _loss_scale(value):
-    """A GradScaler gives its scale without a host sync (its _scale tensor)."""
-    if value is not None and hasattr(value, "get_scale") and hasattr(value, "is_enabled"):
-        if not value.is_enabled():
-            return 1.0
-        get_async = getattr(value, "_get_scale_async", None)
-        scale = get_async() if get_async is not None else None
-        return _scalar(scale) if scale is not None else _scalar(value.get_scale())
-    return _scalar(value)
-
-
-_MAX_SAMPLES = 2**63 - 1
-
-
-def _samples(value):
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise ValueError("a %s; give an integer from 0 to 2**63-1 (samples in this step)"
-                         % type(value).__name__)
-    n = operator.index(value)
-    if not 0 <= n <= _MAX_SAMPLES:
-        raise ValueError("give an integer from 0 to 2**63-1 (samples in this step)")
-    return n
-
-
-def _check_watch_args(optimizer, include, exclude, every, kinds, params, optim_state, extra,
-                      unknown):
-    """(every, kinds) checked; ValueError naming the argument, its value and what is
-    accepted."""
-    def bad(name, value, accepted):
-        return ValueError("lockstep: watch(%s=%s) is not valid: %s; nothing is watched"
-                          % (name, _config.safe_repr(value), accepted))
-    if extra:
-        raise ValueError("lockstep: watch() takes model and optimizer, then its options by name; "
-                         "%d more positional argument(s) were given" % len(extra))
-    if unknown:
-        name = sorted(unknown)[0]
-        close = difflib.get_close_matches(name, ["model", "optimizer", "include", "exclude", "every",
-                                                 "kinds", "params", "optim_state"], n=1)
-        raise ValueError("lockstep: watch() has no argument %r%s" % (
-            name, "; did you mean %r?" % close[0] if close else ""))
-    if optimizer is not None:
-        try:
-            ok = hasattr(optimizer, "param_groups") and hasattr(optimizer, "state")
-        except Exception:  # pylint: disable=broad-except
-            ok = False
-        if not ok:
-            raise bad("optimizer", optimizer, "give a torch.optim.Optimizer or None")
-    for name, value in (("include", include), ("exclude", exclude)):
-        if value is not None and not isinstance(value, (str, re.Pattern)):
-            raise bad(name, value, "give a regular expression (a str) or None")
-    if isinstance(every, bool) or not hasattr(type(every), "__index__"):
-        raise bad("every", every, "give an integer from 1 to 2**31-1")
+def _disable_requested():
+    """(LOCKSTEP_DISABLE asks for it, the warning to give or None); never raises."""
     try:
-        n = operator.index(every)
+        return _config.disable_requested()
     except Exception:  # pylint: disable=broad-except
-        raise bad("every", every, "give an integer from 1 to 2**31-1") from None
-    if not 1 <= n <= 2**31 - 1:
-        raise bad("every", every, "give an integer from 1 to 2**31-1")
-    if isinstance(kinds, str):
-        kinds = (kinds,)
-    elif not isinstance(kinds, (list, tuple, set, frozenset)) or not all(
-            isinstance(k, str) for k in kinds):
-        raise bad("kinds", kinds, "give a tuple of kind names (act, act_grad, param_grad, param, "
-                                  "optim, loss)")
-    for name, value in (("params", params), ("optim_state", optim_state)):
-        if not (type(value) is bool or (type(value) is int and value in (0, 1))):  # noqa: E721
-            raise bad(name, value, "give True or False")
-    return n, tuple(kinds)
-
-
-class NoOpMonitor:
-    """What Monitor(...) returns under LOCKSTEP_DISABLE=1: same methods (taking any
-    arguments), does nothing."""
-
-    enabled = False
-
-    def __init__(self, *args, **kwargs):
-        self.run = kwargs.get("run")
-
-    def watch(self, *args, **kwargs):
-        return self
-
-    def step(self, *args, **kwargs):
-        return None
-
-    def flush(self, *args, **kwargs):
-        return True
-
-    def close(self, *args, **kwargs):
-        return True
-
-    def counters(self):
-        return {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
+        return False, None
 
 
 class Monitor:
@@ -214,27 +89,23 @@ class Monitor:
     statistics on a lockstep thread while the step goes on; "auto" turns it on when
     torch's intra-op threads leave a core idle (docs/python.md). config: an optional dict
     (e.g. ``vars(args)``) that joins the run fingerprint, which the collector compares
-    between the two runs (docs/python.md "Run fingerprint"). A configuration mistake warns with
-    one sentence and gives a disabled monitor (``strict=True`` raises ValueError).
+    between the two runs (docs/python.md "Run fingerprint"). Arguments are keyword-only.
+    A configuration mistake (an unknown argument included) warns with one sentence and
+    gives a disabled monitor (``strict=True`` raises ValueError); so does
+    ``LOCKSTEP_DISABLE=1``, silently: ``enabled`` is False, every method a no-op, nothing
+    is hooked.
     """
 
-    def __new__(cls, *args, **kwargs):
-        try:
-            disabled, warning = _config.disable_requested()
-        except Exception:  # pylint: disable=broad-except
-            disabled, warning = False, None
-        if warning is not None:
-            warnings.warn("lockstep: " + warning, RuntimeWarning, stacklevel=2)
-        if disabled:
-            return NoOpMonitor(*args, **kwargs)
-        return super().__new__(cls)
+    def _refuse_call(self, message, args, kwargs):
+        """__init__ called with arguments it does not have (lenient)."""
+        self._disabled_init(kwargs.get("run"))
+        if _disable_requested()[0]:
+            return  # LOCKSTEP_DISABLE: not a word, whatever the arguments
+        if kwargs.get("strict") is True:
+            raise ValueError("lockstep: %s (see docs/python.md)" % message)
+        self._guard.warn("%s (see docs/python.md); this Monitor records nothing" % message)
 
-    def __init__(self, run=None, role=None, experiment=None, endpoint=None, platform=None,
-                 rank=None, world_size=None, sketch_k=None, hist_bins=None, start_step=None,
-                 device_name=None, queue_capacity=None, send_hwm=None, send_buffer_mb=None,
-                 close_timeout=None, heartbeat_interval=None, curve_server_key=None, curve_key=None,
-                 host_stats_thread=None, config=None, strict=False, _force_device_path=False,
-                 *extra, **unknown):
+    def _disabled_init(self, run):
         self._guard = Guard()
         self._agent = None
         self._closed = False
@@ -242,6 +113,28 @@ class Monitor:
         self._close_timeout = 5.0
         self._warned_args = set()
         self.enabled = False
+        self.run = run if isinstance(run, str) else None
+
+    @_args.lenient(_refuse_call)
+    def __init__(self, *, run: Optional[str] = None, role: Optional[str] = None,
+                 experiment: Optional[str] = None, endpoint: Optional[str] = None,
+                 platform: Optional[str] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, sketch_k: Optional[int] = None,
+                 hist_bins: Optional[int] = None, start_step: Optional[int] = None,
+                 device_name: Optional[str] = None, queue_capacity: Optional[int] = None,
+                 send_hwm: Optional[int] = None, send_buffer_mb: Optional[int] = None,
+                 close_timeout: Optional[float] = None,
+                 heartbeat_interval: Optional[float] = None,
+                 curve_server_key: Optional[str] = None, curve_key: Optional[str] = None,
+                 host_stats_thread: Union[str, bool, None] = None,
+                 config: Optional[Mapping[str, Any]] = None, strict: bool = False,
+                 _force_device_path: bool = False) -> None:
+        self._disabled_init(run)
+        disabled, warning = _disable_requested()
+        if warning is not None:
+            self._guard.warn(warning)
+        if disabled:
+            return  # LOCKSTEP_DISABLE: every method a no-op, nothing hooked
         strict = strict is True  # only a real True raises (a hostile object cannot)
         args = dict(run=run, role=role, experiment=experiment, endpoint=endpoint,
                     platform=platform, rank=rank, world_size=world_size, sketch_k=sketch_k,
@@ -251,15 +144,6 @@ class Monitor:
                     curve_server_key=curve_server_key, curve_key=curve_key,
                     host_stats_thread=host_stats_thread)
         try:
-            if extra:
-                raise ValueError("lockstep: Monitor() takes its arguments by name; %d more "
-                                 "positional argument(s) were given (%s)"
-                                 % (len(extra), _config.safe_repr(extra)))
-            if unknown:
-                name = sorted(unknown)[0]
-                close = difflib.get_close_matches(name, list(args) + ["config", "strict"], n=1)
-                raise ValueError("lockstep: Monitor() has no argument %r%s (see docs/python.md)"
-                                 % (name, "; did you mean %r?" % close[0] if close else ""))
             user_config = _config.user_config(config)
             cfg = _config.resolve(args)
             self._ident = Identity(rank, world_size, cfg)
@@ -343,8 +227,18 @@ class Monitor:
 
     # ---- public API ---------------------------------------------------------------
 
-    def watch(self, model=None, optimizer=None, include=None, exclude=None, every=1,
-              kinds=DEFAULT_KINDS, params=False, optim_state=False, *extra, **unknown):
+    def _refuse_watch(self, message, _args_, _kwargs):
+        if self.enabled and not self._closed:
+            self._guard.warn(message + "; nothing is watched")
+        return self
+
+    @_args.lenient(_refuse_watch)
+    def watch(self, model: Optional[torch.nn.Module] = None,
+              optimizer: Optional[torch.optim.Optimizer] = None, *,
+              include: Union[str, Pattern[str], None] = None,
+              exclude: Union[str, Pattern[str], None] = None, every: int = 1,
+              kinds: Iterable[str] = DEFAULT_KINDS, params: bool = False,
+              optim_state: bool = False) -> "Monitor":
         """Hooks ``model`` (and reads ``optimizer``'s state when optim_state=True).
         include / exclude: regular expressions on module and parameter names.
         every: record tensors every N steps (scalars are recorded every step).
@@ -355,8 +249,8 @@ class Monitor:
         if not self.enabled or self._closed:
             return self
         try:
-            every, kinds = _check_watch_args(optimizer, include, exclude, every, kinds, params,
-                                             optim_state, extra, unknown)
+            every, kinds = _args.check_watch_args(optimizer, include, exclude, every, kinds,
+                                                  params, optim_state)
             sess = self._session
             w = Watch(sess, model, optimizer, include, exclude, kinds, params, optim_state)
             self._watches.append(w)
@@ -378,8 +272,20 @@ class Monitor:
             self._guard.fail("watch()", e)
         return self
 
-    def step(self, loss=None, lr=None, loss_scale=None, grad_norm=None, samples=0, *extra,
-             **unknown):
+    def _refuse_step(self, message, args, kwargs):
+        """step() with arguments it does not have: warned once, and the step is recorded
+        with the arguments it does have."""
+        if self.enabled and not self._closed:
+            self._warn_arg("step()", message + "; ignored")
+        known = {k: v for k, v in kwargs.items() if k in _STEP_ARGS}
+        return self.step(*args[:1], **known) if not (args[:1] and "loss" in known) \
+            else self.step(**known)
+
+    @_args.lenient(_refuse_step)
+    def step(self, loss: Union[float, torch.Tensor, None] = None, *,
+             lr: Union[float, torch.Tensor, None] = None, loss_scale: Any = None,
+             grad_norm: Union[float, torch.Tensor, None] = None,
+             samples: Optional[int] = 0) -> None:
         """Closes the current step: records scalars (loss, lr, loss_scale — a number,
         tensor or GradScaler —, grad_norm, step time) and ships the step's records.
         A value that cannot be used (samples=-1, loss="0.5", a 10-element tensor) is
@@ -390,17 +296,13 @@ class Monitor:
         if self._ident.open or self._ident.pending:
             self._check_identity(release=True)
         try:
-            if extra or unknown:
-                self._warn_arg("step()", "step() takes loss, lr, loss_scale, grad_norm and samples "
-                               "by name; %s ignored" % _config.safe_repr(
-                                   list(unknown) if unknown else list(extra)))
-            loss_v = self._arg("loss", loss, _scalar)
+            loss_v = self._arg("loss", loss, _args.scalar)
             if loss_v is None:
                 loss = None
-            lr_v = self._arg("lr", lr, _scalar)
-            grad_norm_v = self._arg("grad_norm", grad_norm, _scalar)
-            loss_scale_v = self._arg("loss_scale", loss_scale, _loss_scale)
-            samples_v = self._arg("samples", samples, _samples)
+            lr_v = self._arg("lr", lr, _args.scalar)
+            grad_norm_v = self._arg("grad_norm", grad_norm, _args.scalar)
+            loss_scale_v = self._arg("loss_scale", loss_scale, _args.loss_scale)
+            samples_v = self._arg("samples", samples, _args.samples)
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("step()", e)
             loss = loss_v = lr_v = grad_norm_v = loss_scale_v = samples_v = None
@@ -427,7 +329,7 @@ class Monitor:
                 | (grad_norm is not None and grad_norm_v is not None) << 2 \
                 | (loss_scale is not None and loss_scale_v is not None) << 3
             if grad_norm is None or grad_norm_v is None:
-                grad_norm_v = _host_scalar(self._accum_grad_norm)
+                grad_norm_v = _args.host_scalar(self._accum_grad_norm)
             scalars = {
                 "loss": nan if loss_v is None else loss_v, "lr": nan if lr_v is None else lr_v,
                 "grad_norm": grad_norm_v,
@@ -467,7 +369,7 @@ class Monitor:
                            % (name, _config.safe_repr(value), why))
             return None
 
-    def flush(self, timeout=5.0):
+    def flush(self, timeout: float = 5.0) -> bool:
         """Ships every finished step and waits until the agent has handed it to the
         socket. Returns False on timeout. Never raises."""
         if not self.enabled or self._closed:
@@ -483,7 +385,7 @@ class Monitor:
             self._guard.fail("flush()", e)
             return False
 
-    def close(self, timeout=None):
+    def close(self, timeout: Optional[float] = None) -> bool:
         """Removes the hooks, ships what is recorded (a step left open is closed),
         says goodbye and stops the agent, in at most ``timeout`` seconds (default
         close_timeout) — also when no collector is listening. Idempotent."""
@@ -516,7 +418,7 @@ class Monitor:
             ok = False
         return ok
 
-    def counters(self):
+    def counters(self) -> Dict[str, Any]:
         """Agent counters (records enqueued/sent/dropped, ...) plus the Python side's:
         python_errors, tensors_recorded, tensors_repeated, tensors_threaded (statistics
         computed on the host statistics thread), tensors_changed_in_flight (their results
@@ -547,10 +449,10 @@ class Monitor:
             out["steps"] = self._step - self.config["start_step"]
         return out
 
-    def __enter__(self):
+    def __enter__(self) -> "Monitor":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> bool:
         self.close()
         return False
 

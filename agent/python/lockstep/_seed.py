@@ -15,7 +15,7 @@ _patched = False
 SEEDED = {}
 
 
-def seed_all(seed=1234, deterministic=True, disable_dropout=False):
+def seed_all(seed: int = 1234, deterministic: bool = True, disable_dropout: bool = False) -> int:
     """Seeds Python, PYTHONHASHSEED, NumPy, torch, torch.cuda and torch_npu (when
     present). With ``deterministic``: deterministic algorithms (warn-only where torch
     supports it, so an op without a deterministic kernel warns instead of failing),

@@ -63,14 +63,19 @@ def _metadata():
         with open(p, encoding="utf-8") as f:
             readme = f.read()
     return ("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\n"
-            "Requires-Python: >=3.9\nDescription-Content-Type: text/markdown\n\n%s"
-            % (NAME, _version(), SUMMARY, readme))
+            "Requires-Python: >=3.9\n%sDescription-Content-Type: text/markdown\n\n%s"
+            % (NAME, _version(), SUMMARY,
+               "".join("Requires-Dist: %s\n" % d for d in DEPENDENCIES), readme))
 
 
 def _wheel_file():
     return ("Wheel-Version: 1.0\nGenerator: lockstep_build %s\nRoot-Is-Purelib: false\nTag: %s\n"
             % (_version(), _tag()))
 
+
+# What `import lockstep` needs at run time beyond torch (which pip must not touch: the
+# job's torch is a CUDA or torch_npu build): pyproject.toml's [project] dependencies.
+DEPENDENCIES = ("numpy",)
 
 ENTRY_POINTS = "[console_scripts]\nlockstep-agent = lockstep.__main__:main\n"
 
@@ -190,8 +195,9 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     so, temp_dir = _cmake_build()
     pkg = os.path.join(_root(), "agent", "python", "lockstep")
+    # py.typed: the package's type hints are for type checkers too (PEP 561).
     files = [("lockstep/" + n, os.path.join(pkg, n)) for n in sorted(os.listdir(pkg))
-             if n.endswith(".py")]
+             if n.endswith(".py") or n == "py.typed"]
     files.append(("lockstep/" + os.path.basename(so), so))
     if os.environ.get("LOCKSTEP_WHEEL_BUNDLE_LIBS", "") not in ("", "0"):
         files += [("lockstep/_libs/" + name, path) for name, path in _needed_libs(so)]
