@@ -17,6 +17,10 @@ _SRC = os.path.join(_HERE, "..", "..", "agent", "python", "lockstep", "_torch_st
 _spec = importlib.util.spec_from_file_location("lockstep_torch_stats_under_test", _SRC)
 ts = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ts)
+_spec = importlib.util.spec_from_file_location("lockstep_sketch_hash_under_test",
+                                               os.path.join(os.path.dirname(_SRC), "_sketch_hash.py"))
+sh = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sh)
 
 try:  # the C++ kernel, once engineer "python" has built lockstep._core
     from lockstep import _core
@@ -41,11 +45,11 @@ def py_hash(i, seed):
 
 def py_bucket_sign(i, k):
     b, o = divmod(i, k)
-    h1 = py_hash(b, ts.ROT_SEED)
+    h1 = py_hash(b, sh.ROT_SEED)
     rot = (h1 * k) >> 32
-    h2 = py_mix32(h1 ^ ts.PAT_SEED)
+    h2 = py_mix32(h1 ^ sh.PAT_SEED)
     pat, flip = h2 >> 24, (h2 >> 23) & 1
-    bit = py_hash(pat * 256 + o, ts.SIGN_SEED) >> 31
+    bit = py_hash(pat * 256 + o, sh.SIGN_SEED) >> 31
     return (o + rot) % k, -1.0 if bit ^ flip else 1.0
 
 
@@ -131,13 +135,13 @@ def test_sketch_hash_matches_plain_integers_and_cpp_known_answers():
     kat = [(0, 11, 1), (1, 12, 1), (2, 13, 0), (31, 10, 1), (32, 29, 0), (33, 30, 0),
            (1000, 27, 1), (4294967301, 1, 1), (123456789012, 2, 0)]
     assert py_mix32(1) == 824515495
-    assert py_hash(5, ts.SIGN_SEED) == 1464143695
+    assert py_hash(5, sh.SIGN_SEED) == 1464143695
     for i, bucket, neg in kat:
         assert py_bucket_sign(i, 32) == (bucket, -1.0 if neg else 1.0), i
     # torch int64 ops reproduce the integers bit for bit, also past 2^32 elements
     idx = torch.tensor([i for i, _, _ in kat], dtype=torch.int64)
-    assert ts.hash_index(idx, ts.SIGN_SEED).tolist() == [py_hash(i, ts.SIGN_SEED) for i, _, _ in kat]
-    b, neg = ts.sketch_index(70, 32, "cpu")
+    assert sh.hash_index(idx, sh.SIGN_SEED).tolist() == [py_hash(i, sh.SIGN_SEED) for i, _, _ in kat]
+    b, neg = sh.sketch_index(70, 32, "cpu")
     for i in range(70):
         assert (int(b[i]), -1.0 if bool(neg[i]) else 1.0) == py_bucket_sign(i, 32)
 

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+from lockstep import _sketch_hash
 from lockstep import _torch_stats as tst
 from lockstep import _triton_stats as trs
 
@@ -196,7 +197,7 @@ def test_tile_table_offsets_tiles_and_owners():
 
 def test_pattern_words_hold_the_sign_patterns():
     words = trs._pattern_words(torch.device("cpu")).to(torch.int64) & 0xFFFFFFFF
-    bits = tst._patterns(torch.device("cpu"))  # [256, 256] bool
+    bits = _sketch_hash.patterns(torch.device("cpu"))  # [256, 256] bool
     got = (words.view(256, 8, 1) >> torch.arange(32)) & 1
     assert torch.equal(got.reshape(256, 256).bool(), bits)
 

@@ -31,7 +31,7 @@ import threading
 import numpy as np
 import torch
 
-from lockstep import _core
+from lockstep import _core, _sketch_hash
 
 # The packed row layout, the sketch and histogram sizes and the dtype codes are defined
 # once, in C++ (lockstep/agent/packed_rows.h, types.h, schema/lockstep.fbs).
@@ -69,76 +69,6 @@ def limits(dtype):
     return _LIMITS.get(dtype, _NO_LIMITS)
 
 
-# ---- the count-sketch hash (sketch_hash.h), in int64 torch ops ----------------------
-_M32 = 0xFFFFFFFF
-_MIX = 0x045D9F3B
-SIGN_SEED = 0x2545F491
-ROT_SEED = 0x1B873593
-PAT_SEED = 0x6A09E667
-NUM_PATTERNS = 256
-PATTERN_BITS = 256
-
-
-def mix32(v):
-    """Mix32 of an int64 tensor holding values in [0, 2^32)."""
-    v = ((v ^ (v >> 16)) * _MIX) & _M32
-    v = ((v ^ (v >> 16)) * _MIX) & _M32
-    return v ^ (v >> 16)
-
-
-def hash_index(i, seed):
-    return mix32((i & _M32) ^ seed ^ mix32(i >> 32))
-
-
-_pattern_cache = {}
-_cache_lock = threading.Lock()
-
-
-def _patterns(device):
-    """[256, 256] bool: bit o of sign pattern p."""
-    with _cache_lock:
-        t = _pattern_cache.get(device)
-    if t is None:
-        idx = torch.arange(NUM_PATTERNS * PATTERN_BITS, dtype=torch.int64, device=device)
-        t = (hash_index(idx, SIGN_SEED) >> 31).bool().view(NUM_PATTERNS, PATTERN_BITS)
-        with _cache_lock:
-            _pattern_cache[device] = t
-    return t
-
-
-def _block_hash(numel, k, device, start=0):
-    """Per-block rotation r(b) of all blocks, and the sign bit of elements
-    [start, start + numel) (start a multiple of k)."""
-    nblocks = (numel + k - 1) // k
-    b = torch.arange(start // k, start // k + nblocks, dtype=torch.int64, device=device)
-    h1 = hash_index(b, ROT_SEED)
-    rot = (h1 * k) >> 32
-    h2 = mix32(h1 ^ PAT_SEED)
-    pat = h2 >> 24
-    flip = ((h2 >> 23) & 1).bool()
-    i = torch.arange(numel, dtype=torch.int64, device=device)
-    blk = torch.div(i, k, rounding_mode="floor")
-    o = i - blk * k
-    neg = _patterns(device)[pat[blk], o] ^ flip[blk]
-    return rot, neg, blk, o
-
-
-def sketch_index(numel, k, device):
-    """(bucket int64 [numel], negative bool [numel]) for the flat indices 0..numel-1."""
-    rot, neg, blk, o = _block_hash(numel, k, device)
-    return (o + rot[blk]) % k, neg
-
-
-def _block_codes(first_block, nblocks, k, device):
-    """int64 [2, nblocks]: the rotation r(b) and the sign-pattern row 2 p(b) + flip(b)
-    of blocks first_block .. first_block + nblocks (docs/statistics.md, bit for bit)."""
-    b = torch.arange(first_block, first_block + nblocks, dtype=torch.int64, device=device)
-    h1 = hash_index(b, ROT_SEED)
-    rot = (h1 * k) >> 32
-    h2 = mix32(h1 ^ PAT_SEED)
-    return torch.stack([rot, ((h2 >> 24) << 1) | ((h2 >> 23) & 1)])
-
-
 def _unit(k):
     """Row length U of the working layout: a multiple of 16 (the float32 partial sums)
     and of K (whole sketch blocks), at least PIECE and at least _BLOCKS_PER_ROW blocks
@@ -155,7 +85,7 @@ def _padded(numel, k):
 
 def _tensor_blocks(numel, k, device):
     """The block codes of a whole tensor of `numel` elements, padded to the layout."""
-    return (_block_codes(0, _padded(numel, k) // k, k, device),)
+    return (_sketch_hash.block_codes(0, _padded(numel, k) // k, k, device),)
 
 
 def _blocks_slice(numel, k, device, start, length):
@@ -167,7 +97,7 @@ def _blocks_slice(numel, k, device, start, length):
     if nblocks * 16 <= INDEX_CACHE.max_bytes:
         codes = INDEX_CACHE.get(_tensor_blocks, numel, k, device)[0]
         return codes[:, start // k:(start + length) // k]
-    return _block_codes(start // k, length // k, k, device)
+    return _sketch_hash.block_codes(start // k, length // k, k, device)
 
 
 class _IndexCache:
@@ -361,8 +291,8 @@ def _sign_table(k, work, device):
     """[512, K] work dtype: row 2 p + f holds the signs (+-1) of sign pattern p, flipped
     when f = 1, for offsets 0..K-1."""
     def build():
-        bits = _patterns(device)[:, :k].to(torch.int8)  # [256, K] 0/1
-        both = torch.stack([bits, 1 - bits], dim=1).reshape(2 * NUM_PATTERNS, k)
+        bits = _sketch_hash.patterns(device)[:, :k].to(torch.int8)  # [256, K] 0/1
+        both = torch.stack([bits, 1 - bits], dim=1).reshape(2 * _sketch_hash.NUM_PATTERNS, k)
         return (1 - 2 * both).to(work)
     return _cached(("signs", k, str(work), str(device)), build)
 

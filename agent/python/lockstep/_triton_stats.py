@@ -14,7 +14,7 @@ The kernel (one launch per dtype group, no atomics, fixed reduction order):
     ``NB`` sketch blocks of ``K`` consecutive elements (``K`` lanes padded to a power of
     two), so every tile starts on a sketch block;
   * per block the count-sketch hash of docs/statistics.md (rotation ``r(b)``, pattern
-    ``p(b)``, flip), in int64 arithmetic exactly as ``_torch_stats.hash_index`` (one hash
+    ``p(b)``, flip), in int64 arithmetic exactly as ``_sketch_hash.hash_index`` (one hash
     per K elements); the element of lane ``j`` is loaded from block offset
     ``(j - r(b)) mod K``, so lane ``j`` *is* bucket ``j`` and the sketch is a plain sum
     over blocks (no scatter, no one-hot over buckets);
@@ -51,6 +51,7 @@ import warnings
 import numpy as np
 import torch
 
+from lockstep import _sketch_hash
 from lockstep import _torch_stats as _ts
 
 ENV = "LOCKSTEP_STATS_KERNEL"
@@ -238,12 +239,12 @@ _pattern_cache = {}
 
 def _pattern_words(device):
     """int32 [256 * 8]: bit o of sign pattern p is bit (o % 32) of word p * 8 + o // 32
-    (bit(p, o) = H(p * 256 + o, SIGN_SEED) >> 31, as _torch_stats._patterns)."""
+    (bit(p, o) = H(p * 256 + o, SIGN_SEED) >> 31, as _sketch_hash.patterns)."""
     key = str(device)
     t = _pattern_cache.get(key)
     if t is None:
-        idx = torch.arange(_ts.NUM_PATTERNS * _ts.PATTERN_BITS, dtype=torch.int64)
-        bits = (_ts.hash_index(idx, _ts.SIGN_SEED) >> 31).view(_ts.NUM_PATTERNS, 8, 32)
+        idx = torch.arange(_sketch_hash.NUM_PATTERNS * _sketch_hash.PATTERN_BITS, dtype=torch.int64)
+        bits = (_sketch_hash.hash_index(idx, _sketch_hash.SIGN_SEED) >> 31).view(_sketch_hash.NUM_PATTERNS, 8, 32)
         words = (bits << torch.arange(32, dtype=torch.int64)).sum(2).reshape(-1)
         words = words - (words >= 2 ** 31).to(torch.int64) * 2 ** 32
         t = words.to(torch.int32).to(device)
