@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "detect/detector.h"
-#include "detect/incident_key.h"
+#include "rules/detector.h"
+#include "rules/incident_key.h"
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/common/clock.h"
 

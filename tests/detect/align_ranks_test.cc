@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "detect/analyzer.h"
-#include "detect/pair_rules.h"
+#include "rules/pair_rules.h"
 #include "lockstep/common/clock.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"

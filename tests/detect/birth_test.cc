@@ -1,6 +1,6 @@
 // The birth rule (detect/birth.h) on hand-made steps: which op adds error of its own,
 // judged against its dtype's rounding, and what must stay silent.
-#include "detect/birth.h"
+#include "rules/birth.h"
 
 #include <gtest/gtest.h>
 

@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "cli/rule_flags.h"
 #include "lockstep/common/flags.h"
-#include "detect/detection_settings.h"
+#include "rules/detection_settings.h"
 #include "runlog/log_writer.h"
 #include "stream_builder.h"
 

@@ -1,6 +1,6 @@
 // Ranks shown (issue 20): which ranks part first, said as "rank 2", "all 4 ranks" or
 // "ranks 0, 3 of 4", and "20 steps × 4 ranks" for what steps_compared counts.
-#include "detect/rank_onsets.h"
+#include "rules/rank_onsets.h"
 
 #include <vector>
 

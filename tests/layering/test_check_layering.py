@@ -37,7 +37,8 @@ def fake_tree(root):
     write(root, "collector/include/lockstep/collector/collector.h", "#pragma once\n")
     write(root, "collector/src/ingest/registry.h", "#pragma once\n")
     write(root, "collector/src/runlog/log_reader.cc", '#include "lockstep/common/status.h"\n')
-    write(root, "collector/src/detect/detector.cc", '#include "runlog/log_reader.h"\n')
+    write(root, "collector/src/rules/detector.cc", '#include "runlog/log_reader.h"\n')
+    write(root, "collector/src/detect/analyzer.h", '#include "rules/detector.h"\n')
     write(root, "collector/src/cli/compare_cmd.cc", '#include "ingest/registry.h"\n')
     write(root, "collector/src/top/top_ui.cc", "#include <ncurses.h>\n")
     write(root, "collector/src/top/CMakeLists.txt", "target_link_libraries(t PRIVATE ncursesw)\n")
@@ -54,8 +55,11 @@ PLANTS = [
     ("order", "collector/src/detect/rules.cc", '#include "cli/compare_cmd.cc"\n'),
     ("order", "collector/src/view/view_model.cc", '#include "top/top_ui.cc"\n'),
     ("order", "collector/src/top/top_cmd.cc", '#include "cli/compare_cmd.cc"\n'),
-    ("detect-without-flag-parser", "collector/src/detect/rules.cc",
+    ("rules-without-flag-parser", "collector/src/rules/rule_settings.cc",
      '#include "lockstep/common/flags.h"\n'),
+    ("rules-without-flag-parser", "collector/src/detect/analyzer.cc",
+     '#include "lockstep/common/flags.h"\n'),
+    ("order", "collector/src/rules/birth.cc", '#include "detect/analyzer.h"\n'),
     ("public-not-private", "collector/include/lockstep/collector/service.h",
      '// the pipeline\n#include "ingest/registry.h"\n'),
     ("daemon-without-ncurses", "collector/src/view/CMakeLists.txt",

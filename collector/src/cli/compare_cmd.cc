@@ -25,7 +25,7 @@
 #include "detect/alert_json.h"
 #include "detect/analyzer.h"
 #include "detect/compare_gate.h"
-#include "detect/detection_settings.h"
+#include "rules/detection_settings.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "lockstep/common/json_out.h"

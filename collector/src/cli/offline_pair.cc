@@ -7,7 +7,7 @@
 #include "lockstep/common/exit_codes.h"
 #include "lockstep/common/flags.h"
 #include "detect/analyzer.h"
-#include "detect/detection_settings.h"
+#include "rules/detection_settings.h"
 
 namespace lockstep::cli {
 

@@ -21,7 +21,7 @@
 #include "cli/offline_pair.h"
 #include "cli/rule_flags.h"
 #include "detect/compare_gate.h"
-#include "detect/detection_settings.h"
+#include "rules/detection_settings.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "report/report_page.h"
 #include "report/report_recorder.h"

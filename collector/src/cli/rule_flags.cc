@@ -2,7 +2,7 @@
 
 #include <variant>
 
-#include "detect/rule_settings.h"
+#include "rules/rule_settings.h"
 #include "lockstep/common/flags.h"
 
 namespace lockstep::cli {

@@ -7,8 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "align/pair_metrics.h"
-#include "detect/pair_rules.h"
-#include "detect/run_rules.h"
+#include "rules/pair_rules.h"
+#include "rules/run_rules.h"
 #include "lockstep/common/clock.h"
 
 namespace lockstep::collector {

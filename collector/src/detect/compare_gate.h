@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "detect/analyzer.h"
-#include "detect/rank_onsets.h"
+#include "rules/rank_onsets.h"
 #include "lockstep/alerting/alert.h"
 
 namespace lockstep::wire {

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "detect/detector.h"
+#include "rules/detector.h"
 #include "lockstep/alerting/alert.h"
 
 namespace lockstep::collector {

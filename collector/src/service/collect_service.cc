@@ -8,7 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "detect/detection_settings.h"
+#include "rules/detection_settings.h"
 #include "detect/live_analyzer.h"
 #include "lockstep/alerting/dispatcher.h"
 #include "lockstep/collector/collector.h"

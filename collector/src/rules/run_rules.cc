@@ -1,4 +1,4 @@
-#include "detect/run_rules.h"
+#include "rules/run_rules.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 // the facts of a pair that explain a divergence before any layer is blamed.
 //
 // Pure functions and plain structs; the analyzer's thread.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_SETUP_RULE_H_
-#define LOCKSTEP_COLLECTOR_DETECT_SETUP_RULE_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_SETUP_RULE_H_
+#define LOCKSTEP_COLLECTOR_RULES_SETUP_RULE_H_
 
 #include <cstdint>
 #include <map>
@@ -54,4 +54,4 @@ struct PairFacts {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_SETUP_RULE_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_SETUP_RULE_H_

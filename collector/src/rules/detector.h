@@ -8,8 +8,8 @@
 // to the callback (the alerting Dispatcher's queue, a JSONL writer, a test vector).
 //
 // Threads: all of this runs on the analyzer's single thread.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
-#define LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_DETECTOR_H_
+#define LOCKSTEP_COLLECTOR_RULES_DETECTOR_H_
 
 #include <algorithm>
 #include <cmath>
@@ -22,9 +22,9 @@
 #include "align/names.h"
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
-#include "detect/birth.h"
-#include "detect/rules_config.h"
-#include "detect/setup_rule.h"
+#include "rules/birth.h"
+#include "rules/rules_config.h"
+#include "rules/setup_rule.h"
 #include "lockstep/alerting/alert.h"
 #include "lockstep/common/clock.h"
 
@@ -174,4 +174,4 @@ class PairDetector {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_DETECTOR_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_DETECTOR_H_

@@ -1,4 +1,4 @@
-#include "detect/pair_rules.h"
+#include "rules/pair_rules.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,6 +1,6 @@
-#include "detect/detector.h"
+#include "rules/detector.h"
 
-#include "detect/incident_key.h"
+#include "rules/incident_key.h"
 
 namespace lockstep::collector {
 

@@ -1,4 +1,4 @@
-#include "detect/detection_settings.h"
+#include "rules/detection_settings.h"
 
 #include <cstdio>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
-#include "detect/rule_settings.h"
+#include "rules/rule_settings.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 

@@ -1,4 +1,4 @@
-#include "detect/rank_onsets.h"
+#include "rules/rank_onsets.h"
 
 #include <vector>
 

@@ -7,14 +7,14 @@
 // the all-reduced gradients: that is not "all ranks".)
 //
 // Threads: not synchronised; one owner (the analyzer's thread, or compare's).
-#ifndef LOCKSTEP_COLLECTOR_DETECT_RANK_ONSETS_H_
-#define LOCKSTEP_COLLECTOR_DETECT_RANK_ONSETS_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_RANK_ONSETS_H_
+#define LOCKSTEP_COLLECTOR_RULES_RANK_ONSETS_H_
 
 #include <cstdint>
 #include <map>
 #include <string>
 
-#include "detect/detector.h"
+#include "rules/detector.h"
 
 namespace lockstep::collector {
 
@@ -44,4 +44,4 @@ std::string StepsTimesRanks(uint64_t steps_compared, uint32_t ranks);
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_RANK_ONSETS_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_RANK_ONSETS_H_

@@ -1,4 +1,4 @@
-#include "detect/birth.h"
+#include "rules/birth.h"
 
 #include <algorithm>
 #include <cmath>

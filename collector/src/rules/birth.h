@@ -60,8 +60,8 @@
 // does not count). Only micro step 0 is judged.
 //
 // Threads: the analyzer's thread.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_BIRTH_H_
-#define LOCKSTEP_COLLECTOR_DETECT_BIRTH_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_BIRTH_H_
+#define LOCKSTEP_COLLECTOR_RULES_BIRTH_H_
 
 #include <cstdint>
 #include <string>
@@ -72,7 +72,7 @@
 #include "align/names.h"
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
-#include "detect/rules_config.h"
+#include "rules/rules_config.h"
 
 namespace lockstep::collector {
 
@@ -213,4 +213,4 @@ class BirthFinder {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_BIRTH_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_BIRTH_H_

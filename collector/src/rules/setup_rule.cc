@@ -1,4 +1,4 @@
-#include "detect/setup_rule.h"
+#include "rules/setup_rule.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "detect/rules_config.h"
+#include "rules/rules_config.h"
 
 namespace lockstep::collector {
 namespace {

@@ -1,8 +1,8 @@
 // Thresholds of every rule, with the defaults documented in docs/rules.md. One plain
 // struct, filled from flags and settings files through the table of rule settings
 // (rule_settings.h), read by the detectors. Copied at start-up; never changed while running.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_RULES_CONFIG_H_
-#define LOCKSTEP_COLLECTOR_DETECT_RULES_CONFIG_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_RULES_CONFIG_H_
+#define LOCKSTEP_COLLECTOR_RULES_RULES_CONFIG_H_
 
 #include <cstdint>
 
@@ -86,4 +86,4 @@ DT LowerPrecision(DT a, DT b);
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_RULES_CONFIG_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_RULES_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "detect/incident_key.h"
+#include "rules/incident_key.h"
 
 namespace lockstep::collector {
 

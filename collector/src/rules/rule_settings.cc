@@ -1,4 +1,4 @@
-#include "detect/rule_settings.h"
+#include "rules/rule_settings.h"
 
 #include <cerrno>
 #include <charconv>

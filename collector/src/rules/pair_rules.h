@@ -1,8 +1,8 @@
 // Per-pair rules (docs/rules.md): loss_drift, tensor_drift, first_divergence, trend.
 // One instance per (baseline, candidate) pair; each sees every compared step with its
 // matched tensors already evaluated (PairStepView). Threads: the analyzer's thread.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_PAIR_RULES_H_
-#define LOCKSTEP_COLLECTOR_DETECT_PAIR_RULES_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_PAIR_RULES_H_
+#define LOCKSTEP_COLLECTOR_RULES_PAIR_RULES_H_
 
 #include <map>
 #include <memory>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "detect/detector.h"
-#include "detect/rank_onsets.h"
+#include "rules/detector.h"
+#include "rules/rank_onsets.h"
 
 namespace lockstep::collector {
 
@@ -139,4 +139,4 @@ std::vector<std::unique_ptr<PairDetector>> MakePairDetectors(const PairCtx* ctx)
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_PAIR_RULES_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_PAIR_RULES_H_

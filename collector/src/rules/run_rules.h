@@ -1,8 +1,8 @@
 // Per-run rules (docs/rules.md): one small class per job, one instance per run.
 // Each sees every closed step of its run (all ranks) and emits through RunCtx::out.
 // Threads: the analyzer's thread only.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_RUN_RULES_H_
-#define LOCKSTEP_COLLECTOR_DETECT_RUN_RULES_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_RUN_RULES_H_
+#define LOCKSTEP_COLLECTOR_RULES_RUN_RULES_H_
 
 #include <cstdint>
 #include <deque>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "align/run_decoder.h"
-#include "detect/detector.h"
+#include "rules/detector.h"
 
 namespace lockstep::collector {
 
@@ -108,4 +108,4 @@ std::vector<std::unique_ptr<RunDetector>> MakeRunDetectors(const RunCtx* ctx);
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_RUN_RULES_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_RUN_RULES_H_

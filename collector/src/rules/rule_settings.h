@@ -6,8 +6,8 @@
 // through it (detection_settings.h), so both take the same names, ranges and errors.
 //
 // Threads: the table is immutable; the functions are pure.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_RULE_SETTINGS_H_
-#define LOCKSTEP_COLLECTOR_DETECT_RULE_SETTINGS_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_RULE_SETTINGS_H_
+#define LOCKSTEP_COLLECTOR_RULES_RULE_SETTINGS_H_
 
 #include <cstdint>
 #include <span>
@@ -15,7 +15,7 @@
 #include <string_view>
 #include <variant>
 
-#include "detect/rules_config.h"
+#include "rules/rules_config.h"
 #include "lockstep/common/status.h"
 
 namespace lockstep::collector {
@@ -51,4 +51,4 @@ std::string ShortestDoubleText(double x);
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_RULE_SETTINGS_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_RULE_SETTINGS_H_

@@ -13,8 +13,8 @@
 //   <rule>/<experiment>                              anything else.
 //
 // Pure; any thread.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_INCIDENT_KEY_H_
-#define LOCKSTEP_COLLECTOR_DETECT_INCIDENT_KEY_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_INCIDENT_KEY_H_
+#define LOCKSTEP_COLLECTOR_RULES_INCIDENT_KEY_H_
 
 #include <string>
 
@@ -26,4 +26,4 @@ std::string IncidentKey(const alerting::Alert& a);
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_INCIDENT_KEY_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_INCIDENT_KEY_H_

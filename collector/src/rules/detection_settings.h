@@ -10,8 +10,8 @@
 // Threads: the functions are pure or touch only the file they name. SettingsRecorder
 // is called on the collector's ingest thread (and during a restart's replay, on the
 // thread that replays), never on two at once.
-#ifndef LOCKSTEP_COLLECTOR_DETECT_DETECTION_SETTINGS_H_
-#define LOCKSTEP_COLLECTOR_DETECT_DETECTION_SETTINGS_H_
+#ifndef LOCKSTEP_COLLECTOR_RULES_DETECTION_SETTINGS_H_
+#define LOCKSTEP_COLLECTOR_RULES_DETECTION_SETTINGS_H_
 
 #include <functional>
 #include <set>
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "detect/rules_config.h"
+#include "rules/rules_config.h"
 #include "lockstep/collector/message_sink.h"
 #include "lockstep/common/status.h"
 
@@ -75,4 +75,4 @@ class SettingsRecorder : public MessageSink {
 
 }  // namespace lockstep::collector
 
-#endif  // LOCKSTEP_COLLECTOR_DETECT_DETECTION_SETTINGS_H_
+#endif  // LOCKSTEP_COLLECTOR_RULES_DETECTION_SETTINGS_H_
