@@ -3,7 +3,7 @@
 // and sends Hello / RunFingerprint / Sampling / TensorDirectory / StepScalars / StepEnd /
 // Heartbeat / Goodbye.
 //
-// Rules it keeps (docs/design.md "The wire", issue 2):
+// Rules it keeps (docs/design.md "The wire"):
 // - Hello first, and every directory entry before any stats message that could use it;
 //   both again after each reconnection (the collector may have restarted).
 // - with identity_pending, nothing at all until SetIdentity or the first record,

@@ -1,4 +1,4 @@
-// Which ranks of a pair diverge first, and where (issue 20: "ranks shown"): fed every
+// Which ranks of a pair diverge first, and where (the "ranks shown" of a verdict): fed every
 // compared (pair, rank, step) by Analyzer::SetPairStepObserver, it keeps each rank's
 // first step with a drifting tensor and the first such tensor in execution order, so
 // `compare` and `top` can say "on all 4 ranks" when every rank parts at the same step in
