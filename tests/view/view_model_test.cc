@@ -11,8 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "align/step_data.h"
-#include "rules/detector.h"
+#include "detect/detector.h"
 #include "view/snapshot.h"
+#include "view/snapshot_json.h"
 #include "view/view_model.h"
 
 namespace lockstep::collector {
@@ -260,6 +261,48 @@ TEST(ViewModel, TheFeedSaysOverHowManyRanksItCompared) {
   const json p = Snap(vm)["pairs"][0];
   EXPECT_EQ(p["compared"], 6);
   EXPECT_EQ(p["ranks"], 2);
+}
+
+// The feed's writer and reader walk one field list (snapshot_json.h): what the
+// collector writes reads back whole, so writing it again gives the same bytes.
+TEST(Snapshot, WhatTheCollectorWritesReadsBackWhole) {
+  ViewModelOptions opt;
+  opt.history_tensors = 1;
+  ViewModel vm(opt);
+  Feeder f(&vm);
+  for (uint64_t s = 0; s < 8; ++s) {
+    f.Step(s, {{1, Kind::kAct, 0, s == 3 ? 3.0 : 0.2}, {2, Kind::kParamGrad, 30, s >= 6 ? NAN : 0.5}},
+           1.0 + s * 0.01, s == 5 ? NAN : 1.0, /*c_loss_given=*/s != 4, static_cast<uint32_t>(s % 2));
+  }
+  alerting::Alert a;
+  a.rule = "nonfinite";
+  a.severity = alerting::Severity::kCritical;
+  a.runs = {"base", "cand"};
+  a.step = 6;
+  vm.OnAlert(a);
+  std::vector<RankInfo> ranks(2);
+  ranks[0].run = "base";
+  ranks[0].hello_seen = true;
+  ranks[0].role = "baseline";
+  ranks[0].has_step = true;
+  ranks[0].last_step = 7;
+  ranks[0].last_recv_unix_ns = 1'000'000'000;
+  ranks[1] = ranks[0];
+  ranks[1].run = "cand";
+  ranks[1].role = "candidate";
+  ranks[1].last_step = 5;
+  const std::string written = vm.SnapshotJson(ranks, ViewExtras{10, 1, 2}, 3'000'000'000);
+  auto read = view::ReadSnapshotJson(written);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(view::WriteSnapshotJson(*read), written);
+  // Fields top does not show are read all the same.
+  EXPECT_EQ(read->analyzer_errors, 2u);
+  ASSERT_EQ(read->pairs.size(), 1u);
+  EXPECT_EQ(read->pairs[0].first_div_step, 3);
+  EXPECT_EQ(read->pairs[0].first_div_rank, 1u);  // step 3 compared on rank 1
+  EXPECT_EQ(read->runs[1].lag, 2);  // cand at step 5, its partner at 7
+  EXPECT_FALSE(read->pairs[0].loss_hist[4].c_given);
+  EXPECT_TRUE(read->pairs[0].loss_hist[5].c_given);  // a NaN loss given
 }
 
 }  // namespace

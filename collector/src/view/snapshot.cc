@@ -5,51 +5,10 @@
 #include <cstdio>
 #include <ctime>
 
-#include <nlohmann/json.hpp>
+#include "view/snapshot_json.h"
 
 namespace lockstep::collector::view {
 namespace {
-
-using nlohmann::json;
-
-double D(const json& j, const char* k) {
-  auto it = j.find(k);
-  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
-}
-int64_t I(const json& j, const char* k, int64_t def = 0) {
-  auto it = j.find(k);
-  return it != j.end() && it->is_number() ? it->get<int64_t>() : def;
-}
-uint64_t U(const json& j, const char* k) {
-  auto it = j.find(k);
-  return it != j.end() && it->is_number() ? it->get<uint64_t>() : 0;
-}
-std::string S(const json& j, const char* k) {
-  auto it = j.find(k);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-double At(const json& a, size_t i) { return i < a.size() && a[i].is_number() ? a[i].get<double>() : std::nan(""); }
-// A loss value: a number, "NaN"/"inf"/"-inf" (given, non-finite) or null (not given).
-double LossOf(const json& v, bool* given) {
-  *given = true;
-  if (v.is_number()) return v.get<double>();
-  if (v.is_string()) {
-    const std::string t = v.get<std::string>();
-    if (t == "inf") return INFINITY;
-    if (t == "-inf") return -INFINITY;
-    return std::nan("");
-  }
-  *given = false;
-  return std::nan("");
-}
-double LossAt(const json& j, const char* k, bool* given) {
-  auto it = j.find(k);
-  if (it == j.end()) {
-    *given = false;
-    return std::nan("");
-  }
-  return LossOf(*it, given);
-}
 
 std::string PadCols(std::string s, size_t w) {
   const size_t n = Cols(s);
@@ -97,128 +56,9 @@ std::string ClipCols(const std::string& s, size_t w) {
 }
 
 StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Status::InvalidArgument("the view feed sent something that is not JSON; is this a lockstep collector?");
-  }
-  if (I(j, "v") != 1) {
-    return Status::InvalidArgument("the view feed speaks version " + std::to_string(I(j, "v")) +
-                                   ", this lockstep top reads version 1; use the same lockstep version");
-  }
-  Snapshot s;
-  try {
-    s.unix_ms = I(j, "t");
-    if (auto c = j.find("collector"); c != j.end() && c->is_object()) {
-      s.records = U(*c, "records");
-      s.bad = U(*c, "bad");
-    }
-    for (const json& r : j.value("runs", json::array())) {
-      RunRow row;
-      row.run = S(r, "run");
-      row.role = S(r, "role");
-      row.platform = S(r, "platform");
-      row.device = S(r, "device");
-      row.experiment = S(r, "experiment");
-      row.ranks = static_cast<uint32_t>(U(r, "ranks"));
-      row.world = static_cast<uint32_t>(U(r, "world"));
-      row.step = I(r, "step", -1);
-      row.has_lag = r.contains("lag") && r["lag"].is_number();
-      row.lag = I(r, "lag");
-      row.ended = r.value("ended", false);
-      row.sps = D(r, "sps");
-      row.loss = LossAt(r, "loss", &row.has_loss);
-      row.step_time_s = D(r, "step_time_s");
-      row.last_seen_s = D(r, "last_seen_s");
-      row.drops = U(r, "drops");
-      row.gaps = U(r, "gaps");
-      row.bad = U(r, "bad");
-      s.runs.push_back(std::move(row));
-    }
-    for (const json& p : j.value("pairs", json::array())) {
-      PairRow pr;
-      pr.experiment = S(p, "experiment");
-      pr.baseline = S(p, "baseline");
-      pr.candidate = S(p, "candidate");
-      pr.step = I(p, "step");
-      pr.compared = U(p, "compared");
-      pr.ranks = U(p, "ranks");
-      pr.tensors_total = U(p, "tensors_total");
-      pr.drifting = U(p, "drifting");
-      pr.loss_b = LossAt(p, "loss_b", &pr.has_loss_b);
-      pr.loss_c = LossAt(p, "loss_c", &pr.has_loss_c);
-      pr.loss_rel = D(p, "loss_rel");
-      for (const json& h : p.value("loss_hist", json::array())) {
-        if (!h.is_array() || h.size() < 3) continue;
-        bool g = false;
-        pr.loss_hist.push_back({static_cast<int64_t>(At(h, 0)), LossOf(h[1], &g), LossOf(h[2], &g)});
-      }
-      if (auto f = p.find("setup"); f != p.end() && f->is_object()) {
-        pr.setup_differences = I(*f, "differences");
-        pr.setup_summary = S(*f, "summary");
-      }
-      if (auto f = p.find("first_div"); f != p.end() && f->is_object()) {
-        pr.diverged = true;
-        pr.first_div_step = I(*f, "step");
-        pr.first_div_tensor = S(*f, "tensor");
-        pr.first_div_where = S(*f, "where");
-      }
-      if (auto f = p.find("nan_onset"); f != p.end() && f->is_object()) {
-        pr.has_nan_onset = true;
-        pr.nan_onset_step = I(*f, "step");
-        pr.nan_onset_tensor = S(*f, "tensor");
-        pr.nan_onset_kind = S(*f, "kind");
-      }
-      for (const json& t : p.value("tensors", json::array())) {
-        TensorRow tr;
-        tr.name = S(t, "name");
-        tr.kind = S(t, "kind");
-        tr.metric = S(t, "metric");
-        tr.status = S(t, "status");
-        tr.order = static_cast<uint32_t>(U(t, "order"));
-        tr.step = I(t, "step");
-        tr.first = I(t, "first", -1);
-        tr.first_nonfinite = I(t, "first_nonfinite", -1);
-        tr.ratio = D(t, "ratio");
-        tr.score = D(t, "score");
-        tr.rel_l2 = D(t, "rel_l2");
-        tr.cos = D(t, "cos");
-        tr.b_l2 = D(t, "b_l2");
-        tr.c_l2 = D(t, "c_l2");
-        tr.worst = D(t, "worst");
-        if (auto h = t.find("hist"); h != t.end() && h->is_array()) {
-          tr.has_hist = true;
-          for (const json& q : *h) {
-            if (q.is_array()) tr.hist.push_back({static_cast<int64_t>(At(q, 0)), At(q, 1), At(q, 2), At(q, 3)});
-          }
-        }
-        pr.tensors.push_back(std::move(tr));
-      }
-      s.pairs.push_back(std::move(pr));
-    }
-    if (auto a = j.find("alerts"); a != j.end() && a->is_object()) {
-      s.alerts_total = U(*a, "total");
-      s.alerts_info = U(*a, "info");
-      s.alerts_warning = U(*a, "warning");
-      s.alerts_critical = U(*a, "critical");
-      for (const json& r : a->value("recent", json::array())) {
-        AlertRow ar;
-        ar.unix_ms = I(r, "t");
-        ar.step = I(r, "step");
-        ar.severity = S(r, "sev");
-        ar.rule = S(r, "rule");
-        ar.experiment = S(r, "experiment");
-        ar.tensor = S(r, "tensor");
-        ar.message = S(r, "msg");
-        for (const json& x : r.value("runs", json::array())) {
-          if (x.is_string()) ar.runs.push_back(x.get<std::string>());
-        }
-        s.alerts.push_back(std::move(ar));
-      }
-    }
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(std::string("the view feed's snapshot is malformed (") + e.what() +
-                                   "); use the same lockstep version for collect and top");
-  }
+  auto read = ReadSnapshotJson(text);
+  if (!read.ok()) return read.status();
+  Snapshot& s = *read;
   // Display order: what is running first (an 80x24 screen shows only a few runs).
   auto ended = [&s](const std::string& run) {
     for (const RunRow& r : s.runs) {
@@ -254,7 +94,7 @@ StatusOr<Snapshot> ParseSnapshot(std::string_view text) {
     return group * 1'000'000 + (paired ? pair_pos : 0);
   };
   std::stable_sort(s.runs.begin(), s.runs.end(), [&](const RunRow& a, const RunRow& b) { return rank(a) < rank(b); });
-  return s;
+  return read;
 }
 
 bool AlertOfPair(const AlertRow& a, const PairRow& p) {

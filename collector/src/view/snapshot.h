@@ -1,6 +1,7 @@
-// Snapshot: the view feed's JSON (docs/top.md "Feed format") read back into plain
-// structs for `lockstep top`, plus the text pieces both the ncurses screen and
-// `--once` print (number formats, sparklines, table rows), so the two never disagree.
+// Snapshot: the view feed (docs/top.md "Feed format") as plain structs — what the
+// collector's ViewModel fills and `lockstep top` reads back (the JSON both ways:
+// snapshot_json.h) — plus the text pieces both the ncurses screen and `--once` print
+// (number formats, sparklines, table rows), so the two never disagree.
 //
 // Pure functions and values; any thread.
 #ifndef LOCKSTEP_COLLECTOR_VIEW_SNAPSHOT_H_
@@ -43,6 +44,7 @@ struct TensorRow {
 struct LossPoint {
   int64_t step = 0;
   double b = 0, c = 0;  // NaN also when not given
+  bool b_given = false, c_given = false;  // as RunRow::has_loss
 };
 
 struct PairRow {
@@ -53,10 +55,12 @@ struct PairRow {
   double loss_b = 0, loss_c = 0, loss_rel = 0;
   bool has_loss_b = false, has_loss_c = false;  // as RunRow::has_loss
   std::vector<LossPoint> loss_hist;
+  bool has_setup = false;          // the fingerprints were compared
   int64_t setup_differences = -1;  // -1: fingerprints not compared (yet)
   std::string setup_summary;
   bool diverged = false;
   int64_t first_div_step = -1;
+  uint32_t first_div_rank = 0;  // the rank that diverged first
   std::string first_div_tensor;
   std::string first_div_where;  // "rank 2", "all 4 ranks" ("" from an older collector)
   // " rank 2" / " on all 4 ranks" / "" for the first-divergence line.
@@ -77,9 +81,10 @@ struct AlertRow {
   std::vector<std::string> runs;
 };
 
+// One snapshot of the view feed; snapshot_json.h writes and reads it as JSON.
 struct Snapshot {
   int64_t unix_ms = 0;
-  uint64_t records = 0, bad = 0;
+  uint64_t records = 0, bad = 0, analyzer_errors = 0;
   std::vector<RunRow> runs;
   std::vector<PairRow> pairs;
   uint64_t alerts_total = 0, alerts_info = 0, alerts_warning = 0, alerts_critical = 0;
@@ -90,9 +95,10 @@ struct Snapshot {
   std::vector<std::string> unpaired;
 };
 
-// InvalidArgument (one sentence) when `json` is not a feed snapshot of version 1.
-// Orders for display: pairs with a live run first, then runs of those pairs, other live
-// runs, and ended runs last, so a small screen shows what is running.
+// ReadSnapshotJson (snapshot_json.h), then arranged for display: InvalidArgument (one
+// sentence) when `json` is not a feed snapshot of version 1. Orders for display: pairs
+// with a live run first, then runs of those pairs, other live runs, and ended runs
+// last, so a small screen shows what is running.
 StatusOr<Snapshot> ParseSnapshot(std::string_view json);
 
 // What a pair's `compared` count counts: (step, rank) comparisons. "40 steps" (one

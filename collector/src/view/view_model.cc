@@ -3,36 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
-
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
-#include "rules/detector.h"
+#include "detect/detector.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
+#include "view/snapshot.h"
+#include "view/snapshot_json.h"
 
 namespace lockstep::collector {
 namespace {
-
-using nlohmann::json;
-
-// Rounded to ~5 significant digits: the feed is for eyes and sparklines, and short
-// numbers keep a 2 Hz snapshot small.
-json Short(double v) {
-  if (!std::isfinite(v)) return json(nullptr);
-  if (v == 0) return json(0);
-  const double mag = std::pow(10.0, 4 - static_cast<int>(std::floor(std::log10(std::fabs(v)))));
-  return json(std::round(v * mag) / mag);
-}
-
-// A loss: null when the run gave none, "NaN" / "inf" / "-inf" when it gave a non-finite
-// one (JSON has no NaN), else the number.
-json Loss(double v, bool given) {
-  if (!given) return json(nullptr);
-  if (std::isnan(v)) return json("NaN");
-  if (std::isinf(v)) return json(v > 0 ? "inf" : "-inf");
-  return Short(v);
-}
 
 double RelDiff(double b, double c) {
   if (!std::isfinite(b) || !std::isfinite(c)) return std::nan("");
@@ -208,12 +188,12 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     r.last_recv = std::max(r.last_recv, ri.last_recv_unix_ns);
   }
 
-  json out;
-  out["v"] = 1;
-  out["t"] = now_ns / 1'000'000;
-  out["collector"] = {{"records", extras.records}, {"bad", extras.bad_messages},
-                      {"analyzer_errors", extras.analyzer_errors}};
-  // Built under mu_ (the json tree is the copy), serialized after releasing it.
+  view::Snapshot snap;
+  snap.unix_ms = now_ns / 1'000'000;
+  snap.records = extras.records;
+  snap.bad = extras.bad_messages;
+  snap.analyzer_errors = extras.analyzer_errors;
+  // Copied under mu_ (the Snapshot is the copy), written as JSON after releasing it.
   MutexLock l(&mu_);
   // A run's partner: the other side of the first pair it is in.
   auto partner_step = [&](const std::string& run, int64_t* step) {
@@ -230,67 +210,86 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     }
     return false;
   };
-  json jruns = json::array();
+  const double unknown = std::nan("");
   for (const RunRow& r : rows) {
-    json j = {{"run", r.run},         {"role", r.role},         {"platform", r.platform},
-              {"device", r.device},   {"experiment", r.experiment}, {"ranks", r.ranks},
-              {"world", r.world},     {"drops", r.drops},       {"gaps", r.gaps},
-              {"bad", r.bad},         {"ended", r.ended}};
-    j["step"] = r.has_step ? json(r.step) : json(nullptr);
-    j["last_seen_s"] = r.last_recv ? Short(std::max<double>(0, (now_ns - r.last_recv) / 1e9)) : json(nullptr);
+    view::RunRow& o = snap.runs.emplace_back();
+    o.run = r.run;
+    o.role = r.role;
+    o.platform = r.platform;
+    o.device = r.device;
+    o.experiment = r.experiment;
+    o.ranks = r.ranks;
+    o.world = r.world;
+    o.drops = r.drops;
+    o.gaps = r.gaps;
+    o.bad = r.bad;
+    o.ended = r.ended;
+    o.step = r.has_step ? static_cast<int64_t>(r.step) : -1;
+    o.last_seen_s = r.last_recv ? std::max<double>(0, (now_ns - r.last_recv) / 1e9) : unknown;
     int64_t ps = 0;
-    j["lag"] = r.has_step && partner_step(r.run, &ps) ? json(ps - static_cast<int64_t>(r.step)) : json(nullptr);
+    o.has_lag = r.has_step && partner_step(r.run, &ps);
+    o.lag = o.has_lag ? ps - static_cast<int64_t>(r.step) : 0;
+    o.sps = o.step_time_s = unknown;
     auto it = runs_.find(r.run);
-    json sps = nullptr, loss = nullptr, st = nullptr;
     if (it != runs_.end()) {
       const RunState& s = it->second;
-      loss = Loss(s.loss, s.has_loss);
-      if (s.has_time) st = Short(s.step_time_s);
+      o.loss = s.loss;
+      o.has_loss = s.has_loss;
+      if (s.has_time) o.step_time_s = s.step_time_s;
       if (!s.progress.empty()) {
         const auto& [t1, s1] = s.progress.back();
         const auto& [t0, s0] = s.progress.front();
         if (now_ns - t1 > kStalledNs || r.ended) {
-          sps = 0;
+          o.sps = 0;
         } else if (t1 > t0) {
-          sps = Short(static_cast<double>(s1 - s0) / ((t1 - t0) / 1e9));
+          o.sps = static_cast<double>(s1 - s0) / ((t1 - t0) / 1e9);
         }
       }
     }
-    j["sps"] = sps;
-    j["loss"] = loss;
-    j["step_time_s"] = st;
-    jruns.push_back(std::move(j));
   }
-  out["runs"] = std::move(jruns);
 
-  json jpairs = json::array();
   for (const auto& [k, p] : pairs_) {
-    json j = {{"experiment", p.experiment}, {"baseline", p.baseline}, {"candidate", p.candidate},
-              {"step", p.step},             {"compared", p.steps_compared},
-              {"ranks", p.ranks.size()}};
-    const LossPoint* last = p.loss.empty() ? nullptr : &p.loss.back();
-    j["loss_b"] = last ? Loss(last->b, last->b_given) : json(nullptr);
-    j["loss_c"] = last ? Loss(last->c, last->c_given) : json(nullptr);
-    j["loss_rel"] = last ? Short(RelDiff(last->b, last->c)) : json(nullptr);
-    json hist = json::array();
-    for (const LossPoint& lp : p.loss) {
-      hist.push_back(json::array({lp.step, Loss(lp.b, lp.b_given), Loss(lp.c, lp.c_given)}));
+    view::PairRow& o = snap.pairs.emplace_back();
+    o.experiment = p.experiment;
+    o.baseline = p.baseline;
+    o.candidate = p.candidate;
+    o.step = static_cast<int64_t>(p.step);
+    o.compared = p.steps_compared;
+    o.ranks = p.ranks.size();
+    o.loss_rel = unknown;
+    if (!p.loss.empty()) {
+      const LossPoint& last = p.loss.back();
+      o.loss_b = last.b;
+      o.has_loss_b = last.b_given;
+      o.loss_c = last.c;
+      o.has_loss_c = last.c_given;
+      o.loss_rel = RelDiff(last.b, last.c);
     }
-    j["loss_hist"] = std::move(hist);
-    j["setup"] = p.setup_known ? json{{"differences", p.setup_differences}, {"summary", p.setup_summary}}
-                               : json(nullptr);
-    j["first_div"] = p.diverged ? json{{"step", p.first_div_step},
-                                       {"tensor", p.first_div_tensor},
-                                       {"rank", p.first_div_rank},
-                                       {"where", p.onsets.Where(p.first_div_step, p.first_div_rank)}}
-                                : json(nullptr);
+    for (const LossPoint& lp : p.loss)
+      o.loss_hist.push_back({static_cast<int64_t>(lp.step), lp.b, lp.c, lp.b_given, lp.c_given});
+    o.has_setup = p.setup_known;
+    if (p.setup_known) {
+      o.setup_differences = static_cast<int64_t>(p.setup_differences);
+      o.setup_summary = p.setup_summary;
+    }
+    if (p.diverged) {
+      o.diverged = true;
+      o.first_div_step = static_cast<int64_t>(p.first_div_step);
+      o.first_div_tensor = p.first_div_tensor;
+      o.first_div_rank = p.first_div_rank;
+      o.first_div_where = p.onsets.Where(p.first_div_step, p.first_div_rank);
+    }
     const TensorState* producer = nullptr;
     if (p.has_onset) {
       auto pit = p.tensors.find(p.onset_key);
       if (pit != p.tensors.end()) producer = &pit->second;
     }
-    j["nan_onset"] = producer ? json{{"step", p.onset_step}, {"tensor", producer->name}, {"kind", producer->kind}}
-                              : json(nullptr);
+    if (producer) {
+      o.has_nan_onset = true;
+      o.nan_onset_step = static_cast<int64_t>(p.onset_step);
+      o.nan_onset_tensor = producer->name;
+      o.nan_onset_kind = producer->kind;
+    }
 
     std::vector<const TensorState*> ts;
     ts.reserve(p.tensors.size());
@@ -299,8 +298,8 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
       ts.push_back(&t);
       if (t.ratio > 1) ++drifting;
     }
-    j["tensors_total"] = ts.size();
-    j["drifting"] = drifting;
+    o.tensors_total = ts.size();
+    o.drifting = drifting;
     // The producer first, pinned; then by drift. Ties (every non-finite tensor drifts
     // "infinitely") go to the earliest non-finite step, then execution order.
     auto worse = [producer](const TensorState* a, const TensorState* b) {
@@ -314,57 +313,54 @@ std::string ViewModel::SnapshotJson(const std::vector<RankInfo>& ranks, const Vi
     };
     const size_t n = std::min(ts.size(), opt_.max_tensors);
     std::partial_sort(ts.begin(), ts.begin() + static_cast<std::ptrdiff_t>(n), ts.end(), worse);
-    json jt = json::array();
     for (size_t i = 0; i < n; ++i) {
       const TensorState& t = *ts[i];
+      view::TensorRow& e = o.tensors.emplace_back();
       // Now (at the tensor's last compared step) vs earlier: "drifting" is beyond
       // tolerance now, "drifted" was once and is back within it.
-      const char* status = &t == producer                       ? "producer"
-                           : t.nonfinite_now                    ? "nonfinite"
-                           : t.ratio >= p.critical_factor       ? "critical"
-                           : t.ratio > 1                        ? "drifting"
-                           : t.first_drift_step >= 0 || t.nonfinite ? "drifted"
-                                                                : "ok";
-      json e = {{"name", t.name},         {"kind", t.kind},           {"order", t.order},
-                {"step", t.step},         {"ratio", Short(t.ratio)},  {"score", Short(t.score)},
-                {"rel_l2", Short(t.rel_l2)}, {"cos", Short(t.cosine)}, {"b_l2", Short(t.b_l2)},
-                {"c_l2", Short(t.c_l2)},  {"metric", t.metric},       {"worst", Short(t.worst_ratio)},
-                {"status", status}};
-      e["first"] = t.first_drift_step >= 0 ? json(t.first_drift_step) : json(nullptr);
-      e["first_nonfinite"] = t.first_nonfinite_step >= 0 ? json(t.first_nonfinite_step) : json(nullptr);
+      e.status = &t == producer                       ? "producer"
+                 : t.nonfinite_now                    ? "nonfinite"
+                 : t.ratio >= p.critical_factor       ? "critical"
+                 : t.ratio > 1                        ? "drifting"
+                 : t.first_drift_step >= 0 || t.nonfinite ? "drifted"
+                                                      : "ok";
+      e.name = t.name;
+      e.kind = t.kind;
+      e.order = t.order;
+      e.step = static_cast<int64_t>(t.step);
+      e.ratio = t.ratio;
+      e.score = t.score;
+      e.rel_l2 = t.rel_l2;
+      e.cos = t.cosine;
+      e.b_l2 = t.b_l2;
+      e.c_l2 = t.c_l2;
+      e.metric = t.metric;
+      e.worst = t.worst_ratio;
+      e.first = t.first_drift_step;
+      e.first_nonfinite = t.first_nonfinite_step;
       if (i < opt_.history_tensors) {
-        json h = json::array();
+        e.has_hist = true;
+        auto add = [&e](const Point& pt) {
+          e.hist.push_back({static_cast<int64_t>(pt.step), pt.ratio, pt.b_l2, pt.c_l2});
+        };
         const size_t sz = t.ring.size();
-        if (t.has_onset && sz > 0 && t.ring[t.ring_pos % sz].step > t.onset.step) {
-          h.push_back(json::array({t.onset.step, Short(t.onset.ratio), Short(t.onset.b_l2), Short(t.onset.c_l2)}));
-        }
-        for (size_t q = 0; q < sz; ++q) {
-          const Point& pt = t.ring[(t.ring_pos + q) % sz];
-          h.push_back(json::array({pt.step, Short(pt.ratio), Short(pt.b_l2), Short(pt.c_l2)}));
-        }
-        e["hist"] = std::move(h);
+        if (t.has_onset && sz > 0 && t.ring[t.ring_pos % sz].step > t.onset.step) add(t.onset);
+        for (size_t q = 0; q < sz; ++q) add(t.ring[(t.ring_pos + q) % sz]);
       }
-      jt.push_back(std::move(e));
     }
-    j["tensors"] = std::move(jt);
-    jpairs.push_back(std::move(j));
   }
-  out["pairs"] = std::move(jpairs);
 
-  json ja = json::array();
   for (auto it = alerts_.rbegin(); it != alerts_.rend(); ++it) {
-    ja.push_back({{"t", it->unix_ns / 1'000'000}, {"sev", it->severity}, {"rule", it->rule},
-                  {"experiment", it->experiment}, {"runs", it->runs}, {"step", it->step},
-                  {"tensor", it->tensor}, {"msg", it->message}});
+    snap.alerts.push_back(view::AlertRow{it->unix_ns / 1'000'000, static_cast<int64_t>(it->step),
+                                         it->severity, it->rule, it->experiment, it->tensor,
+                                         it->message, it->runs});
   }
-  out["alerts"] = {{"total", alerts_total_},
-                   {"info", alerts_by_severity_[0]},
-                   {"warning", alerts_by_severity_[1]},
-                   {"critical", alerts_by_severity_[2]},
-                   {"recent", std::move(ja)}};
+  snap.alerts_total = alerts_total_;
+  snap.alerts_info = alerts_by_severity_[0];
+  snap.alerts_warning = alerts_by_severity_[1];
+  snap.alerts_critical = alerts_by_severity_[2];
   l.Unlock();
-  // Invalid UTF-8 in a name (agents send bytes) must not throw: replace it.
-  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+  return view::WriteSnapshotJson(snap);
 }
 
 }  // namespace lockstep::collector

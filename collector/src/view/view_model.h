@@ -10,8 +10,9 @@
 //   - OnMessage (a MessageSink on the ingest thread): per-run loss and step time from
 //     StepScalars, and a steps/s estimate.
 //   - OnAlert: every alert the analyzer emits (its AlertFn, analyzer's thread).
-// SnapshotJson (the publisher's thread) copies what it needs under mu_ and serializes
-// outside it, so neither the ingest thread nor the analyzer waits on JSON.
+// SnapshotJson (the publisher's thread) copies what it needs into a view::Snapshot under
+// mu_ and writes it as JSON (view/snapshot_json.h, which `lockstep top` reads it back
+// with) outside it, so neither the ingest thread nor the analyzer waits on JSON.
 //
 // Lock order: LiveAnalyzer's mutex -> ViewModel::mu_. The Registry's mutex is never
 // held together with mu_ (the caller snapshots the registry first).
@@ -30,7 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rules/rank_onsets.h"
+#include "detect/rank_onsets.h"
 #include "lockstep/collector/message_sink.h"
 #include "lockstep/collector/registry.h"
 #include "lockstep/alerting/alert.h"
