@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "align/step_data.h"
-#include "detect/detector.h"
+#include "rules/detector.h"
 #include "view/snapshot.h"
 #include "view/snapshot_json.h"
 #include "view/view_model.h"

@@ -5,7 +5,7 @@
 
 #include "align/pair_metrics.h"
 #include "align/step_data.h"
-#include "detect/detector.h"
+#include "rules/detector.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "view/snapshot.h"

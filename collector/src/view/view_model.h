@@ -31,7 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "detect/rank_onsets.h"
+#include "rules/rank_onsets.h"
 #include "lockstep/collector/message_sink.h"
 #include "lockstep/collector/registry.h"
 #include "lockstep/alerting/alert.h"
