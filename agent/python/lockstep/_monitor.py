@@ -25,10 +25,11 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Pattern, Union
 
 import torch
 
-from lockstep import _args, _config, _core, _fingerprint
+from lockstep import _args, _config, _core, _fingerprint, _zoom
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
+from lockstep._names import module_name
 from lockstep._recorder import KIND, Recorder
 from lockstep._session import Session
 from lockstep._tune import ThreadTuner
@@ -110,6 +111,7 @@ class Monitor:
         self._agent = None
         self._closed = False
         self._watches = []
+        self._zooms = []
         self._close_timeout = 5.0
         self._warned_args = set()
         self.enabled = False
@@ -369,6 +371,51 @@ class Monitor:
                            % (name, _config.safe_repr(value), why))
             return None
 
+    def zoom(self, module: str, steps: int = 2) -> bool:
+        """Records every torch function call in ``module``'s own code (a module of a
+        watched model, by its name in the rows: ``"blocks.1.attn"``) as rows of their
+        own, ``module/func#k``, for ``steps`` steps: this step when nothing of it has
+        been recorded yet, else from the next (docs/python.md "Zoom"). Both runs must zoom
+        the same module at the same step for the calls to pair. Returns whether the zoom
+        is set up; a module not found or a bad ``steps`` warns once."""
+        if not self.enabled or self._closed:
+            return False
+        try:
+            if not isinstance(module, str):
+                raise ValueError("zoom(module=%s) is not valid: give a module's name, e.g. "
+                                 "'blocks.1.attn'" % _config.safe_repr(module))
+            if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10000:
+                raise ValueError("zoom(steps=%s) is not valid: give an integer from 1 to 10000"
+                                 % _config.safe_repr(steps))
+            if not _zoom.available():
+                raise ValueError("zoom() needs torch.overrides.TorchFunctionMode (torch >= "
+                                 "1.13); this torch is %s" % torch.__version__)
+            found = None
+            for w in self._watches:
+                for path, m in w.model.named_modules():
+                    if module_name(path) == module:
+                        found = (w.model, m)
+                        break
+                if found:
+                    break
+            if found is None:
+                raise ValueError("zoom(%r): no module of a watched model has that name (the "
+                                 "names of the rows: 'blocks.1.attn', '<root>')" % module)
+            rec = self._rec
+            first = self._step if (rec.order == 0 and rec.micro == 0) else self._step + 1
+            for z in self._zooms:
+                if z.module is found[1]:
+                    z.first, z.last = min(z.first, first), max(z.last, first + steps - 1)
+                    return True
+            self._zooms.append(_zoom.Zoom(self._session, found[0], found[1], module, first,
+                                          first + steps - 1))
+            return True
+        except ValueError as e:
+            self._warn_arg("zoom()", str(e))
+        except Exception as e:  # pylint: disable=broad-except
+            self._guard.fail("zoom()", e)
+        return False
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Ships every finished step and waits until the agent has handed it to the
         socket. Returns False on timeout. Never raises."""
@@ -402,6 +449,9 @@ class Monitor:
         try:
             for w in self._watches:
                 w.remove()
+            for z in self._zooms:
+                z.remove()
+            self._zooms = []
             rec = self._rec
             rec.settle(wait=True)
             if rec.order > 0 or rec.micro > 0 or self._pipeline.has_rows():
@@ -469,6 +519,10 @@ class Monitor:
 
     def _advance(self, step):
         self._step = step
+        if self._zooms:
+            for z in [z for z in self._zooms if z.last < step]:
+                z.remove()
+                self._zooms.remove(z)
         self._rec.new_step(step)
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())

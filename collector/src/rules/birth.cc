@@ -162,7 +162,9 @@ const std::vector<uint32_t>& BirthFinder::Ancestors(uint32_t op) {
     known = names_->size() + 1;
     ids.clear();
     std::string name = names_->Name(op);
-    for (auto cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
+    // "blocks.1.attn/softmax#0" (a call in attn's own code, recorded by a zoom) is within
+    // blocks.1.attn, which is within blocks.1.
+    for (auto cut = name.find_last_of("./"); cut != std::string::npos; cut = name.find_last_of("./")) {
       name.resize(cut);
       const int64_t id = names_->Find(name);
       if (id >= 0) ids.push_back(static_cast<uint32_t>(id));
@@ -186,7 +188,8 @@ void BirthFinder::MarkMoved(uint32_t op, std::vector<uint8_t>* moved) {
 bool BirthFinder::IsWithin(uint32_t inner, uint32_t outer) const {
   const std::string& in = names_->Name(inner);
   const std::string& out = names_->Name(outer);
-  return in.size() > out.size() && in.compare(0, out.size(), out) == 0 && in[out.size()] == '.';
+  return in.size() > out.size() && in.compare(0, out.size(), out) == 0 &&
+         (in[out.size()] == '.' || in[out.size()] == '/');
 }
 
 BirthFinder::Acc& BirthFinder::Slot(uint32_t op) {

@@ -167,7 +167,8 @@ class BirthFinder {
   const std::vector<uint32_t>& Ancestors(uint32_t op);
   bool Moved(uint32_t op) const { return op < moved_.size() && moved_[op] != 0; }
   double Noise(DT prec, uint64_t width) const;
-  bool IsWithin(uint32_t inner, uint32_t outer) const;  // inner is a submodule of outer
+  // inner is a submodule of outer, or a call in its code ("outer/softmax#0", a zoom's)
+  bool IsWithin(uint32_t inner, uint32_t outer) const;
 
   NameTable* names_;
   const RulesConfig* cfg_;

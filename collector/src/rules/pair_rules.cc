@@ -300,8 +300,8 @@ std::string FirstDivergenceDetector::ParentOf(uint32_t input) const {
   auto cut = name.find('(');
   if (cut == std::string::npos && !name.empty() && name.back() == ']') cut = name.find('[');
   if (cut != std::string::npos) name.resize(cut);
-  for (cut = name.rfind('.'); cut != std::string::npos; cut = name.rfind('.')) {
-    name.resize(cut);
+  for (cut = name.find_last_of("./"); cut != std::string::npos; cut = name.find_last_of("./")) {
+    name.resize(cut);  // "attn/softmax#0" (a call in attn's code) -> attn
     const int64_t id = ctx_->names->Find(name);
     if (id >= 0) return ctx_->names->Display(static_cast<uint32_t>(id));
   }

@@ -1,0 +1,159 @@
+"""Zoom: every torch function call in one module's own code, recorded for a few steps.
+
+A birth point that is a container "born in its own code" (an attention block whose
+softmax, masking and scaling are functional calls) names the module, not the call. A zoom
+records, for ``steps`` steps, each torch function its forward calls itself (not those
+of its submodules, which have rows of their own) as a module of its own, named
+``module/func#k`` (``blocks.1.attn/softmax#0``: the first softmax of that call of
+blocks.1.attn; a second call of the module is ``blocks.1.attn#1/softmax#0``): its
+floating-point inputs as ``act_in`` rows and its outputs as ``act`` rows, as for a
+module. The collector reads ``/`` as "inside" (docs/rules.md "Where the error is born"),
+so the birth rule, which never blames a container when something inside it is the
+birth point, names the call.
+
+Cost: outside the zoomed module and steps nothing changes and nothing is paid. During
+the zoom the module's forward runs under a TorchFunctionMode (torch >= 1.13), its
+submodules carry two hooks that count how deep the call is, and each recorded call costs
+what a module's hooks cost. Forward only: gradients of the calls are not recorded, and a
+forward run again inside backward (activation checkpointing) records nothing new.
+Hooks and the mode run on the training thread under the GIL; nothing here raises into
+the job (lockstep._guard).
+"""
+from __future__ import annotations
+
+import torch
+
+from lockstep._names import call_name, input_names, output_tensors
+from lockstep._recorder import KIND
+from lockstep._watch import _in_backward
+
+try:  # torch >= 1.13
+    from torch.overrides import TorchFunctionMode as _Mode
+except ImportError:  # pragma: no cover - older torch: zoom is refused
+    _Mode = None
+
+_ACT, _ACT_IN = KIND["act"], KIND["act_in"]
+
+
+def available():
+    return _Mode is not None
+
+
+def _func_name(func):
+    """softmax, matmul, mul, linear, ...: the name a user reads in their code."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        name = name[2:-2]  # Tensor.__mul__ -> mul (torch 1.13 names some so)
+        if name.startswith("r") and hasattr(torch.Tensor, "__%s__" % name[1:]):
+            name = name[1:]  # __rmul__ -> mul
+    return name
+
+
+class Zoom:
+    """One zoom: `module` (called `name` in the run's rows) for steps [first, last]."""
+
+    def __init__(self, session, root, module, name, first, last):
+        self._session_ref = session.ref
+        self.rec = session.rec
+        self.root = root
+        self.module = module
+        self.name = name
+        self.first, self.last = first, last
+        self.depth = 0      # submodule forwards under way inside the zoomed one
+        self.counts = {}    # func name -> calls in the module's current forward
+        self.base = None    # the module call's name while its forward runs
+        self.recorded = 0
+        self._handles = []
+        self._orig_forward = module.__dict__.get("forward")
+        self._mode = _OpMode(self)
+        zoom = self
+        inner = module.forward
+
+        def forward(*args, **kwargs):
+            base = zoom.enter()
+            if base is None:
+                return inner(*args, **kwargs)
+            try:
+                with zoom._mode:
+                    return inner(*args, **kwargs)
+            finally:
+                zoom.base = None
+
+        self._wrapper = forward
+        module.forward = forward
+        for child in module.modules():
+            if child is module:
+                continue
+            self._handles.append(child.register_forward_pre_hook(self._down))
+            self._handles.append(child.register_forward_hook(self._up))
+
+    def _down(self, _module, _args):
+        self.depth += 1
+
+    def _up(self, _module, _args, _output):
+        self.depth = max(0, self.depth - 1)
+
+    def enter(self):
+        """The module call's name when this forward is to be recorded, else None."""
+        sess = self._session_ref()
+        if sess is None or not sess.active or not self.root.training \
+                or not torch.is_grad_enabled():
+            return None
+        if not self.first <= self.rec.step <= self.last or _in_backward(sess):
+            return None
+        self.depth = 0
+        self.counts = {}
+        self.base = call_name(self.name, sess.calls.get(self.name, 0))
+        return self.base
+
+    def record(self, func, args, kwargs, out):
+        """One call the module's own code made (inside the mode, which is off here)."""
+        if self.depth or self.base is None:
+            return
+        items = []
+        output_tensors(out, "", items)
+        items = [(n, t) for n, t in items if t.is_floating_point()]
+        if not items:  # .size(), .dim(), comparisons: nothing to compare
+            return
+        fname = _func_name(func)
+        k = self.counts.get(fname, 0)
+        self.counts[fname] = k + 1
+        op = "%s/%s#%d" % (self.base, fname, k)
+        rec = self.rec
+        rec.module_types.setdefault("%s/%s" % (self.base, fname), fname)
+        for item_name, t in input_names(op, args, kwargs or {}):
+            rec.record(item_name, _ACT_IN, t.detach())
+        for suffix, t in items:
+            rec.record(op + suffix, _ACT, t.detach())
+        self.recorded += 1
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if self.module.__dict__.get("forward") is self._wrapper:
+            if self._orig_forward is None:
+                del self.module.forward
+            else:
+                self.module.forward = self._orig_forward
+
+
+class _OpMode(_Mode if _Mode is not None else object):
+    """Sees every torch function call while the zoomed forward runs; torch turns the mode
+    off inside __torch_function__, so what the recorder calls is not seen again."""
+
+    def __init__(self, zoom):
+        super().__init__()
+        self._zoom = zoom
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        zoom = self._zoom
+        if zoom.depth == 0 and zoom.base is not None:
+            sess = zoom._session_ref()
+            try:
+                zoom.record(func, args, kwargs, out)
+            except Exception as e:  # pylint: disable=broad-except  (never into the job)
+                if sess is not None:
+                    sess.guard.fail("the zoom of " + zoom.name, e)
+        return out
