@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -16,6 +17,37 @@
 #include "runlog/log_reader.h"
 
 namespace lockstep::collector {
+
+namespace {
+
+// What ReadUntil did: whether `rank` closed a step, and, when the log is over, how it
+// ended (kEnd, or the problem the reader names).
+struct LogRead {
+  bool closed = false;
+  std::optional<LogReader::Result> end;
+};
+
+// Feeds `source`'s messages to `d` until `rank` has closed `step`. At the end of what is
+// written it stops, to be retried, unless the log is `complete` (or the record there is
+// corrupt): then the log is over.
+LogRead ReadUntil(LogReader& source, RunDecoder& d, uint32_t rank, uint64_t step, bool complete) {
+  const int64_t before = d.LastClosed(rank);
+  const uint64_t closed_before = d.counters().steps_closed;
+  LogReader::Record rec;
+  while (d.LastClosed(rank) < static_cast<int64_t>(std::min<uint64_t>(step, INT64_MAX))) {
+    auto res = source.Next(&rec);
+    if (res != LogReader::Result::kRecord) {
+      if (!complete && res != LogReader::Result::kCorrupt) break;  // not written yet
+      return LogRead{true, res};
+    }
+    auto env = LogReader::Envelope(rec);
+    if (!env.ok()) continue;
+    d.Consume(**env, rec.recv_unix_ns);
+  }
+  return LogRead{d.LastClosed(rank) > before || d.counters().steps_closed > closed_before, std::nullopt};
+}
+
+}  // namespace
 
 StatusOr<std::string> Aligner::AddBaselineLog(const std::string& path, const std::string& experiment,
                                               bool run_rules, const std::string& as_run) {
@@ -160,28 +192,17 @@ void Aligner::DrainPairBaselineToEnd(PairState* p) {
 bool Aligner::Pull(RunState* r, uint32_t rank, uint64_t step) {
   if (!r->source || r->source_done) return false;
   RunDecoder& d = Paced(r);
-  const int64_t before = d.LastClosed(rank);
-  const uint64_t closed_before = d.counters().steps_closed;
-  LogReader::Record rec;
-  while (d.LastClosed(rank) < static_cast<int64_t>(std::min<uint64_t>(step, INT64_MAX))) {
-    auto res = r->source->Next(&rec);
-    if (res != LogReader::Result::kRecord) {
-      if (r->readback && !finishing_ && res != LogReader::Result::kCorrupt) break;  // not written yet
-      if (res != LogReader::Result::kEnd) {
-        spdlog::warn("{} log: {}", r->readback ? "run" : "baseline", r->source->problem());
-      }
-      r->source_done = true;
-      r->ended = true;
-      d.CloseAll();
-      spdlog::info("{} {} ends at step {} (rank {})", r->readback ? "run" : "baseline", r->info.id,
-                   d.LastClosed(rank), rank);
-      return true;
-    }
-    auto env = LogReader::Envelope(rec);
-    if (!env.ok()) continue;
-    d.Consume(**env, rec.recv_unix_ns);
+  const LogRead read = ReadUntil(*r->source, d, rank, step, !r->readback || finishing_);
+  if (!read.end) return read.closed;
+  if (*read.end != LogReader::Result::kEnd) {
+    spdlog::warn("{} log: {}", r->readback ? "run" : "baseline", r->source->problem());
   }
-  return d.LastClosed(rank) > before || d.counters().steps_closed > closed_before;
+  r->source_done = true;
+  r->ended = true;
+  d.CloseAll();
+  spdlog::info("{} {} ends at step {} (rank {})", r->readback ? "run" : "baseline", r->info.id,
+               d.LastClosed(rank), rank);
+  return true;
 }
 
 // Pull for a late joiner's own copy of the baseline. The log of a live baseline is
@@ -190,23 +211,12 @@ bool Aligner::PullPairBaseline(PairState* p, uint32_t rank, uint64_t step) {
   if (p->b_source_done) return false;
   RunDecoder& d = *p->b_decoder;
   const bool complete = finishing_ || (p->b->source && !p->b->readback);  // a recorded log
-  const int64_t before = d.LastClosed(rank);
-  const uint64_t closed_before = d.counters().steps_closed;
-  LogReader::Record rec;
-  while (d.LastClosed(rank) < static_cast<int64_t>(std::min<uint64_t>(step, INT64_MAX))) {
-    auto res = p->b_source->Next(&rec);
-    if (res != LogReader::Result::kRecord) {
-      if (!complete && res != LogReader::Result::kCorrupt) break;  // not written yet
-      if (res != LogReader::Result::kEnd) spdlog::warn("baseline log: {}", p->b_source->problem());
-      p->b_source_done = true;
-      d.CloseAll();
-      return true;
-    }
-    auto env = LogReader::Envelope(rec);
-    if (!env.ok()) continue;
-    d.Consume(**env, rec.recv_unix_ns);
-  }
-  return d.LastClosed(rank) > before || d.counters().steps_closed > closed_before;
+  const LogRead read = ReadUntil(*p->b_source, d, rank, step, complete);
+  if (!read.end) return read.closed;
+  if (*read.end != LogReader::Result::kEnd) spdlog::warn("baseline log: {}", p->b_source->problem());
+  p->b_source_done = true;
+  d.CloseAll();
+  return true;
 }
 
 }  // namespace lockstep::collector
