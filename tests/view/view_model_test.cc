@@ -12,6 +12,7 @@
 
 #include "align/step_data.h"
 #include "rules/detector.h"
+#include "top/top_text.h"
 #include "view/snapshot.h"
 #include "view/snapshot_json.h"
 #include "view/view_model.h"

@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "view/snapshot.h"
 #include "top/top_client.h"
+#include "top/top_text.h"
+#include "view/snapshot.h"
 
 // Last: curses.h defines macros (OK, ERR, ...) that clash with ordinary names.
 #define NCURSES_WIDECHAR 1

@@ -1,4 +1,4 @@
-#include "view/snapshot.h"
+#include "top/top_text.h"
 
 #include <algorithm>
 #include <cmath>
