@@ -1,7 +1,7 @@
 // PyAgent: what `lockstep._core.Agent` wraps — a lockstep::Agent and its HostRecorder
 // (the host statistics path, host_recorder.h), owned together. The engine logic lives
 // in the agent library; this class only holds the parts and counts malformed packed
-// rows. core_module.cc converts the typed results for Python.
+// rows. bind_agent.cc and bind_agent_host.cc convert the typed results for Python.
 //
 // Threads: as lockstep::Agent and lockstep::HostRecorder (see their headers).
 #ifndef LOCKSTEP_AGENT_PYTHON_PY_AGENT_H_
