@@ -5,7 +5,7 @@
 // stream_builder.h) so only the analyzer is timed: decoding each StepStats into
 // compact rows, closing steps, the merge-join by (name, kind, micro step), PairEval
 // of every matched tensor, noise floor / trend bookkeeping and every rule; then again
-// with every op's inputs (act_in) and the birth rule (detect/birth.h).
+// with every op's inputs (act_in) and the birth rule (rules/birth.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The birth rule (detect/birth.h) on hand-made steps: which op adds error of its own,
+// The birth rule (rules/birth.h) on hand-made steps: which op adds error of its own,
 // judged against its dtype's rounding, and what must stay silent.
 #include "rules/birth.h"
 

@@ -39,7 +39,7 @@ namespace lockstep::collector {
 enum class Metric : uint8_t { kNone = 0, kL2, kMean, kAbsmax, kStd, kSketchDist, kKl, kNonfinite };
 const char* MetricName(Metric m);
 
-// Tolerances of one comparison; see detect/rules_config.h for the defaults by dtype.
+// Tolerances of one comparison; see rules/rules_config.h for the defaults by dtype.
 struct Tolerance {
   double rtol = 1e-3;         // relative tolerance of l2, mean, std, sketch distance
   double absmax_factor = 2.0; // absmax is one element: rtol * this

@@ -6,7 +6,7 @@
 // gates CI (lockstep/common/exit_codes.h): a critical finding, a corrupt or truncated log, too few
 // steps compared, or two runs that do not look like the same model each have their own.
 // The detection settings the collector recorded next to the logs
-// (detect/detection_settings.h) are used unless flags override them.
+// (rules/detection_settings.h) are used unless flags override them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // The rule flags of every command that runs the detectors — `collect`, `compare` and
-// `report` — declared from detect's one table of rule settings (detect/rule_settings.h):
+// `report` — declared from the one table of rule settings (rules/rule_settings.h):
 // --tol-fp32, --floor-steps, --stall-seconds, ... with the table's names, help lines and
 // accepted ranges, and RulesConfig{}'s defaults. The settings files use the same table.
 //

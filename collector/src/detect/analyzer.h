@@ -83,7 +83,7 @@ struct UnmatchedReport {
   uint64_t steps = 0;
 };
 
-// One op at one step, as the birth rule ranked it (detect/birth.h).
+// One op at one step, as the birth rule ranked it (rules/birth.h).
 struct OpBirthReport {
   std::string name, module_type;
   std::string pass;  // "forward" or "backward"

@@ -140,7 +140,7 @@ struct PairStepView {
   const StepData* c = nullptr;
   DT precision = DT::kF32;
   std::vector<MatchedTensor>* matched = nullptr;  // in execution order (candidate's)
-  // Where the error is born (detect/birth.h): the step's ops ranked by the error they
+  // Where the error is born (rules/birth.h): the step's ops ranked by the error they
   // add, and the index of the birth point in it (-1: none). Null when not judged (no
   // act_in records, or --birth-ulps 0).
   const std::vector<OpBirth>* births = nullptr;

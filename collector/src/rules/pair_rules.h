@@ -58,7 +58,7 @@ class ScalarsDetector : public PairDetector {
 };
 
 // `first_divergence`: at the first step where an op adds error of its own (its birth
-// point, detect/birth.h, even below the tolerance: warning; critical when its output
+// point, rules/birth.h, even below the tolerance: warning; critical when its output
 // is also beyond it) or any tensor drifts, that op — else the earliest drifting
 // tensor in execution order — with both runs' values and its likely cause
 // (docs/rules.md "Causes"): weights, data, config, precision, op or unknown. Once per
@@ -93,7 +93,7 @@ class FirstDivergenceDetector : public PairDetector {
   // The module whose own code made the input row `input` of a module: the enclosing
   // module, or the root, displayed.
   std::string ParentOf(uint32_t input) const;
-  // The alert naming the birth point `b` (detect/birth.h); `drifting` tensors are
+  // The alert naming the birth point `b` (rules/birth.h); `drifting` tensors are
   // beyond the tolerance at the step.
   alerting::Alert BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const;
   // Emits the pending onset when every rank seen has been compared at its step (or `force`).

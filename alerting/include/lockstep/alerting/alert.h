@@ -61,7 +61,7 @@ struct Alert {
   bool replayed = false;
 
   // The incident it belongs to (docs/alerting.md "Incidents"): alerts that one cause
-  // explains share this key, set by the detectors (collector/src/detect/incident_key.h),
+  // explains share this key, set by the detectors (collector/src/rules/incident_key.h),
   // and a grouping sink notifies per incident, not per alert. "" = an incident of its own.
   std::string incident;
   // Set only on a notification a grouping sink makes of an incident: "opened",
