@@ -146,7 +146,7 @@ Payload FormatAlert(const SinkOptions& sink, const Alert& a, int64_t now_unix_ms
   return Payload{AlertToJson(a, now_unix_ms), ""};
 }
 
-ReplyVerdict JudgeReply(SinkKind kind, int status, const std::string& body) {
+ReplyVerdict JudgeReply(const std::string& kind, int status, const std::string& body) {
   ReplyVerdict v;
   v.detail = "HTTP " + std::to_string(status);
   std::string snippet = body.substr(0, 200);

@@ -40,7 +40,7 @@ struct ReplyVerdict {
 };
 // The status code's verdict (2xx delivered; 408, 429, 5xx retryable), then for a 2xx
 // the kind's reading of the body (SinkType::judge_body).
-ReplyVerdict JudgeReply(SinkKind kind, int http_status, const std::string& body);
+ReplyVerdict JudgeReply(const std::string& kind, int http_status, const std::string& body);
 
 // The pieces the kinds' messages share (sinks/).
 // "[critical] lockstep first_divergence in <experiment>" (with the incident's news).

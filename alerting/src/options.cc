@@ -8,32 +8,46 @@
 #include "url.h"
 
 namespace lockstep::alerting {
-namespace {
 
-// "feishu and dingtalk": the kinds that take a signing secret.
-std::string SigningKinds() {
-  std::vector<std::string> names;
-  for (const SinkType* t : AllSinkTypes())
-    if (t->signs) names.emplace_back(t->name);
+std::span<const SinkKindInfo> SinkKinds() {
+  // Built once from the tables, which are constants: the same answer on every thread.
+  static const std::vector<SinkKindInfo> kinds = [] {
+    std::vector<SinkKindInfo> out;
+    for (const SinkType* t : AllSinkTypes())
+      out.push_back({.name = t->name,
+                     .listed_as = t->listed_as ? t->listed_as : t->name,
+                     .http = t->http,
+                     .webhook_format = t->http && t->webhook_format,
+                     .signs = t->signs,
+                     .bearer_token = t->bearer_token});
+    return out;
+  }();
+  return kinds;
+}
+
+const SinkKindInfo* FindSinkKind(const std::string& name) {
+  const SinkType* t = FindSinkType(name);
+  if (t == nullptr) return nullptr;
+  for (const SinkKindInfo& k : SinkKinds())
+    if (k.name == t->name) return &k;
+  return nullptr;
+}
+
+std::string ListSinkKinds(bool (*pick)(const SinkKindInfo&), const std::string& sep,
+                          const std::string& last_sep) {
+  std::vector<const char*> names;
+  for (const SinkKindInfo& k : SinkKinds())
+    if (pick(k)) names.push_back(k.listed_as);
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+    out += (i == 0 ? "" : i + 1 == names.size() ? last_sep : sep) + names[i];
   return out;
 }
 
-}  // namespace
-
-const char* SinkKindName(SinkKind k) { return SinkTypeOf(k).name; }
-
-StatusOr<SinkKind> ParseSinkKind(const std::string& name) {
-  std::string listed;
-  for (const SinkType* t : AllSinkTypes()) {
-    if (name == t->name) return t->kind;
-    for (const char* alias : t->aliases)
-      if (alias && name == alias) return t->kind;
-    listed += (listed.empty() ? "" : ", ") + std::string(t->listed_as ? t->listed_as : t->name);
-  }
-  return Status::InvalidArgument("unknown alert sink format '" + name + "': use one of " + listed);
+StatusOr<std::string> ParseSinkKind(const std::string& name) {
+  if (const SinkType* t = FindSinkType(name)) return std::string(t->name);
+  return Status::InvalidArgument("unknown alert sink format '" + name + "': use one of " +
+                                 ListSinkKinds([](const SinkKindInfo&) { return true; }, ", ", ", "));
 }
 
 StatusOr<Severity> ParseSeverity(const std::string& name) {
@@ -43,8 +57,6 @@ StatusOr<Severity> ParseSeverity(const std::string& name) {
   return Status::InvalidArgument("unknown alert severity '" + name +
                                  "': use info, warning or critical");
 }
-
-bool IsHttpKind(SinkKind k) { return SinkTypeOf(k).http; }
 
 std::string RedactSecret(const std::string& secret) {
   if (secret.empty()) return "";
@@ -124,8 +136,12 @@ std::string RedactUrl(const std::string& url) {
 Status ValidateOptions(const AlertingOptions& o) {
   for (size_t i = 0; i < o.sinks.size(); ++i) {
     const SinkOptions& s = o.sinks[i];
-    const SinkType& type = SinkTypeOf(s.kind);
     std::string who = "alert sink " + SinkDisplayName(s, i);
+    if (FindSinkType(s.kind) == nullptr) {
+      auto kind = ParseSinkKind(s.kind);
+      return Status::InvalidArgument(who + ": " + kind.status().message());
+    }
+    const SinkType& type = SinkTypeOf(s.kind);
     if (type.http) {
       if (s.target.empty())
         return Status::InvalidArgument(who + " has no URL: give the " + type.name + " URL");
@@ -146,8 +162,9 @@ Status ValidateOptions(const AlertingOptions& o) {
       return Status::InvalidArgument(who + ": CA file '" + s.ca_file +
                                      "' does not exist or is not a file");
     if (!s.secret.empty() && !type.signs)
-      return Status::InvalidArgument(who + ": a signing secret only applies to " + SigningKinds() +
-                                     " sinks");
+      return Status::InvalidArgument(
+          who + ": a signing secret only applies to " +
+          ListSinkKinds([](const SinkKindInfo& k) { return k.signs; }, ", ", " and ") + " sinks");
   }
   if (o.queue_capacity == 0) return Status::InvalidArgument("alert queue capacity must be at least 1");
   if (!o.spool_dir.empty() && o.spool_max_bytes < 4096)

@@ -34,10 +34,12 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
   if (!t.ok()) return t.status();
   w->transport_ = std::move(t.value());
   // Only HTTP sinks can be unreachable; log and jsonl are local and never spool to disk.
+  // Folders are named by the kind's name, not the alias the options gave ("lark"), so
+  // a restart finds them however the kind was spelt.
+  const SinkType& type = SinkTypeOf(sink.kind);
   std::string dir;
-  if (IsHttpKind(sink.kind) && !all.spool_dir.empty())
-    dir = (std::filesystem::path(all.spool_dir) / SpoolSubdirName(SinkKindName(sink.kind), sink.target))
-              .string();
+  if (type.http && !all.spool_dir.empty())
+    dir = (std::filesystem::path(all.spool_dir) / SpoolSubdirName(type.name, sink.target)).string();
   auto s = Spool::Open(dir, all.spool_max_bytes, all.memory_spool_max);
   if (!s.ok()) return s.status();
   w->spool_ = std::move(s.value());
@@ -53,7 +55,7 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
   w->dedup_ = std::make_unique<DedupFilter>(cooldown);
   if (!all.spool_dir.empty()) {
     const std::string jpath = (std::filesystem::path(all.spool_dir) / "sent" /
-                               (SpoolSubdirName(SinkKindName(sink.kind), sink.target) + ".journal"))
+                               (SpoolSubdirName(type.name, sink.target) + ".journal"))
                                   .string();
     auto j = SentJournal::Open(jpath);
     if (!j.ok()) return j.status();
@@ -67,7 +69,7 @@ StatusOr<std::unique_ptr<SinkWorker>> SinkWorker::Create(const SinkOptions& sink
                       e.first_seen_unix_ns);
   }
   w->rate_ = std::make_unique<RateLimiter>(sink.rate_per_min, sink.burst);
-  if (all.group_incidents && IsHttpKind(sink.kind))
+  if (all.group_incidents && type.http)
     w->incidents_ = std::make_unique<IncidentGrouper>(all.incident_digest_interval, all.incident_resolve_after);
   w->next_attempt_ = SteadyClock::now();
   w->thread_ = std::thread([p = w.get()] {
@@ -124,7 +126,7 @@ void SinkWorker::Stop() noexcept {
 SinkCounters SinkWorker::Snapshot() const {
   SinkCounters s;
   s.name = name_;
-  s.kind = SinkKindName(sink_.kind);
+  s.kind = SinkTypeOf(sink_.kind).name;
   s.target = redacted_target_;
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   s.delivered = r(c_.delivered);

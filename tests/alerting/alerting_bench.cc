@@ -18,7 +18,6 @@
 using namespace std::chrono_literals;
 using lockstep::alerting::AlertingOptions;
 using lockstep::alerting::Dispatcher;
-using lockstep::alerting::SinkKind;
 namespace t = lockstep::alerting::testing;
 using Clock = std::chrono::steady_clock;
 
@@ -31,7 +30,7 @@ namespace {
 double E2eP99Ms() {
   t::TestServer srv;
   AlertingOptions o;
-  o.sinks.push_back(t::HttpSink(SinkKind::kWebhook, srv.Url()));
+  o.sinks.push_back(t::HttpSink("webhook", srv.Url()));
   o.dedup_cooldown = 0ms;
   auto d = std::move(Dispatcher::Create(o).value());
   constexpr int kN = 300;
@@ -87,7 +86,7 @@ double SlowdownRatio() {
   t::TestServer slow;
   slow.SetDelay(5000ms);
   AlertingOptions with;
-  with.sinks.push_back(t::HttpSink(SinkKind::kWebhook, slow.Url()));
+  with.sinks.push_back(t::HttpSink("webhook", slow.Url()));
   with.sinks[0].request_timeout = 10s;
   with.dedup_cooldown = 0ms;
   auto d_slow = std::move(Dispatcher::Create(with).value());

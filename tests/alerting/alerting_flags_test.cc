@@ -13,7 +13,6 @@
 namespace lockstep::cli {
 namespace {
 
-using alerting::SinkKind;
 
 StatusOr<alerting::AlertingOptions> Build(std::vector<const char*> argv, const std::string& spool = "/tmp/spool") {
   FlagSet flags("collect", "collect", "test");
@@ -34,18 +33,36 @@ TEST(AlertingFlags, WebhooksWithFormatsAlertmanagerFileAndLog) {
                   "--alert-timeout-s", "2.5"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_EQ(o->sinks.size(), 5u);
-  EXPECT_EQ(o->sinks[0].kind, SinkKind::kSlack);
+  EXPECT_EQ(o->sinks[0].kind, "slack");
   EXPECT_TRUE(o->sinks[0].secret.empty());
-  EXPECT_EQ(o->sinks[1].kind, SinkKind::kDingTalk);
+  EXPECT_EQ(o->sinks[1].kind, "dingtalk");
   EXPECT_EQ(o->sinks[1].secret, "SECding0123456789");
-  EXPECT_EQ(o->sinks[2].kind, SinkKind::kAlertmanager);
-  EXPECT_EQ(o->sinks[3].kind, SinkKind::kJsonl);
-  EXPECT_EQ(o->sinks[4].kind, SinkKind::kLog);
+  EXPECT_EQ(o->sinks[2].kind, "alertmanager");
+  EXPECT_EQ(o->sinks[3].kind, "jsonl");
+  EXPECT_EQ(o->sinks[4].kind, "log");
   for (const auto& s : o->sinks) EXPECT_EQ(s.min_severity, alerting::Severity::kWarning);
   EXPECT_EQ(o->sinks[0].max_retries, 5);
   EXPECT_EQ(o->sinks[0].request_timeout, std::chrono::milliseconds(2500));
   EXPECT_EQ(o->dedup_cooldown, std::chrono::seconds(30));
   EXPECT_EQ(o->spool_dir, "/tmp/spool");
+}
+
+TEST(AlertingFlags, SecretAndTokenGoToTheKindsThatTakeThem) {
+  auto o = Build({"--no-alert-log", "--webhook", "https://a.example/generic", "--webhook",
+                  "https://open.feishu.cn/open-apis/bot/v2/hook/x", "--webhook", "https://hooks.slack.com/s",
+                  "--webhook-format", "json", "--webhook-format", "lark", "--webhook-format", "slack",
+                  "--webhook-secret", "SECfeishu0123456", "--webhook-token", "tkn"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_EQ(o->sinks.size(), 3u);
+  EXPECT_EQ(o->sinks[0].kind, "webhook");  // aliases become the kind's name
+  EXPECT_EQ(o->sinks[0].token, "tkn");
+  EXPECT_TRUE(o->sinks[0].secret.empty());
+  EXPECT_EQ(o->sinks[1].kind, "feishu");
+  EXPECT_EQ(o->sinks[1].secret, "SECfeishu0123456");
+  EXPECT_TRUE(o->sinks[1].token.empty());
+  EXPECT_EQ(o->sinks[2].kind, "slack");
+  EXPECT_TRUE(o->sinks[2].secret.empty());
+  EXPECT_TRUE(o->sinks[2].token.empty());
 }
 
 TEST(AlertingFlags, SinkSpecConfiguresEachSinkOnItsOwn) {
@@ -56,7 +73,7 @@ TEST(AlertingFlags, SinkSpecConfiguresEachSinkOnItsOwn) {
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_EQ(o->sinks.size(), 1u);
   const auto& s = o->sinks[0];
-  EXPECT_EQ(s.kind, SinkKind::kFeishu);
+  EXPECT_EQ(s.kind, "feishu");
   EXPECT_EQ(s.target, "https://open.feishu.cn/open-apis/bot/v2/hook/abc");
   EXPECT_EQ(s.secret, "s3cr3t");
   EXPECT_TRUE(s.feishu_text);
@@ -77,8 +94,8 @@ TEST(AlertingFlags, TomlConfigSetsSinks) {
   auto o = Build({"--config", path.c_str()});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_EQ(o->sinks.size(), 2u);
-  EXPECT_EQ(o->sinks[0].kind, SinkKind::kWeCom);
-  EXPECT_EQ(o->sinks[1].kind, SinkKind::kWebhook);
+  EXPECT_EQ(o->sinks[0].kind, "wecom");
+  EXPECT_EQ(o->sinks[1].kind, "webhook");
   EXPECT_EQ(o->sinks[1].token, "tkn");
   EXPECT_EQ(o->spool_dir, dir + "/spool");
   std::filesystem::remove_all(dir);
@@ -115,6 +132,11 @@ TEST(AlertingFlags, MistakesAreOneSentence) {
     AlertingFlags af;
     RegisterAlertingFlags(&flags, &af);
     EXPECT_NE(flags.Help().find("generic|slack|feishu|dingtalk|wecom:"), std::string::npos) << flags.Help();
+    // Which kinds take a secret or a token: the registry's answer, as it was written out.
+    EXPECT_NE(flags.Help().find("signing secret (or env:VAR) for feishu and dingtalk webhooks"),
+              std::string::npos) << flags.Help();
+    EXPECT_NE(flags.Help().find("bearer token (or env:VAR) sent to generic webhooks"), std::string::npos)
+        << flags.Help();
   }
   // An unknown --alert-sink key is named with the known ones, not "expects a number".
   auto colour = Build({"--alert-sink", "kind=generic,url=https://a.example/h,colour=red"});

@@ -86,7 +86,7 @@ TEST(RealAlertmanager, PostedAlertIsListedWithLabels) {
     RealAlertmanager am(dir);
     ASSERT_TRUE(am.WaitReady(15s)) << "alertmanager did not become ready; see " << dir << "/am.log";
     AlertingOptions o;
-    o.sinks.push_back(testing::HttpSink(SinkKind::kAlertmanager, "http://127.0.0.1:" + std::to_string(am.port())));
+    o.sinks.push_back(testing::HttpSink("alertmanager", "http://127.0.0.1:" + std::to_string(am.port())));
     o.sinks[0].generator_url = "http://127.0.0.1:9464/";
     auto d = Dispatcher::Create(o);
     ASSERT_TRUE(d.ok()) << d.status().ToString();

@@ -60,12 +60,12 @@ TEST(Dispatcher, EachFormatArrivesFieldByField) {
   });
   AlertingOptions o;
   o.dedup_cooldown = 0ms;
-  o.sinks = {HttpSink(SinkKind::kWebhook, srv.Url("/generic")),
-             HttpSink(SinkKind::kSlack, srv.Url("/slack")),
-             HttpSink(SinkKind::kFeishu, srv.Url("/feishu")),
-             HttpSink(SinkKind::kDingTalk, srv.Url("/dingtalk?access_token=tok123456789")),
-             HttpSink(SinkKind::kWeCom, srv.Url("/wecom?key=k")),
-             HttpSink(SinkKind::kAlertmanager, srv.Url(""))};
+  o.sinks = {HttpSink("webhook", srv.Url("/generic")),
+             HttpSink("slack", srv.Url("/slack")),
+             HttpSink("feishu", srv.Url("/feishu")),
+             HttpSink("dingtalk", srv.Url("/dingtalk?access_token=tok123456789")),
+             HttpSink("wecom", srv.Url("/wecom?key=k")),
+             HttpSink("alertmanager", srv.Url(""))};
   o.sinks[0].token = "bearer-xyz";
   o.sinks[2].secret = "SECfeishu";
   o.sinks[3].secret = "SECding";
@@ -109,9 +109,9 @@ TEST(Dispatcher, HttpsWithTestCaVerifiesAndDelivers) {
   ASSERT_TRUE(ca.ok) << "openssl could not make a test CA in " << ca.dir;
   TestServer srv(0, &ca);
   // By name (SNI + host name check) and by IP (IP SAN).
-  auto by_name = HttpSink(SinkKind::kWebhook, "https://localhost:" + std::to_string(srv.port()) + "/tls");
+  auto by_name = HttpSink("webhook", "https://localhost:" + std::to_string(srv.port()) + "/tls");
   by_name.ca_file = ca.ca_cert;
-  auto by_ip = HttpSink(SinkKind::kWebhook, srv.Url("/tls-ip"));
+  auto by_ip = HttpSink("webhook", srv.Url("/tls-ip"));
   by_ip.ca_file = ca.ca_cert;
   AlertingOptions o;
   o.sinks = {by_name, by_ip};
@@ -127,7 +127,7 @@ TEST(Dispatcher, HttpsRejectsUntrustedCertificate) {
   auto ca = testing::MakeTestCa();
   ASSERT_TRUE(ca.ok);
   TestServer srv(0, &ca);
-  auto s = HttpSink(SinkKind::kWebhook, srv.Url("/tls"));  // no CA file: system store only
+  auto s = HttpSink("webhook", srv.Url("/tls"));  // no CA file: system store only
   s.max_retries = 0;
   auto results = SendTestAlert(One(s), SampleAlert());
   ASSERT_TRUE(results.ok());
@@ -139,7 +139,7 @@ TEST(Dispatcher, HttpsRejectsUntrustedCertificate) {
 }
 
 TEST(Dispatcher, ConnectionRefusedRetriesThenSpools) {
-  auto s = HttpSink(SinkKind::kWebhook, "http://127.0.0.1:" + std::to_string(testing::ClosedPort()) + "/x");
+  auto s = HttpSink("webhook", "http://127.0.0.1:" + std::to_string(testing::ClosedPort()) + "/x");
   auto d = Make(One(s));
   d->Submit(SampleAlert());
   ASSERT_TRUE(WaitUntil(d.get(), [&] { return d->Counters()[0].spooled == 1; }, 10s));
@@ -158,7 +158,7 @@ TEST(Dispatcher, ReceiverTimeoutIsRetried) {
   std::atomic<int> n{0};
   srv.SetHandler([&](const testing::Received&, std::string*) { return 200; });
   srv.SetDelay(400ms);  // longer than the request timeout below
-  auto s = HttpSink(SinkKind::kWebhook, srv.Url());
+  auto s = HttpSink("webhook", srv.Url());
   s.request_timeout = 100ms;
   auto d = Make(One(s));
   d->Submit(SampleAlert());
@@ -177,7 +177,7 @@ TEST(Dispatcher, PermanentClientErrorIsNotRetried) {
     *b = "invalid_token";
     return 403;
   });
-  auto d = Make(One(HttpSink(SinkKind::kSlack, srv.Url())));
+  auto d = Make(One(HttpSink("slack", srv.Url())));
   d->Submit(SampleAlert());
   ASSERT_TRUE(d->Flush(5s));  // given up, so nothing pending
   auto c = d->Counters()[0];
@@ -195,7 +195,7 @@ TEST(Dispatcher, TooManyRequestsAndServerErrorsAreRetriedUntilSuccess) {
     int i = calls++;
     return i == 0 ? 503 : i == 1 ? 429 : 200;
   });
-  auto d = Make(One(HttpSink(SinkKind::kWebhook, srv.Url())));
+  auto d = Make(One(HttpSink("webhook", srv.Url())));
   d->Submit(SampleAlert());
   ASSERT_TRUE(d->Flush(5s));
   auto c = d->Counters()[0];
@@ -209,7 +209,7 @@ TEST(Dispatcher, TooManyRequestsAndServerErrorsAreRetriedUntilSuccess) {
 TEST(Dispatcher, DownThenBackDeliversEverythingOnceInOrder) {
   uint16_t port = testing::ClosedPort();
   std::string dir = testing::TempDir("down");
-  auto s = HttpSink(SinkKind::kWebhook, "http://127.0.0.1:" + std::to_string(port) + "/x");
+  auto s = HttpSink("webhook", "http://127.0.0.1:" + std::to_string(port) + "/x");
   AlertingOptions o = One(s);
   o.spool_dir = dir;
   auto d = Make(o);
@@ -230,7 +230,7 @@ TEST(Dispatcher, DownThenBackDeliversEverythingOnceInOrder) {
 TEST(Dispatcher, SpoolSurvivesRestart) {
   uint16_t port = testing::ClosedPort();
   std::string dir = testing::TempDir("restart");
-  auto s = HttpSink(SinkKind::kWebhook, "http://127.0.0.1:" + std::to_string(port) + "/x");
+  auto s = HttpSink("webhook", "http://127.0.0.1:" + std::to_string(port) + "/x");
   AlertingOptions o = One(s);
   o.spool_dir = dir;
   {
@@ -253,7 +253,7 @@ TEST(Dispatcher, SpoolSurvivesRestart) {
 TEST(Dispatcher, DedupCooldownAndRepeatCount) {
   TestServer srv;
   lockstep::FakeClock clock;  // monotonic 0
-  SinkOptions s = HttpSink(SinkKind::kWebhook, srv.Url());
+  SinkOptions s = HttpSink("webhook", srv.Url());
   AlertingOptions o = One(s);
   o.dedup_cooldown = 60s;
   o.clock = &clock;
@@ -272,10 +272,10 @@ TEST(Dispatcher, DedupCooldownAndRepeatCount) {
 
 TEST(Dispatcher, RateLimitAndSeverityFilterPerSink) {
   TestServer srv;
-  SinkOptions limited = HttpSink(SinkKind::kWebhook, srv.Url("/limited"));
+  SinkOptions limited = HttpSink("webhook", srv.Url("/limited"));
   limited.rate_per_min = 1;
   limited.burst = 3;
-  SinkOptions critical_only = HttpSink(SinkKind::kWebhook, srv.Url("/critical"));
+  SinkOptions critical_only = HttpSink("webhook", srv.Url("/critical"));
   critical_only.min_severity = Severity::kCritical;
   AlertingOptions o;
   o.sinks = {limited, critical_only};
@@ -300,7 +300,7 @@ TEST(Dispatcher, RateLimitAndSeverityFilterPerSink) {
 
 TEST(Dispatcher, AFloodOfWarningsDoesNotStarveACriticalAlert) {
   TestServer srv;
-  SinkOptions limited = HttpSink(SinkKind::kWebhook, srv.Url("/limited"));
+  SinkOptions limited = HttpSink("webhook", srv.Url("/limited"));
   limited.rate_per_min = 1;
   limited.burst = 2;
   AlertingOptions o;
@@ -330,7 +330,7 @@ TEST(Dispatcher, AFloodOfWarningsDoesNotStarveACriticalAlert) {
 TEST(Dispatcher, SubmitNeverBlocksOnAFiveSecondReceiver) {
   TestServer srv;
   srv.SetDelay(5000ms);
-  SinkOptions s = HttpSink(SinkKind::kWebhook, srv.Url());
+  SinkOptions s = HttpSink("webhook", srv.Url());
   s.request_timeout = 10s;
   AlertingOptions o = One(s);
   o.queue_capacity = 64;
@@ -359,10 +359,10 @@ TEST(Dispatcher, SubmitNeverBlocksOnAFiveSecondReceiver) {
 TEST(Dispatcher, JsonlAndLogSinks) {
   std::string dir = testing::TempDir("jsonl");
   SinkOptions file;
-  file.kind = SinkKind::kJsonl;
+  file.kind = "jsonl";
   file.target = dir + "/sub/alerts.jsonl";
   SinkOptions log;
-  log.kind = SinkKind::kLog;
+  log.kind = "log";
   AlertingOptions o;
   o.sinks = {file, log};
   auto d = Make(o);
@@ -380,7 +380,7 @@ TEST(Dispatcher, JsonlAndLogSinks) {
 }
 
 TEST(Dispatcher, CreateRejectsMalformedUrlInOneSentence) {
-  AlertingOptions o = One(HttpSink(SinkKind::kDingTalk, "https://oapi.dingtalk.com:bad/robot/send?access_token=SECRETSECRETSECRET"));
+  AlertingOptions o = One(HttpSink("dingtalk", "https://oapi.dingtalk.com:bad/robot/send?access_token=SECRETSECRETSECRET"));
   auto d = Dispatcher::Create(o);
   ASSERT_FALSE(d.ok());
   const std::string& m = d.status().message();
@@ -393,8 +393,8 @@ TEST(Dispatcher, CreateRejectsMalformedUrlInOneSentence) {
 TEST(SendTestAlert, ReportsPerSink) {
   TestServer srv;
   AlertingOptions o;
-  o.sinks = {HttpSink(SinkKind::kWebhook, srv.Url("/ok")),
-             HttpSink(SinkKind::kWebhook, "http://127.0.0.1:" + std::to_string(testing::ClosedPort()) + "/")};
+  o.sinks = {HttpSink("webhook", srv.Url("/ok")),
+             HttpSink("webhook", "http://127.0.0.1:" + std::to_string(testing::ClosedPort()) + "/")};
   o.sinks[1].max_retries = 1;
   auto r = SendTestAlert(o, SampleAlert());
   ASSERT_TRUE(r.ok());
@@ -411,7 +411,7 @@ TEST(SendTestAlert, ReportsPerSink) {
 // lets a critical through at once.
 TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
   TestServer srv;
-  SinkOptions s = HttpSink(SinkKind::kWebhook, srv.Url("/hook"));
+  SinkOptions s = HttpSink("webhook", srv.Url("/hook"));
   s.rate_per_min = 1;
   s.burst = 1;
   AlertingOptions o = One(s);
@@ -461,7 +461,7 @@ TEST(Dispatcher, IncidentsGroupAndTheRateLimitHoldsButNeverDrops) {
 // with no alert arriving to wake it.
 TEST(Dispatcher, AnIncidentSendsItsDigestAndResolvesByTheClock) {
   TestServer srv;
-  AlertingOptions o = One(HttpSink(SinkKind::kWebhook, srv.Url("/hook")));
+  AlertingOptions o = One(HttpSink("webhook", srv.Url("/hook")));
   lockstep::FakeClock clock;  // monotonic 0
   o.clock = &clock;
   auto d = Make(o);  // digest every 5 min, resolved after 10 min quiet (the defaults)

@@ -19,7 +19,7 @@ using testing::SampleAlert;
 
 constexpr int64_t kNowMs = 1599360473000;
 
-SinkOptions Sink(SinkKind k) {
+SinkOptions Sink(const std::string& k) {
   SinkOptions s;
   s.kind = k;
   s.target = "https://example.com/hook";
@@ -108,23 +108,23 @@ TEST(Formats, AnIncidentNotificationCarriesItsFactsThroughTheSpool) {
   EXPECT_EQ(back->facts[0].step, 160u);
   EXPECT_EQ(back->facts[0].message, f.message);
   // Alertmanager: one incident is one alert (stable labels), grouped by its key.
-  json am = json::parse(FormatAlert(Sink(SinkKind::kAlertmanager), a, kNowMs).body)[0];
+  json am = json::parse(FormatAlert(Sink("alertmanager"), a, kNowMs).body)[0];
   EXPECT_EQ(am["labels"]["alertname"], "LockstepIncident");
   EXPECT_EQ(am["labels"]["incident"], a.incident);
   EXPECT_FALSE(am["labels"].contains("tensor"));
   EXPECT_FALSE(am.contains("endsAt"));
   a.notification = "resolved";
-  am = json::parse(FormatAlert(Sink(SinkKind::kAlertmanager), a, kNowMs).body)[0];
+  am = json::parse(FormatAlert(Sink("alertmanager"), a, kNowMs).body)[0];
   EXPECT_TRUE(am.contains("endsAt"));
   // Chat formats list the facts.
-  json slack = json::parse(FormatAlert(Sink(SinkKind::kSlack), a, kNowMs).body);
+  json slack = json::parse(FormatAlert(Sink("slack"), a, kNowMs).body);
   EXPECT_NE(slack["blocks"][1]["text"]["text"].get<std::string>().find("first NaN/Inf in blocks.2"),
             std::string::npos);
   EXPECT_NE(slack["blocks"][0]["text"]["text"].get<std::string>().find("incident resolved"), std::string::npos);
 }
 
 TEST(Formats, SlackHasTextFallbackAndBlocks) {
-  json j = json::parse(FormatAlert(Sink(SinkKind::kSlack), SampleAlert(), kNowMs).body);
+  json j = json::parse(FormatAlert(Sink("slack"), SampleAlert(), kNowMs).body);
   EXPECT_EQ(j["text"], "[critical] lockstep first_divergence in glm-migration: "
                        "layers.3.mlp output diverges first at step 1234");
   ASSERT_EQ(j["blocks"].size(), 2u);
@@ -140,7 +140,7 @@ TEST(Formats, SlackHasTextFallbackAndBlocks) {
 }
 
 TEST(Formats, FeishuInteractiveCardSignedAsDocumented) {
-  SinkOptions s = Sink(SinkKind::kFeishu);
+  SinkOptions s = Sink("feishu");
   s.secret = "SECtest";
   json j = json::parse(FormatAlert(s, SampleAlert(), kNowMs).body);
   EXPECT_EQ(j["msg_type"], "interactive");
@@ -156,7 +156,7 @@ TEST(Formats, FeishuInteractiveCardSignedAsDocumented) {
 }
 
 TEST(Formats, FeishuTextWithoutSecretHasNoSignature) {
-  SinkOptions s = Sink(SinkKind::kFeishu);
+  SinkOptions s = Sink("feishu");
   s.feishu_text = true;
   json j = json::parse(FormatAlert(s, SampleAlert(), kNowMs).body);
   EXPECT_EQ(j["msg_type"], "text");
@@ -166,7 +166,7 @@ TEST(Formats, FeishuTextWithoutSecretHasNoSignature) {
 }
 
 TEST(Formats, DingTalkMarkdownAndUrlSignature) {
-  SinkOptions s = Sink(SinkKind::kDingTalk);
+  SinkOptions s = Sink("dingtalk");
   s.secret = "SECtest";
   Payload p = FormatAlert(s, SampleAlert(), kNowMs);
   json j = json::parse(p.body);
@@ -179,7 +179,7 @@ TEST(Formats, DingTalkMarkdownAndUrlSignature) {
 }
 
 TEST(Formats, WeComMarkdown) {
-  json j = json::parse(FormatAlert(Sink(SinkKind::kWeCom), SampleAlert(), kNowMs).body);
+  json j = json::parse(FormatAlert(Sink("wecom"), SampleAlert(), kNowMs).body);
   EXPECT_EQ(j["msgtype"], "markdown");
   std::string c = j["markdown"]["content"];
   EXPECT_NE(c.find("<font color=\"warning\">[critical] lockstep first_divergence"), std::string::npos);
@@ -187,7 +187,7 @@ TEST(Formats, WeComMarkdown) {
 }
 
 TEST(Formats, AlertmanagerV2LabelsAndAnnotations) {
-  SinkOptions s = Sink(SinkKind::kAlertmanager);
+  SinkOptions s = Sink("alertmanager");
   s.generator_url = "http://collector:9464/";
   json j = json::parse(FormatAlert(s, SampleAlert(), kNowMs).body);
   ASSERT_TRUE(j.is_array());
@@ -215,29 +215,29 @@ TEST(Formats, AlertmanagerOmitsEmptyLabels) {
   Alert a = SampleAlert();
   a.tensor.clear();
   a.kind.clear();
-  json j = json::parse(FormatAlert(Sink(SinkKind::kAlertmanager), a, kNowMs).body);
+  json j = json::parse(FormatAlert(Sink("alertmanager"), a, kNowMs).body);
   EXPECT_FALSE(j[0]["labels"].contains("tensor"));
   EXPECT_FALSE(j[0]["labels"].contains("kind"));
   EXPECT_FALSE(j[0].contains("generatorURL"));
 }
 
 TEST(JudgeReply, StatusCodesAndBotErrorCodes) {
-  EXPECT_TRUE(JudgeReply(SinkKind::kWebhook, 204, "").ok);
-  auto r404 = JudgeReply(SinkKind::kSlack, 404, "no_service");
+  EXPECT_TRUE(JudgeReply("webhook", 204, "").ok);
+  auto r404 = JudgeReply("slack", 404, "no_service");
   EXPECT_FALSE(r404.ok);
   EXPECT_FALSE(r404.retryable);
   EXPECT_NE(r404.detail.find("no_service"), std::string::npos);
-  EXPECT_TRUE(JudgeReply(SinkKind::kWebhook, 408, "").retryable);
-  EXPECT_TRUE(JudgeReply(SinkKind::kWebhook, 429, "").retryable);
-  EXPECT_TRUE(JudgeReply(SinkKind::kWebhook, 503, "").retryable);
-  auto sign = JudgeReply(SinkKind::kFeishu, 200, R"({"code":19021,"msg":"sign match fail"})");
+  EXPECT_TRUE(JudgeReply("webhook", 408, "").retryable);
+  EXPECT_TRUE(JudgeReply("webhook", 429, "").retryable);
+  EXPECT_TRUE(JudgeReply("webhook", 503, "").retryable);
+  auto sign = JudgeReply("feishu", 200, R"({"code":19021,"msg":"sign match fail"})");
   EXPECT_FALSE(sign.ok);
   EXPECT_FALSE(sign.retryable);
   EXPECT_NE(sign.detail.find("19021: sign match fail"), std::string::npos);
-  EXPECT_TRUE(JudgeReply(SinkKind::kFeishu, 200, R"({"code":0,"msg":"success"})").ok);
-  EXPECT_TRUE(JudgeReply(SinkKind::kDingTalk, 200, R"({"errcode":130101,"errmsg":"too fast"})").retryable);
-  EXPECT_FALSE(JudgeReply(SinkKind::kWeCom, 200, R"({"errcode":93000,"errmsg":"invalid key"})").ok);
-  EXPECT_TRUE(JudgeReply(SinkKind::kWeCom, 200, R"({"errcode":0,"errmsg":"ok"})").ok);
+  EXPECT_TRUE(JudgeReply("feishu", 200, R"({"code":0,"msg":"success"})").ok);
+  EXPECT_TRUE(JudgeReply("dingtalk", 200, R"({"errcode":130101,"errmsg":"too fast"})").retryable);
+  EXPECT_FALSE(JudgeReply("wecom", 200, R"({"errcode":93000,"errmsg":"invalid key"})").ok);
+  EXPECT_TRUE(JudgeReply("wecom", 200, R"({"errcode":0,"errmsg":"ok"})").ok);
 }
 
 TEST(Url, ParsesHostPortTargetAndRejectsMistakes) {
@@ -287,11 +287,11 @@ TEST(Options, UnknownFormatAndSeverityGiveOneSentence) {
   auto k = ParseSinkKind("teams");
   ASSERT_FALSE(k.ok());
   EXPECT_NE(k.status().message().find("unknown alert sink format 'teams'"), std::string::npos);
-  EXPECT_EQ(ParseSinkKind("lark").value(), SinkKind::kFeishu);
+  EXPECT_EQ(ParseSinkKind("lark").value(), "feishu");
   EXPECT_FALSE(ParseSeverity("fatal").ok());
   AlertingOptions o;
   SinkOptions s;
-  s.kind = SinkKind::kSlack;
+  s.kind = "slack";
   s.target = "hooks.slack.com/services/x";
   o.sinks.push_back(s);
   Status st = ValidateOptions(o);
@@ -305,32 +305,54 @@ TEST(Options, UnknownFormatAndSeverityGiveOneSentence) {
 }
 
 // The registry (sink_type.h) is the one list of kinds: each once, every name and alias
-// parses back to it, and the sentences built from it read as they did when written out.
+// finds it, what front ends see of it (SinkKinds) is the table's, and the sentences built
+// from it read as they did when written out.
 TEST(SinkTypes, EachKindOnceAndTheSentencesBuiltFromTheTable) {
-  std::set<SinkKind> kinds;
-  for (const SinkType* t : AllSinkTypes()) {
-    EXPECT_TRUE(kinds.insert(t->kind).second) << t->name;
-    EXPECT_EQ(&SinkTypeOf(t->kind), t) << t->name;
-    EXPECT_STREQ(SinkKindName(t->kind), t->name);
-    EXPECT_EQ(ParseSinkKind(t->name).value(), t->kind) << t->name;
-    for (const char* alias : t->aliases)
-      if (alias) EXPECT_EQ(ParseSinkKind(alias).value(), t->kind) << alias;
+  std::set<std::string> names;
+  ASSERT_EQ(SinkKinds().size(), AllSinkTypes().size());
+  for (size_t i = 0; i < AllSinkTypes().size(); ++i) {
+    const SinkType* t = AllSinkTypes()[i];
+    const SinkKindInfo& k = SinkKinds()[i];
+    EXPECT_TRUE(names.insert(t->name).second) << t->name;
+    EXPECT_EQ(&SinkTypeOf(t->name), t) << t->name;
+    EXPECT_EQ(FindSinkKind(t->name), &k) << t->name;
+    EXPECT_EQ(ParseSinkKind(t->name).value(), t->name);
+    for (const char* alias : t->aliases) {
+      if (alias == nullptr) continue;
+      EXPECT_TRUE(names.insert(alias).second) << alias << ": an alias of two kinds";
+      EXPECT_EQ(ParseSinkKind(alias).value(), t->name) << alias;
+      EXPECT_EQ(&SinkTypeOf(alias), t) << alias;
+    }
     EXPECT_EQ(t->http, t->open == nullptr) << t->name << ": a local kind opens its own transport";
-    EXPECT_EQ(IsHttpKind(t->kind), t->http) << t->name;
+    EXPECT_STREQ(k.name, t->name);
+    EXPECT_EQ(k.http, t->http) << t->name;
+    EXPECT_EQ(k.signs, t->signs) << t->name;
+    EXPECT_EQ(k.bearer_token, t->bearer_token) << t->name;
+    EXPECT_EQ(k.webhook_format, t->http && t->webhook_format) << t->name;
   }
-  EXPECT_EQ(kinds.size(), 8u);
+  EXPECT_EQ(AllSinkTypes().size(), 8u);
+  EXPECT_EQ(FindSinkKind("teams"), nullptr);
+  EXPECT_STREQ(SinkTypeOf("teams").name, "unknown");
+  EXPECT_EQ(ListSinkKinds([](const SinkKindInfo& k) { return k.webhook_format; }, "|", "|"),
+            "generic|slack|feishu|dingtalk|wecom");
+  EXPECT_EQ(ListSinkKinds([](const SinkKindInfo& k) { return k.bearer_token; }, ", ", " and "),
+            "generic and alertmanager");
   EXPECT_EQ(ParseSinkKind("teams").status().message(),
             "unknown alert sink format 'teams': use one of generic, slack, feishu, dingtalk, wecom, "
             "alertmanager, jsonl, log");
   AlertingOptions o;
-  o.sinks.push_back(Sink(SinkKind::kWeCom));
+  o.sinks.push_back(Sink("wechat"));  // an alias names the sink by its kind's name
   o.sinks[0].secret = "s3cr3t";
   EXPECT_EQ(ValidateOptions(o).message(),
             "alert sink wecom-0: a signing secret only applies to feishu and dingtalk sinks");
-  o.sinks[0] = Sink(SinkKind::kJsonl);
+  o.sinks[0] = Sink("jsonl");
   o.sinks[0].target.clear();
   EXPECT_EQ(ValidateOptions(o).message(),
             "alert sink jsonl-0 has no file path: give --alerts-file PATH");
+  o.sinks[0] = Sink("teams");  // a kind no file defines: refused before anything opens
+  EXPECT_EQ(ValidateOptions(o).message(),
+            "alert sink teams-0: unknown alert sink format 'teams': use one of generic, slack, "
+            "feishu, dingtalk, wecom, alertmanager, jsonl, log");
 }
 
 }  // namespace

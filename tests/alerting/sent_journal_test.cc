@@ -69,7 +69,7 @@ TEST(SentJournal, ReopenedKnowsWhatWasRecordedAndSkipsATornLine) {
 
 AlertingOptions JsonlWithJournal(const std::string& dir) {
   SinkOptions file;
-  file.kind = SinkKind::kJsonl;
+  file.kind = "jsonl";
   file.target = dir + "/alerts.jsonl";
   AlertingOptions o;
   o.sinks = {file};

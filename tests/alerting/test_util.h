@@ -43,7 +43,7 @@ inline std::string TempDir(const std::string& tag) {
   return p.string();
 }
 
-inline SinkOptions HttpSink(SinkKind kind, const std::string& url) {
+inline SinkOptions HttpSink(const std::string& kind, const std::string& url) {
   SinkOptions s;
   s.kind = kind;
   s.target = url;

@@ -63,7 +63,7 @@ TEST(AlertIdentity, TwoRanksOnOneTensorAreBothDeliveredWithDistinctIds) {
   std::random_device rd;
   const auto dir = std::filesystem::temp_directory_path() / ("lockstep-ident-" + std::to_string(rd()));
   alerting::SinkOptions file;
-  file.kind = alerting::SinkKind::kJsonl;
+  file.kind = "jsonl";
   file.target = (dir / "alerts.jsonl").string();
   alerting::AlertingOptions o;
   o.sinks = {file};
@@ -118,7 +118,7 @@ TEST(AlertIdentity, MicroStepsOfOneTensorAreAllDeliveredUnderTheCooldown) {
   std::random_device rd;
   const auto dir = std::filesystem::temp_directory_path() / ("lockstep-micro-" + std::to_string(rd()));
   alerting::SinkOptions file;
-  file.kind = alerting::SinkKind::kJsonl;
+  file.kind = "jsonl";
   file.target = (dir / "alerts.jsonl").string();
   alerting::AlertingOptions o;
   o.sinks = {file};

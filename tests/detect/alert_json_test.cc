@@ -73,7 +73,7 @@ TEST(AlertJson, CompareAlertsFileAndTheJsonlSinkWriteTheSameLine) {
 
   alerting::AlertingOptions o;
   alerting::SinkOptions sink;
-  sink.kind = alerting::SinkKind::kJsonl;
+  sink.kind = "jsonl";
   sink.target = TempPath("sink.jsonl");
   o.sinks = {sink};
   auto d = alerting::Dispatcher::Create(o);

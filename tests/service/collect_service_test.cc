@@ -45,7 +45,7 @@ CollectOptions Options(const std::string& dir) {
   o.version = "test";
   o.alerting.spool_dir = dir + "/alert-spool";  // where the sinks' journals live
   alerting::SinkOptions jsonl;
-  jsonl.kind = alerting::SinkKind::kJsonl;
+  jsonl.kind = "jsonl";
   jsonl.target = dir + "/alerts.jsonl";
   o.alerting.sinks.push_back(jsonl);
   return o;

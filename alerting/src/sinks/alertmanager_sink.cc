@@ -83,10 +83,12 @@ std::string RequestTarget(const std::string& target) {
 
 }  // namespace
 
-extern const SinkType kAlertmanagerSink{.kind = SinkKind::kAlertmanager,
-                                        .name = "alertmanager",
-                                        .http = true,
-                                        .format = Format,
-                                        .request_target = RequestTarget};
+extern const SinkType kAlertmanagerSink{
+    .name = "alertmanager",
+    .http = true,
+    .bearer_token = true,
+    .webhook_format = false,  // its own flag, --alertmanager, takes a base URL
+    .format = Format,
+    .request_target = RequestTarget};
 
 }  // namespace lockstep::alerting

@@ -34,11 +34,7 @@ void JudgeBody(const std::string& body, ReplyVerdict* v) {
 
 }  // namespace
 
-extern const SinkType kDingTalkSink{.kind = SinkKind::kDingTalk,
-                                    .name = "dingtalk",
-                                    .http = true,
-                                    .signs = true,
-                                    .format = Format,
-                                    .judge_body = JudgeBody};
+extern const SinkType kDingTalkSink{
+    .name = "dingtalk", .http = true, .signs = true, .format = Format, .judge_body = JudgeBody};
 
 }  // namespace lockstep::alerting

@@ -47,12 +47,12 @@ void JudgeBody(const std::string& body, ReplyVerdict* v) {
 
 }  // namespace
 
-extern const SinkType kFeishuSink{.kind = SinkKind::kFeishu,
-                                  .name = "feishu",
-                                  .aliases = {"lark"},
-                                  .http = true,
-                                  .signs = true,
-                                  .format = Format,
-                                  .judge_body = JudgeBody};
+extern const SinkType kFeishuSink{
+    .name = "feishu",
+    .aliases = {"lark"},
+    .http = true,
+    .signs = true,
+    .format = Format,
+    .judge_body = JudgeBody};
 
 }  // namespace lockstep::alerting

@@ -66,10 +66,7 @@ Status Validate(const SinkOptions& sink, const std::string& who) {
 
 }  // namespace
 
-extern const SinkType kJsonlSink{.kind = SinkKind::kJsonl,
-                                 .name = "jsonl",
-                                 .aliases = {"file"},
-                                 .validate = Validate,
-                                 .open = Open};
+extern const SinkType kJsonlSink{
+    .name = "jsonl", .aliases = {"file"}, .validate = Validate, .open = Open};
 
 }  // namespace lockstep::alerting

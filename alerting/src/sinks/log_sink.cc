@@ -42,6 +42,6 @@ StatusOr<std::unique_ptr<Transport>> Open(const SinkOptions&, const std::string&
 
 }  // namespace
 
-extern const SinkType kLogSink{.kind = SinkKind::kLog, .name = "log", .open = Open};
+extern const SinkType kLogSink{.name = "log", .open = Open};
 
 }  // namespace lockstep::alerting

@@ -20,7 +20,6 @@ Payload Format(const SinkOptions&, const Alert& a, int64_t) {
 
 }  // namespace
 
-extern const SinkType kSlackSink{
-    .kind = SinkKind::kSlack, .name = "slack", .http = true, .format = Format};
+extern const SinkType kSlackSink{.name = "slack", .http = true, .format = Format};
 
 }  // namespace lockstep::alerting

@@ -5,10 +5,11 @@
 
 namespace lockstep::alerting {
 
-extern const SinkType kWebhookSink{.kind = SinkKind::kWebhook,
-                                   .name = "webhook",
-                                   .aliases = {"generic", "json"},
-                                   .listed_as = "generic",
-                                   .http = true};  // format: the generic JSON
+extern const SinkType kWebhookSink{
+    .name = "webhook",
+    .aliases = {"generic", "json"},
+    .listed_as = "generic",
+    .http = true,
+    .bearer_token = true};  // format: the generic JSON
 
 }  // namespace lockstep::alerting

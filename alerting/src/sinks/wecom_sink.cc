@@ -22,11 +22,11 @@ void JudgeBody(const std::string& body, ReplyVerdict* v) {
 
 }  // namespace
 
-extern const SinkType kWeComSink{.kind = SinkKind::kWeCom,
-                                 .name = "wecom",
-                                 .aliases = {"wechat", "wxwork"},
-                                 .http = true,
-                                 .format = Format,
-                                 .judge_body = JudgeBody};
+extern const SinkType kWeComSink{
+    .name = "wecom",
+    .aliases = {"wechat", "wxwork"},
+    .http = true,
+    .format = Format,
+    .judge_body = JudgeBody};
 
 }  // namespace lockstep::alerting

@@ -9,7 +9,7 @@ namespace lockstep::cli {
 namespace {
 
 using alerting::AlertingOptions;
-using alerting::SinkKind;
+using alerting::SinkKindInfo;
 using alerting::SinkOptions;
 
 std::chrono::milliseconds Ms(double seconds) {
@@ -51,13 +51,18 @@ SinkOptions Common(const AlertingFlags& f, alerting::Severity min) {
   return s;
 }
 
-// The formats --webhook-format accepts: --help and the error name this one list.
-constexpr const char* kWebhookFormats[] = {"generic", "slack", "feishu", "dingtalk", "wecom"};
-
+// The formats --webhook-format accepts, the kinds --webhook-secret and --webhook-token
+// apply to: asked of the registry of sink kinds, so a new kind needs no edit here.
 std::string WebhookFormats(const char* sep) {
-  std::string out;
-  for (const char* f : kWebhookFormats) out += (out.empty() ? "" : sep) + std::string(f);
-  return out;
+  return alerting::ListSinkKinds([](const SinkKindInfo& k) { return k.webhook_format; }, sep, sep);
+}
+std::string SigningFormats() {
+  return alerting::ListSinkKinds(
+      [](const SinkKindInfo& k) { return k.webhook_format && k.signs; }, ", ", " and ");
+}
+std::string TokenFormats() {
+  return alerting::ListSinkKinds(
+      [](const SinkKindInfo& k) { return k.webhook_format && k.bearer_token; }, ", ", " and ");
 }
 
 // The keys --alert-sink knows, as its error lists them.
@@ -111,7 +116,7 @@ Status ParseSinkSpec(const std::string& spec, SinkOptions* s) {
     for (char& c : k) if (c == '_') c = '-';
     std::string what = who + " key " + k;
     if (k == "kind" || k == "format") {
-      auto kind = alerting::ParseSinkKind(v == "generic" ? "webhook" : v);
+      auto kind = alerting::ParseSinkKind(v);
       if (!kind.ok()) return kind.status();
       s->kind = *kind;
       has_kind = true;
@@ -166,9 +171,9 @@ void RegisterAlertingFlags(FlagSet* f, AlertingFlags* v) {
                 WebhookFormats("|") + ": one for all --webhook URLs, or one per URL in order (default generic)",
                 "FORMAT");
   f->String("webhook-secret", &v->webhook_secret,
-            "signing secret (or env:VAR) for feishu and dingtalk webhooks", "SECRET");
+            "signing secret (or env:VAR) for " + SigningFormats() + " webhooks", "SECRET");
   f->String("webhook-token", &v->webhook_token,
-            "bearer token (or env:VAR) sent to generic webhooks", "TOKEN");
+            "bearer token (or env:VAR) sent to " + TokenFormats() + " webhooks", "TOKEN");
   f->String("feishu-msg-type", &v->feishu_msg_type, "Feishu/Lark message: interactive or text", "TYPE");
   f->StringList("alertmanager", &v->alertmanagers,
                 "Prometheus Alertmanager base URL (POSTs to URL/api/v2/alerts)", "URL");
@@ -261,22 +266,22 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
     SinkOptions s = Common(f, *min);
     std::string fmt = f.webhook_formats.empty() ? "generic"
                       : f.webhook_formats.size() == 1 ? f.webhook_formats[0] : f.webhook_formats[i];
-    auto kind = alerting::ParseSinkKind(fmt);  // also takes aliases (lark, json, wechat)
-    if (!kind.ok() || !alerting::IsHttpKind(*kind) || *kind == SinkKind::kAlertmanager)
+    const SinkKindInfo* kind = alerting::FindSinkKind(fmt);  // or an alias: lark, json, wechat
+    if (kind == nullptr || !kind->webhook_format)
       return Status::InvalidArgument("--webhook-format '" + fmt + "' is not a webhook format: use one of " +
                                      WebhookFormats(", ") + " (alertmanager: --alertmanager URL)");
-    s.kind = *kind;
+    s.kind = kind->name;
     auto url = Resolve(f.webhooks[i], "--webhook");
     if (!url.ok()) return url.status();
     s.target = *url;
-    if (s.kind == SinkKind::kFeishu || s.kind == SinkKind::kDingTalk) s.secret = *secret;
-    if (s.kind == SinkKind::kWebhook) s.token = *token;
+    if (kind->signs) s.secret = *secret;
+    if (kind->bearer_token) s.token = *token;
     s.feishu_text = f.feishu_msg_type == "text";
     o.sinks.push_back(std::move(s));
   }
   for (const auto& am : f.alertmanagers) {
     SinkOptions s = Common(f, *min);
-    s.kind = SinkKind::kAlertmanager;
+    s.kind = "alertmanager";
     auto url = Resolve(am, "--alertmanager");
     if (!url.ok()) return url.status();
     s.target = *url;
@@ -290,14 +295,14 @@ StatusOr<AlertingOptions> BuildAlertingOptions(const AlertingFlags& f,
   }
   if (!f.alerts_file.empty()) {
     SinkOptions s = Common(f, *min);
-    s.kind = SinkKind::kJsonl;
+    s.kind = "jsonl";
     s.target = f.alerts_file;
     s.rate_per_min = 0;  // a local file keeps every alert
     o.sinks.push_back(std::move(s));
   }
   if (f.log) {
     SinkOptions s = Common(f, *min);
-    s.kind = SinkKind::kLog;
+    s.kind = "log";
     s.rate_per_min = 0;
     o.sinks.push_back(std::move(s));
   }

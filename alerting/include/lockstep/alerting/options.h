@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,27 +18,37 @@
 
 namespace lockstep::alerting {
 
-enum class SinkKind : uint8_t {
-  kLog,           // one spdlog line per alert
-  kJsonl,         // one JSON object per line appended to a file
-  kWebhook,       // generic JSON POST with every alert field
-  kSlack,         // Slack incoming webhook (blocks + text fallback)
-  kFeishu,        // Feishu / Lark custom bot (interactive card or text; optional signing)
-  kDingTalk,      // DingTalk custom robot (markdown; optional signing)
-  kWeCom,         // WeCom (WeChat Work) group robot (markdown)
-  kAlertmanager,  // Prometheus Alertmanager v2: POST <base>/api/v2/alerts
+// The registered sink kinds (one file each under alerting/src/sinks/, listed in
+// sink_registry.cc) as a front end sees them: what to call them, and which of the
+// options below each takes. The CLI builds its flags' --help and checks from these.
+struct SinkKindInfo {
+  const char* name;       // "webhook", "slack", ...: SinkOptions::kind, default sink names
+  const char* listed_as;  // how lists show it to users: "generic" for the webhook
+  bool http;              // POSTs to a URL; log and jsonl are local
+  bool webhook_format;    // an HTTP kind POSTed to the URL as given (--webhook-format)
+  bool signs;             // takes SinkOptions::secret
+  bool bearer_token;      // sends SinkOptions::token as "Authorization: Bearer"
 };
-
-// "log", "jsonl", "webhook", ... ; ParseSinkKind also accepts "generic" (= webhook),
-// "lark" (= feishu), "wechat"/"wxwork" (= wecom).
-const char* SinkKindName(SinkKind k);
-StatusOr<SinkKind> ParseSinkKind(const std::string& name);
+// Every registered kind, in the order messages list them (generic, slack, ...).
+std::span<const SinkKindInfo> SinkKinds();
+// The kind `name` names, by its name or an alias ("lark" is feishu, "generic" and "json"
+// the webhook, "wechat" and "wxwork" wecom); null when none does.
+const SinkKindInfo* FindSinkKind(const std::string& name);
+// The kind's name ("lark" -> "feishu"), or the sentence that lists the kinds.
+StatusOr<std::string> ParseSinkKind(const std::string& name);
+// The `listed_as` names of the kinds `pick` takes, in order, joined by `sep` and the last
+// two by `last_sep`: "feishu and dingtalk", "generic|slack|...".
+std::string ListSinkKinds(bool (*pick)(const SinkKindInfo&), const std::string& sep,
+                          const std::string& last_sep);
 StatusOr<Severity> ParseSeverity(const std::string& name);
-// True for the kinds that POST over HTTP(S) (everything but log and jsonl).
-bool IsHttpKind(SinkKind k);
 
 struct SinkOptions {
-  SinkKind kind = SinkKind::kWebhook;
+  // Which kind of sink, by its name (SinkKinds(); an alias is taken too). A name, not
+  // an enum or a handle: it is what users write in flags and settings files and what the
+  // registry is keyed by, so a new kind is one file under alerting/src/sinks/ and its
+  // line in the registry, and no header that every user of these options includes has to
+  // change. ValidateOptions refuses a name no kind has, in one sentence listing them.
+  std::string kind = "webhook";
   // URL (HTTP kinds; the Alertmanager base URL or the full .../api/v2/alerts URL) or
   // file path (jsonl). "env:NAME" is resolved by the CLI, not here.
   std::string target;
