@@ -12,29 +12,25 @@
 #include "lockstep/agent/packed_rows.h"
 #include "lockstep/agent/types.h"
 #include "lockstep/common/wire.h"
+#include "lockstep/common/wire_names.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::python {
 namespace {
 
 // The agent's enums carry the wire's values (types.h): checked here, where both meet.
-// Same value: an agent enum member and its wire counterpart.
-template <typename A, typename W>
-constexpr bool Same(A a, W w) {
-  return static_cast<int>(a) == static_cast<int>(w);
-}
-static_assert(Same(TensorKind::kAct, wire::TensorKind::Act) &&
-              Same(TensorKind::kActGrad, wire::TensorKind::ActGrad) &&
-              Same(TensorKind::kParamGrad, wire::TensorKind::ParamGrad) &&
-              Same(TensorKind::kParam, wire::TensorKind::Param) &&
-              Same(TensorKind::kOptim, wire::TensorKind::Optim) &&
-              Same(TensorKind::kLoss, wire::TensorKind::Loss) &&
-              Same(TensorKind::kInput, wire::TensorKind::Input) &&
-              Same(TensorKind::kActIn, wire::TensorKind::ActIn) &&
+static_assert(wire::SameValue(TensorKind::kAct, wire::TensorKind::Act) &&
+              wire::SameValue(TensorKind::kActGrad, wire::TensorKind::ActGrad) &&
+              wire::SameValue(TensorKind::kParamGrad, wire::TensorKind::ParamGrad) &&
+              wire::SameValue(TensorKind::kParam, wire::TensorKind::Param) &&
+              wire::SameValue(TensorKind::kOptim, wire::TensorKind::Optim) &&
+              wire::SameValue(TensorKind::kLoss, wire::TensorKind::Loss) &&
+              wire::SameValue(TensorKind::kInput, wire::TensorKind::Input) &&
+              wire::SameValue(TensorKind::kActIn, wire::TensorKind::ActIn) &&
               wire::TensorKind::MAX == wire::TensorKind::ActIn);
-static_assert(Same(Role::kBaseline, wire::Role::Baseline) &&
-              Same(Role::kCandidate, wire::Role::Candidate) &&
-              Same(Role::kSolo, wire::Role::Solo) && wire::Role::MAX == wire::Role::Solo);
+static_assert(wire::SameValue(Role::kBaseline, wire::Role::Baseline) &&
+              wire::SameValue(Role::kCandidate, wire::Role::Candidate) &&
+              wire::SameValue(Role::kSolo, wire::Role::Solo) && wire::Role::MAX == wire::Role::Solo);
 static_assert(kStatRepeat == static_cast<uint8_t>(wire::StatFlags::kRepeat));
 
 // torch's dtype names for the wire's DTypes (every one but Unknown).
@@ -45,9 +41,10 @@ constexpr std::pair<const char*, DType> kTorchDTypes[] = {
     {"bool", DType::kBool},    {"float8_e4m3fn", DType::kF8E4M3},
     {"float8_e5m2", DType::kF8E5M2}};
 static_assert(std::size(kTorchDTypes) == static_cast<size_t>(wire::DType::MAX));
-static_assert(Same(DType::kF32, wire::DType::F32) && Same(DType::kBF16, wire::DType::BF16) &&
-              Same(DType::kBool, wire::DType::Bool) &&
-              Same(DType::kF8E5M2, wire::DType::F8E5M2));
+static_assert(wire::SameValue(DType::kF32, wire::DType::F32) &&
+              wire::SameValue(DType::kBF16, wire::DType::BF16) &&
+              wire::SameValue(DType::kBool, wire::DType::Bool) &&
+              wire::SameValue(DType::kF8E5M2, wire::DType::F8E5M2));
 
 // "ActGrad" -> "act_grad".
 std::string SnakeCase(const char* name) {

@@ -6,27 +6,29 @@
 namespace lockstep::collector {
 
 // Kind and DT are the wire's enums kept as bytes (step_data.h): the same values.
-template <typename A, typename W>
-constexpr bool Same(A a, W w) {
-  return static_cast<int>(a) == static_cast<int>(w);
-}
-static_assert(Same(Kind::kAct, wire::TensorKind::Act) &&
-              Same(Kind::kActGrad, wire::TensorKind::ActGrad) &&
-              Same(Kind::kParamGrad, wire::TensorKind::ParamGrad) &&
-              Same(Kind::kParam, wire::TensorKind::Param) &&
-              Same(Kind::kOptim, wire::TensorKind::Optim) &&
-              Same(Kind::kLoss, wire::TensorKind::Loss) &&
-              Same(Kind::kInput, wire::TensorKind::Input) &&
-              Same(Kind::kActIn, wire::TensorKind::ActIn) &&
+static_assert(wire::SameValue(Kind::kAct, wire::TensorKind::Act) &&
+              wire::SameValue(Kind::kActGrad, wire::TensorKind::ActGrad) &&
+              wire::SameValue(Kind::kParamGrad, wire::TensorKind::ParamGrad) &&
+              wire::SameValue(Kind::kParam, wire::TensorKind::Param) &&
+              wire::SameValue(Kind::kOptim, wire::TensorKind::Optim) &&
+              wire::SameValue(Kind::kLoss, wire::TensorKind::Loss) &&
+              wire::SameValue(Kind::kInput, wire::TensorKind::Input) &&
+              wire::SameValue(Kind::kActIn, wire::TensorKind::ActIn) &&
               wire::TensorKind::MAX == wire::TensorKind::ActIn,
               "step_data.h's Kind is schema/lockstep.fbs's TensorKind");
-static_assert(Same(DT::kUnknown, wire::DType::Unknown) && Same(DT::kF32, wire::DType::F32) &&
-              Same(DT::kF16, wire::DType::F16) && Same(DT::kBF16, wire::DType::BF16) &&
-              Same(DT::kF64, wire::DType::F64) && Same(DT::kI8, wire::DType::I8) &&
-              Same(DT::kU8, wire::DType::U8) && Same(DT::kI16, wire::DType::I16) &&
-              Same(DT::kI32, wire::DType::I32) && Same(DT::kI64, wire::DType::I64) &&
-              Same(DT::kBool, wire::DType::Bool) && Same(DT::kF8E4M3, wire::DType::F8E4M3) &&
-              Same(DT::kF8E5M2, wire::DType::F8E5M2) &&
+static_assert(wire::SameValue(DT::kUnknown, wire::DType::Unknown) &&
+              wire::SameValue(DT::kF32, wire::DType::F32) &&
+              wire::SameValue(DT::kF16, wire::DType::F16) &&
+              wire::SameValue(DT::kBF16, wire::DType::BF16) &&
+              wire::SameValue(DT::kF64, wire::DType::F64) &&
+              wire::SameValue(DT::kI8, wire::DType::I8) &&
+              wire::SameValue(DT::kU8, wire::DType::U8) &&
+              wire::SameValue(DT::kI16, wire::DType::I16) &&
+              wire::SameValue(DT::kI32, wire::DType::I32) &&
+              wire::SameValue(DT::kI64, wire::DType::I64) &&
+              wire::SameValue(DT::kBool, wire::DType::Bool) &&
+              wire::SameValue(DT::kF8E4M3, wire::DType::F8E4M3) &&
+              wire::SameValue(DT::kF8E5M2, wire::DType::F8E5M2) &&
               wire::DType::MAX == wire::DType::F8E5M2,
               "step_data.h's DT is schema/lockstep.fbs's DType");
 
