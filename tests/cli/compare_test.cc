@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/rule_flags.h"
 #include "lockstep/common/flags.h"
+#include "read_file.h"
 #include "rules/detection_settings.h"
 #include "runlog/log_writer.h"
 #include "stream_builder.h"
@@ -23,6 +24,7 @@ namespace {
 using lockstep::testing::FakeScalars;
 using lockstep::testing::FakeStat;
 using lockstep::testing::FakeTensor;
+using lockstep::testing::ReadFile;
 using lockstep::testing::StreamBuilder;
 
 std::string Dir() {
@@ -80,19 +82,12 @@ int Compare(std::vector<std::string> args) {
   return cli::CompareCommand(static_cast<int>(argv.size()), argv.data());
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 TEST(CompareCommand, IdenticalLogsExitZeroWithNoAlert) {
   auto d = Dir();
   auto a = WriteRun(d, "gpu", wire::Role::Baseline, 30, 0, 1.0);
   auto b = WriteRun(d, "npu", wire::Role::Candidate, 30, 0, 1.0, "module.");
   EXPECT_EQ(Compare({a, b, "--alerts-file", d + "/alerts.jsonl"}), cli::kExitOk);
-  EXPECT_EQ(ReadAll(d + "/alerts.jsonl"), "");
+  EXPECT_EQ(ReadFile(d + "/alerts.jsonl"), "");
 }
 
 TEST(CompareCommand, CriticalDivergenceExitsOneAndNamesTheTensor) {
@@ -100,7 +95,7 @@ TEST(CompareCommand, CriticalDivergenceExitsOneAndNamesTheTensor) {
   auto a = WriteRun(d, "gpu", wire::Role::Solo, 30, 12, 1.0);
   auto b = WriteRun(d, "npu", wire::Role::Solo, 25, 12, 1.1);  // roles ignored; shorter candidate
   EXPECT_EQ(Compare({a, b, "--json", "--alerts-file", d + "/alerts.jsonl"}), cli::kExitFinding);
-  std::string alerts = ReadAll(d + "/alerts.jsonl");
+  std::string alerts = ReadFile(d + "/alerts.jsonl");
   EXPECT_NE(alerts.find("\"rule\":\"first_divergence\""), std::string::npos) << alerts;
   EXPECT_NE(alerts.find("\"tensor\":\"blk.1\""), std::string::npos);
   EXPECT_NE(alerts.find("\"step\":12"), std::string::npos);
@@ -187,7 +182,7 @@ TEST(CompareCommand, RecordedSettingsAreUsedAndFlagsOverrideThem) {
   EXPECT_NE(out.find("settings: recorded by lockstep 9.9.9 collect in " + d + "/npu.settings.toml"),
             std::string::npos) << out;
   EXPECT_NE(out.find("tol-fp32=1e-04 (recorded)"), std::string::npos) << out;
-  EXPECT_NE(ReadAll(d + "/alerts.jsonl").find("\"step\":12"), std::string::npos);
+  EXPECT_NE(ReadFile(d + "/alerts.jsonl").find("\"step\":12"), std::string::npos);
   // A flag wins over the recorded value; --default-settings ignores the file.
   auto [rc2, out2] = CompareOut({a, b, "--tol-fp32", "1e-3"});
   EXPECT_EQ(rc2, cli::kExitOk) << out2;
@@ -275,7 +270,7 @@ TEST(CompareCommand, CorruptOrTruncatedLogExitsThree) {
   auto a = WriteRun(d, "gpu", wire::Role::Baseline, 40, 0, 1.0);
   auto b = WriteRun(d, "npu", wire::Role::Candidate, 40, 0, 1.0);
   ASSERT_EQ(Compare({a, b}), cli::kExitOk);
-  std::string bytes = ReadAll(b);
+  std::string bytes = ReadFile(b);
   // Flipped bytes in the middle of the candidate.
   std::string flipped = bytes;
   for (size_t i = 0; i < 192; ++i) flipped[bytes.size() / 2 + i] ^= 0x5a;

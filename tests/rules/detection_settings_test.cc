@@ -4,18 +4,19 @@
 // the name it had beside `lockstep compare`'s tests (tests/cli/compare_test.cc).
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "read_file.h"
 #include "rules/detection_settings.h"
 #include "stream_builder.h"
 
 namespace lockstep::collector {
 namespace {
 
+using lockstep::testing::ReadFile;
 using lockstep::testing::StreamBuilder;
 
 std::string Dir() {
@@ -24,13 +25,6 @@ std::string Dir() {
   std::filesystem::remove_all(d);  // nothing left from an earlier run
   std::filesystem::create_directories(d);
   return d;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // A settings file is checked as the flags are (one table of names and ranges): a value
@@ -85,7 +79,7 @@ TEST(CompareCommand, CollectorRecordsItsSettingsOncePerRunAndOnChange) {
     // Written once per run: a changed file is not touched again by this process.
     { std::ofstream(path) << "edited"; }
     rec.OnMessage(env, 2);
-    EXPECT_EQ(ReadAll(path), "edited");
+    EXPECT_EQ(ReadFile(path), "edited");
   }
   // A collector started later with other settings (a restart replays the logs through
   // it) rewrites the file: it holds the settings of the last one that analyzed the run.
