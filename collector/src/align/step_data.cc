@@ -6,29 +6,25 @@
 namespace lockstep::collector {
 
 // Kind and DT are the wire's enums kept as bytes (step_data.h): the same values.
-static_assert(wire::SameValue(Kind::kAct, wire::TensorKind::Act) &&
-              wire::SameValue(Kind::kActGrad, wire::TensorKind::ActGrad) &&
-              wire::SameValue(Kind::kParamGrad, wire::TensorKind::ParamGrad) &&
-              wire::SameValue(Kind::kParam, wire::TensorKind::Param) &&
-              wire::SameValue(Kind::kOptim, wire::TensorKind::Optim) &&
-              wire::SameValue(Kind::kLoss, wire::TensorKind::Loss) &&
-              wire::SameValue(Kind::kInput, wire::TensorKind::Input) &&
-              wire::SameValue(Kind::kActIn, wire::TensorKind::ActIn) &&
+using wire::SameValue;
+static_assert(SameValue(Kind::kAct, wire::TensorKind::Act) &&
+              SameValue(Kind::kActGrad, wire::TensorKind::ActGrad) &&
+              SameValue(Kind::kParamGrad, wire::TensorKind::ParamGrad) &&
+              SameValue(Kind::kParam, wire::TensorKind::Param) &&
+              SameValue(Kind::kOptim, wire::TensorKind::Optim) &&
+              SameValue(Kind::kLoss, wire::TensorKind::Loss) &&
+              SameValue(Kind::kInput, wire::TensorKind::Input) &&
+              SameValue(Kind::kActIn, wire::TensorKind::ActIn) &&
               wire::TensorKind::MAX == wire::TensorKind::ActIn,
               "step_data.h's Kind is schema/lockstep.fbs's TensorKind");
-static_assert(wire::SameValue(DT::kUnknown, wire::DType::Unknown) &&
-              wire::SameValue(DT::kF32, wire::DType::F32) &&
-              wire::SameValue(DT::kF16, wire::DType::F16) &&
-              wire::SameValue(DT::kBF16, wire::DType::BF16) &&
-              wire::SameValue(DT::kF64, wire::DType::F64) &&
-              wire::SameValue(DT::kI8, wire::DType::I8) &&
-              wire::SameValue(DT::kU8, wire::DType::U8) &&
-              wire::SameValue(DT::kI16, wire::DType::I16) &&
-              wire::SameValue(DT::kI32, wire::DType::I32) &&
-              wire::SameValue(DT::kI64, wire::DType::I64) &&
-              wire::SameValue(DT::kBool, wire::DType::Bool) &&
-              wire::SameValue(DT::kF8E4M3, wire::DType::F8E4M3) &&
-              wire::SameValue(DT::kF8E5M2, wire::DType::F8E5M2) &&
+static_assert(SameValue(DT::kUnknown, wire::DType::Unknown) &&
+              SameValue(DT::kF32, wire::DType::F32) && SameValue(DT::kF16, wire::DType::F16) &&
+              SameValue(DT::kBF16, wire::DType::BF16) && SameValue(DT::kF64, wire::DType::F64) &&
+              SameValue(DT::kI8, wire::DType::I8) && SameValue(DT::kU8, wire::DType::U8) &&
+              SameValue(DT::kI16, wire::DType::I16) && SameValue(DT::kI32, wire::DType::I32) &&
+              SameValue(DT::kI64, wire::DType::I64) && SameValue(DT::kBool, wire::DType::Bool) &&
+              SameValue(DT::kF8E4M3, wire::DType::F8E4M3) &&
+              SameValue(DT::kF8E5M2, wire::DType::F8E5M2) &&
               wire::DType::MAX == wire::DType::F8E5M2,
               "step_data.h's DT is schema/lockstep.fbs's DType");
 
