@@ -8,12 +8,18 @@
                                    trains the model FACTORY() returns with and without
                                    the agent and says whether losses, parameters and
                                    gradients are bit-identical (lockstep._neutrality)
+    python -m lockstep replay BASELINE_CAPTURE CANDIDATE_CAPTURE (or one capture folder)
+                                   re-runs a captured op in float64 on the CPU and says
+                                   which run is wrong (lockstep._replay)
 
 doctor exits 0 when _core loads and a collector answers, 1 otherwise. It never imports
 more than it reports on and never waits longer than --timeout per check.
 doctor --neutrality exits 0 when the agent changed nothing, 1 when it did (or the check
 was inconclusive: the model is not deterministic without the agent), 2 when the factory
 cannot be loaded or used.
+replay exits 0 when the op is accurate in both runs, 1 when the runs compute different
+functions or one is less accurate (or both are off), 2 on a usage error, 3 when the op
+cannot be replayed (lockstep._replay.EXIT_TEXT).
 """
 import argparse
 import importlib.util
@@ -138,7 +144,45 @@ def main(argv=None):
                         "(default 1)")
     d.add_argument("--seed", type=int, default=1234,
                    help="with --neutrality: the seed given to lockstep.seed_all (default 1234)")
+    r = sub.add_parser(
+        "replay", help="re-run a captured op in float64 and say which run is wrong",
+        description="Re-runs the op that Monitor.capture() saved in both runs on the CPU in "
+                    "float64 (from each run's own inputs, and with each run's settings on the "
+                    "baseline's inputs), prints each run's error against it and one verdict: "
+                    "different functions (cause config), one run less accurate, both within "
+                    "rounding (the birth-point budget to raise), or inputs differ. Reads the "
+                    "files with torch.load(weights_only=True) only.",
+        epilog="Exit status: 0 the op is accurate in both runs (within rounding, or its "
+               "inputs differ); 1 different functions, one run less accurate, or "
+               "inconclusive; 2 a usage error; 3 the op cannot be replayed.")
+    r.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="the baseline's and the candidate's capture files, or the one folder "
+                        "holding both (<capture_dir>/<experiment>/step<N>-<row>/)")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.add_argument("--ulps", type=float, default=16.0,
+                   help="what a dtype explains: an op is accurate within this many ULPs of "
+                        "the pair's dtype plus sqrt(width) of float64 (default 16)")
+    r.add_argument("--factor", type=float, default=4.0,
+                   help="a run is less accurate when its error is this many times the "
+                        "other's (default 4)")
+    r.add_argument("--birth-ulps", type=float, default=32.0,
+                   help="the collector's --birth-ulps, to say how far to raise it (default 32)")
+    r.add_argument("--birth-gain", type=float, default=8.0,
+                   help="the collector's --birth-gain (default 8)")
     args = p.parse_args(argv)
+    if args.command == "replay":
+        if len(args.captures) > 2:
+            p.error("replay takes two capture files or one folder")
+        if not (args.ulps >= 0 and args.factor >= 1 and args.birth_ulps >= 0
+                and args.birth_gain >= 1):
+            p.error("--ulps and --birth-ulps take a number >= 0, --factor and --birth-gain "
+                    "a number >= 1")
+        try:
+            from lockstep import _replay  # pylint: disable=import-outside-toplevel
+        except ImportError as e:  # torch missing or broken: nothing to replay with
+            print("lockstep replay: cannot run: %s" % e)
+            return 2
+        return _replay.main(args)
     if args.version:
         print(version_line())
         return 0

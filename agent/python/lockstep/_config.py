@@ -26,7 +26,8 @@ _MAX_STEP = 2**62  # steps travel as uint64; room for the steps after the first
 _DEFAULT = _core.AGENT_DEFAULTS  # the C++ agent's defaults (AgentOptions): one source
 # and its ranges (agent.h): a value C++ would refuse is refused here, with the same bounds
 # name -> (type, default, (low, high) for numbers). Types: str, int, float, "path" (a str
-# or os.PathLike), "switch" (host_stats_thread: a str or a bool).
+# or os.PathLike), "switch" (host_stats_thread: a str or a bool), "flag" (a bool, or
+# from the environment 1/0, true/false, yes/no, on/off).
 OPTIONS = {
     "run": (str, None, None),
     "role": (str, "solo", None),
@@ -47,6 +48,13 @@ OPTIONS = {
     "curve_server_key": ("path", "", None),
     "curve_key": ("path", "", None),
     "host_stats_thread": ("switch", "auto", None),
+    # Capture (lockstep._capture, docs/python.md "Capture and replay"): on/off, where the
+    # files go (relative: to the working directory at Monitor()), the bound per capture
+    # and the captures per run.
+    "capture": ("flag", True, None),
+    "capture_dir": ("path", "lockstep-captures", None),
+    "capture_mb": (float, 256.0, (0.001, 1048576.0)),
+    "capture_limit": (int, 3, (0, 1000)),
 }
 
 _TRUE = ("1", "true", "yes", "on")
@@ -138,6 +146,12 @@ def _convert_unguarded(name, value, from_env):
         if not isinstance(value, str) or "\x00" in value:
             raise _bad(source, value, "give a string or a path")
         return value
+    if typ == "flag":
+        v = value if isinstance(value, bool) else parse_switch(value) if from_env else None
+        if v is None:
+            raise _bad(source, value, "give True or False" if not from_env
+                       else "give one of 1, 0, true, false, yes, no, on, off")
+        return v
     if typ == "switch":
         if isinstance(value, bool):
             return "on" if value else "off"

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Pattern, Union
 
 import torch
 
-from lockstep import _args, _config, _core, _fingerprint, _zoom
+from lockstep import _args, _capture, _config, _core, _fingerprint, _zoom
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
@@ -88,7 +88,10 @@ class Monitor:
     curve_key (this agent's .key file from ``lockstep keygen``; default a fresh pair),
     see docs/security.md. host_stats_thread ("auto"; "on", "off"): compute CPU tensors'
     statistics on a lockstep thread while the step goes on; "auto" turns it on when
-    torch's intra-op threads leave a core idle (docs/python.md). config: an optional dict
+    torch's intra-op threads leave a core idle (docs/python.md). capture (True),
+    capture_dir ("lockstep-captures"), capture_mb (256), capture_limit (3): whether
+    capture() may save ops, where, and its bounds (docs/python.md "Capture and
+    replay"). config: an optional dict
     (e.g. ``vars(args)``) that joins the run fingerprint, which the collector compares
     between the two runs (docs/python.md "Run fingerprint"). Arguments are keyword-only.
     A configuration mistake (an unknown argument included) warns with one sentence and
@@ -112,6 +115,7 @@ class Monitor:
         self._closed = False
         self._watches = []
         self._zooms = []
+        self._captures = None
         self._close_timeout = 5.0
         self._warned_args = set()
         self.enabled = False
@@ -129,6 +133,9 @@ class Monitor:
                  heartbeat_interval: Optional[float] = None,
                  curve_server_key: Optional[str] = None, curve_key: Optional[str] = None,
                  host_stats_thread: Union[str, bool, None] = None,
+                 capture: Optional[bool] = None,
+                 capture_dir: Optional[str] = None,
+                 capture_mb: Optional[float] = None, capture_limit: Optional[int] = None,
                  config: Optional[Mapping[str, Any]] = None, strict: bool = False,
                  _force_device_path: bool = False) -> None:
         self._disabled_init(run)
@@ -144,7 +151,9 @@ class Monitor:
                     queue_capacity=queue_capacity, send_hwm=send_hwm,
                     send_buffer_mb=send_buffer_mb, close_timeout=close_timeout, heartbeat_interval=heartbeat_interval,
                     curve_server_key=curve_server_key, curve_key=curve_key,
-                    host_stats_thread=host_stats_thread)
+                    host_stats_thread=host_stats_thread,
+                    capture=capture, capture_dir=capture_dir, capture_mb=capture_mb,
+                    capture_limit=capture_limit)
         try:
             user_config = _config.user_config(config)
             cfg = _config.resolve(args)
@@ -218,6 +227,7 @@ class Monitor:
                                 weakref.WeakMethod(self._check_identity),
                                 weakref.WeakMethod(self._note_first_forward))
         self._watches = self._session.watches
+        self._captures = _capture.Captures(self._session, cfg, self._guard)
         # A Monitor collected while its model lives takes its hooks out.
         weakref.finalize(self, _remove_watches, self._watches)
         self._t_last = time.perf_counter()
@@ -416,6 +426,45 @@ class Monitor:
             self._guard.fail("zoom()", e)
         return False
 
+    def capture(self, name: str, step: Optional[int] = None) -> bool:
+        """Saves one op at step ``step`` (default: the next step not yet recording) for
+        `python -m lockstep replay` (docs/python.md "Capture and replay"): ``name`` is a
+        row as the collector names a birth point, a module (``"blocks.1.mlp.act"``, a call
+        suffix ``#k`` allowed) or a call in its own code (``"blocks.1.attn/softmax#0"``,
+        which zooms the module for that step). In the forward of that step it takes the
+        op's inputs, outputs, parameters, buffers and settings, the RNG state and dtypes;
+        a writer thread saves them. Returns whether the capture is set up; a step already
+        past, a name not found, capture off or the run's captures used up warn once."""
+        if not self.enabled or self._closed:
+            return False
+        caps = self._captures
+        try:
+            rec = self._rec
+            first = self._step if (rec.order == 0 and rec.micro == 0) else self._step + 1
+
+            def zoom_for(root, module, path, at):
+                if not _zoom.available():
+                    raise ValueError("capture(%r) needs a zoom, which needs torch >= 1.13"
+                                     % name)
+                for z in self._zooms:
+                    if z.module is module:
+                        z.first, z.last = min(z.first, at), max(z.last, at)
+                        return z
+                z = _zoom.Zoom(self._session, root, module, path, at, at)
+                self._zooms.append(z)
+                return z
+
+            return caps.request(name, step, first,
+                                lambda path: _capture.find_module(self._watches, path),
+                                zoom_for)
+        except ValueError as e:
+            caps.refused += 1
+            self._warn_arg("capture()", str(e))
+        except Exception as e:  # pylint: disable=broad-except
+            caps.refused += 1
+            self._guard.fail("capture()", e)
+        return False
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Ships every finished step and waits until the agent has handed it to the
         socket. Returns False on timeout. Never raises."""
@@ -458,6 +507,7 @@ class Monitor:
                 self._end_step(self._step, {"micro_steps": rec.micro + 1,
                                             "host_grad_sq": None})
             ok = self._pipeline.drain(deadline)
+            ok = self._captures.close(deadline) and ok
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("close()", e)
             ok = False
@@ -473,7 +523,8 @@ class Monitor:
         python_errors, tensors_recorded, tensors_repeated, tensors_threaded (statistics
         computed on the host statistics thread), tensors_changed_in_flight (their results
         dropped: changed in place before the thread read them), tensors_skipped,
-        tensors_failed, steps; host_stats_thread (whether the next step uses the host
+        tensors_failed, steps; captures_written, captures_refused, captures_failed,
+        captures_pending, capture_files (Monitor.capture); host_stats_thread (whether the next step uses the host
         statistics thread) and host_stats_thread_ratio ("auto": the last measured step
         time with the thread over without it, None before the first measurement)."""
         out = {}
@@ -497,6 +548,8 @@ class Monitor:
             out["tensors_failed"] = rec.failed
             out["device_steps_dropped"] = self._pipeline.dropped_steps
             out["steps"] = self._step - self.config["start_step"]
+        if self._captures is not None:
+            out.update(self._captures.counters())
         return out
 
     def __enter__(self) -> "Monitor":
@@ -523,6 +576,8 @@ class Monitor:
             for z in [z for z in self._zooms if z.last < step]:
                 z.remove()
                 self._zooms.remove(z)
+        if self._captures is not None and self._captures.requests:
+            self._captures.new_step(step)  # a capture whose step passed is refused
         self._rec.new_step(step)
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())

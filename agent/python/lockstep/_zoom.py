@@ -63,6 +63,9 @@ class Zoom:
         self.counts = {}    # func name -> calls in the module's current forward
         self.base = None    # the module call's name while its forward runs
         self.recorded = 0
+        # A capture waiting on one of this module's calls (lockstep._capture._CallTap):
+        # told of each recorded call; None costs one attribute read per call.
+        self.capture = None
         self._handles = []
         self._orig_forward = module.__dict__.get("forward")
         self._mode = _OpMode(self)
@@ -106,8 +109,9 @@ class Zoom:
         self.base = call_name(self.name, sess.calls.get(self.name, 0))
         return self.base
 
-    def record(self, func, args, kwargs, out):
-        """One call the module's own code made (inside the mode, which is off here)."""
+    def record(self, func, args, kwargs, out, rng=None):
+        """One call the module's own code made (inside the mode, which is off here);
+        `rng`: the CPU RNG state before it, when a capture asked for it."""
         if self.depth or self.base is None:
             return
         items = []
@@ -126,6 +130,8 @@ class Zoom:
         for suffix, t in items:
             rec.record(op + suffix, _ACT, t.detach())
         self.recorded += 1
+        if self.capture is not None:
+            self.capture(op, func, args, kwargs, out, rng)
 
     def remove(self):
         for h in self._handles:
@@ -147,12 +153,14 @@ class _OpMode(_Mode if _Mode is not None else object):
         self._zoom = zoom
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
         zoom = self._zoom
+        tap = zoom.capture
+        rng = tap.before() if tap is not None and zoom.depth == 0 else None
+        out = func(*args, **(kwargs or {}))
         if zoom.depth == 0 and zoom.base is not None:
             sess = zoom._session_ref()
             try:
-                zoom.record(func, args, kwargs, out)
+                zoom.record(func, args, kwargs, out, rng)
             except Exception as e:  # pylint: disable=broad-except  (never into the job)
                 if sess is not None:
                     sess.guard.fail("the zoom of " + zoom.name, e)

@@ -1,0 +1,591 @@
+"""Capture (Monitor.capture): one op's inputs, output, parameters, buffers and settings
+saved at one step, so that `python -m lockstep replay` can re-run it against float64
+(lockstep._replay; docs/python.md "Capture and replay").
+
+A capture names a row as the collector names a birth point: a module (``blocks.1.mlp.act``,
+``blocks.1.mlp.act#1`` for its second call in the step) or a call in a zoomed module's own
+code (``blocks.1.attn/softmax#0``: the capture zooms the module for that step when no zoom
+covers it, and is told of each call by lockstep._zoom.Zoom.record). At the step it fires,
+during the forward of micro step 0, the training thread takes detached CPU copies of what
+it keeps (a device tensor's copy waits for the device: the captured step only) and hands
+them to one writer thread, which torch.saves them and a JSON sidecar. Nothing is written
+in any other step, and a capture never set up costs nothing.
+
+File: ``<capture_dir>/<experiment>/step<step>-<row>/<run>.rank<rank>.pt`` (each part made
+filesystem-safe by percent-encoding), so the two runs' files of one capture lie side by side.
+It holds plain containers only: ``{"lockstep_capture": <JSON text>, "tensors": {key: tensor}}``
+(torch.load(weights_only=True) reads it on torch >= 1.13, whose safe loader reads no
+floats: every number and setting travels in the JSON text). The sidecar ``<file>.json`` is
+that JSON text.
+
+Bounds: at most ``capture_mb`` per capture (tensors over it are cut along their first
+dimension, the file says so and keeps the original shape) and ``capture_limit`` captures
+per run. A failed save is one warning; nothing raises into the job.
+
+Threads: request() and close() on the training thread; the hooks on the training thread
+(autograd's for nothing: forward only); the writer thread only saves what it is handed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import threading
+import time
+import urllib.parse
+
+import torch
+
+from lockstep._names import call_name, module_name, output_tensors
+from lockstep._watch import _in_backward
+
+FORMAT = "lockstep-capture"
+VERSION = 1
+_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+_MAX_PART = 150
+_PLAIN = (bool, int, str, type(None))
+
+
+def safe_part(text):
+    """`text` as one path component: characters outside [A-Za-z0-9._-] percent-encoded
+    (so two names never map to one file), never empty or starting with '.'."""
+    out = urllib.parse.quote(text, safe=_SAFE)
+    if not out or out.startswith("."):
+        out = "%2E" + out[1:] if out else "-"
+    if len(out) > _MAX_PART:
+        out = out[:_MAX_PART - 9] + "~%08x" % (hash_text(text) & 0xFFFFFFFF)
+    return out
+
+
+def hash_text(text):
+    """A hash stable across processes (str's hash is salted per process)."""
+    h = 2166136261
+    for b in text.encode("utf-8"):
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def capture_path(directory, experiment, run, rank, step, row):
+    """Where a run's file of one capture goes; both runs derive the same folder."""
+    return os.path.join(directory, safe_part(experiment or "-"),
+                        "step%d-%s" % (step, safe_part(row)), "%s.rank%d.pt" % (run, rank))
+
+
+def parse_row(name):
+    """(module name, call index, call row or None) of a row name: ``blocks.1.attn#1/
+    softmax#0`` -> ("blocks.1.attn", 1, "blocks.1.attn#1/softmax#0"); ``fc1#2`` ->
+    ("fc1", 2, None); an output element (``attn[0]``) or input (``attn(0)``) row names
+    its module. ValueError for a name that is no row."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ValueError("capture(name=%r) is not valid: give a row name, e.g. "
+                         "'blocks.1.mlp.act' or 'blocks.1.attn/softmax#0'" % (name,))
+    head, slash, tail = name.partition("/")
+    base = head.split("[", 1)[0].split("(", 1)[0]
+    path, _, index = base.partition("#")
+    call = 0
+    if index:
+        if not index.isdigit():
+            raise ValueError("capture(%r): the call suffix must be #<number>" % name)
+        call = int(index)
+    if slash:
+        fname, _, k = tail.partition("#")
+        if not fname or not k.isdigit() or "/" in tail:
+            raise ValueError("capture(%r): a call in a zoomed module is named "
+                             "module/func#k, e.g. 'blocks.1.attn/softmax#0'" % name)
+        return path, call, "%s/%s#%d" % (call_name(path, call), fname, int(k))
+    return path, call, None
+
+
+def qualified_func(func):
+    """The public name a replay resolves: torch.nn.functional.softmax, torch.softmax,
+    torch.Tensor.mul, torch.special.erf, torch.linalg.norm; else module.qualname."""
+    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+    name = getattr(func, "__name__", None)
+    if isinstance(name, str):
+        for ns_name, ns in (("torch.nn.functional", F), ("torch", torch),
+                            ("torch.special", getattr(torch, "special", None)),
+                            ("torch.linalg", getattr(torch, "linalg", None)),
+                            ("torch.Tensor", torch.Tensor)):
+            if ns is not None and getattr(ns, name, None) is func:
+                return "%s.%s" % (ns_name, name)
+    return "%s.%s" % (getattr(func, "__module__", None) or "?",
+                      getattr(func, "__qualname__", None) or name or type(func).__name__)
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+class _Tensors:
+    """The tensors of one capture: key -> (tensor, role); planned, then copied."""
+
+    def __init__(self):
+        self.items = {}
+
+    def add(self, key, t):
+        self.items[key] = t
+        return {"$t": key}
+
+
+def encode(value, tensors, prefix, depth=0):
+    """Plain data for `value`: tensors by reference ({"$t": key}, added to `tensors`
+    under `prefix`), tuples, dicts, dtypes, devices, slices tagged; anything else
+    {"$unsupported": type name} (a replay then says it cannot rebuild the call)."""
+    if isinstance(value, torch.Tensor):
+        return tensors.add(prefix, value)
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if depth > 6:
+        return {"$unsupported": "nesting"}
+    if isinstance(value, torch.dtype):
+        return {"$dtype": _dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"$device": str(value)}
+    if isinstance(value, torch.Size):
+        return {"$size": list(value)}
+    if isinstance(value, (torch.memory_format, torch.layout)):
+        return {"$torch": str(value).replace("torch.", "")}
+    if isinstance(value, slice):
+        return {"$slice": [encode(v, tensors, prefix, depth + 1)
+                           for v in (value.start, value.stop, value.step)]}
+    if value is Ellipsis:
+        return {"$ellipsis": True}
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(v, tensors, "%s.%d" % (prefix, i), depth + 1)
+                           for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [encode(v, tensors, "%s.%d" % (prefix, i), depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"$dict": {k: encode(v, tensors, "%s.%s" % (prefix, k), depth + 1)
+                          for k, v in value.items()}}
+    if isinstance(value, (int, float)):  # numpy scalars and kin
+        return encode(value.item() if hasattr(value, "item") else float(value), tensors,
+                      prefix, depth)
+    return {"$unsupported": type(value).__name__}
+
+
+def _plain(value, depth=0):
+    """A module setting worth keeping: numbers, bools, strings, None, tuples and lists
+    of those (GELU's approximate, LayerNorm's eps and normalized_shape)."""
+    if isinstance(value, _PLAIN) or isinstance(value, float):
+        return True
+    if isinstance(value, (tuple, list)) and depth < 3 and len(value) <= 64:
+        return all(_plain(v, depth + 1) for v in value)
+    return isinstance(value, torch.dtype)
+
+
+def module_settings(module):
+    """The module's plain-data attributes (its settings), encoded; torch's hook
+    bookkeeping left out."""
+    out = {}
+    for k, v in vars(module).items():
+        if k.startswith("__") or "hook" in k or k in ("_parameters", "_buffers", "_modules"):
+            continue
+        if _plain(v):
+            out[k] = encode(v, None, k)
+    return out
+
+
+def _autocast():
+    """{device type: dtype name} of each autocast context active now (cpu, cuda)."""
+    out = {}
+    import warnings  # pylint: disable=import-outside-toplevel
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for dev in ("cpu", "cuda"):
+            try:
+                try:  # torch >= 2.4
+                    on, dtype = torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
+                except TypeError:
+                    if dev == "cpu":
+                        on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+                    else:
+                        on, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+                if on:
+                    out[dev] = _dtype_name(dtype)
+            except Exception:  # pylint: disable=broad-except
+                pass
+    return out
+
+
+def _math_flags():
+    out = {}
+    for key, read in (
+            ("deterministic_algorithms", torch.are_deterministic_algorithms_enabled),
+            ("float32_matmul_precision", getattr(torch, "get_float32_matmul_precision", None)),
+            ("cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),
+            ("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32)):
+        try:
+            if read is not None:
+                out[key] = read()
+        except Exception:  # pylint: disable=broad-except
+            pass
+    return out
+
+
+def _rng(tensors, devices):
+    """The RNG states now: the CPU generator's, and each CUDA device's the op uses."""
+    out = {"cpu": tensors.add("rng.cpu", torch.get_rng_state())}
+    for dev in sorted(devices):
+        if dev.startswith("cuda"):
+            try:
+                idx = torch.device(dev).index or 0
+                out[dev] = tensors.add("rng." + dev, torch.cuda.get_rng_state(idx))
+            except Exception:  # pylint: disable=broad-except
+                pass
+    return out
+
+
+def plan_slices(items, max_bytes):
+    """key -> rows to keep (None: whole) so the tensors fit in max_bytes: small tensors
+    stay whole; the largest are cut along their first dimension, each to an equal share
+    of what is left; a tensor whose one row exceeds its share is left out (0 rows)."""
+    sizes = sorted(((t.numel() * t.element_size(), k) for k, t in items.items()))
+    plan, left = {}, float(max_bytes)
+    for i, (nbytes, key) in enumerate(sizes):
+        share = left / (len(sizes) - i)
+        t = items[key]
+        if nbytes <= share:
+            plan[key] = None
+            left -= nbytes
+            continue
+        rows = t.shape[0] if t.dim() else 1
+        row_bytes = nbytes / max(1, rows)
+        keep = int(share // row_bytes) if t.dim() else 0
+        plan[key] = keep
+        left -= keep * row_bytes
+    return plan
+
+
+def _copy(t, rows):
+    """A detached CPU copy of `t` (its first `rows` rows when rows is not None)."""
+    t = t.detach()
+    if rows is not None:
+        t = t[:rows]
+    return t.to("cpu", copy=True).contiguous()
+
+
+class _Request:
+    """One capture set up and not yet taken."""
+
+    __slots__ = ("row", "module", "call", "op", "step", "root", "target", "handles", "pre",
+                 "taken")
+
+    def __init__(self, row, module, call, op, step, root, target):
+        self.row, self.module, self.call, self.op = row, module, call, op
+        self.step, self.root, self.target = step, root, target
+        self.handles = []
+        self.pre = None   # what the pre-hook took: (meta parts, tensors)
+        self.taken = False
+
+
+class Captures:
+    """The captures of one Monitor: set up by request(), taken by hooks, written by one
+    writer thread started at the first capture taken. Counters: written, refused,
+    failed (a save that raised), pending."""
+
+    def __init__(self, session, cfg, guard):
+        self._session_ref = session.ref
+        self.rec = session.rec
+        self.guard = guard
+        self.enabled = bool(cfg["capture"])
+        self.directory = os.path.abspath(cfg["capture_dir"])
+        self.max_bytes = int(cfg["capture_mb"] * 1024 * 1024)
+        self.limit = cfg["capture_limit"]
+        self.ident = {k: cfg[k] for k in ("experiment", "run", "role", "world_size",
+                                          "platform", "device_name")}
+        self.ident_of = session.ident  # its rank may be learnt after watch() (_identity.py)
+        self.requests = []   # _Request not yet taken
+        self.accepted = 0    # requests counted against the limit
+        self.written = 0
+        self.refused = 0
+        self.failed = 0
+        self.paths = []      # files written, in order
+        self._warned_write = False
+        self._queue = None
+        self._thread = None
+
+    # ---- the training thread -----------------------------------------------------------
+
+    def request(self, name, step, first, find_module, zoom_for):
+        """Sets up a capture of row `name` at `step` (None: `first`, the next step not yet
+        recording). find_module(path) -> (root, module) or None; zoom_for(root, module,
+        path, step) -> the Zoom recording that module at that step. Returns True; a
+        request that cannot be taken raises ValueError with the sentence to warn."""
+        if not self.enabled:
+            raise ValueError("capture(%r) refused: capture is off (capture=False or "
+                             "LOCKSTEP_CAPTURE=0)" % (name,))
+        path, call, op = parse_row(name)
+        if step is None:
+            step = first
+        elif isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError("capture(step=%r) is not valid: give a step number" % (step,))
+        if step < first:
+            raise ValueError("capture(%r, step=%d) refused: step %d has already begun "
+                             "recording (give step >= %d)" % (name, step, step, first))
+        row = op if op is not None else call_name(path, call)
+        for r in self.requests:
+            if r.row == row and r.step == step:
+                return True  # the same request again (idempotent)
+        if self.accepted >= self.limit:
+            raise ValueError("capture(%r) refused: this run has used its %d captures "
+                             "(capture_limit)" % (name, self.limit))
+        found = find_module(path)
+        if found is None:
+            raise ValueError("capture(%r): no module of a watched model has that name (the "
+                             "names of the rows: 'blocks.1.attn', '<root>')" % name)
+        root, module = found
+        req = _Request(row, path, call, op, step, root, module)
+        if op is not None:
+            zoom = zoom_for(root, module, path, step)
+            tap = getattr(zoom, "capture", None)
+            if not isinstance(tap, _CallTap):
+                tap = _CallTap(self)
+                zoom.capture = tap
+            tap.requests.append(req)
+            req.handles.append(tap)
+        else:
+            self._hook_module(req)
+        self.requests.append(req)
+        self.accepted += 1
+        return True
+
+    def _hook_module(self, req):
+        ref, rec = self._session_ref, self.rec
+        caps = self
+
+        def pre_hook(module, args, kwargs=None):
+            sess = ref()
+            if sess is None or req.taken or rec.step != req.step or rec.micro != 0 \
+                    or not req.root.training or not torch.is_grad_enabled() \
+                    or _in_backward(sess):
+                return None
+            if sess.calls.get(req.module, 0) != req.call:
+                return None
+            try:
+                req.pre = caps._take_inputs(req, module, args, kwargs or {})
+            except Exception as e:  # pylint: disable=broad-except  (never into the job)
+                caps._fail(req, e)
+            return None
+
+        def hook(module, _args, output):
+            if req.pre is None or req.taken:
+                return None
+            try:
+                caps._finish(req, output, module=module)
+            except Exception as e:  # pylint: disable=broad-except
+                caps._fail(req, e)
+            return None
+
+        m = req.target
+        try:  # torch >= 2.0: keyword arguments too
+            req.handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        except TypeError:
+            req.handles.append(m.register_forward_pre_hook(lambda mod, a: pre_hook(mod, a)))
+        req.handles.append(m.register_forward_hook(hook))
+
+    def _take_inputs(self, req, module, args, kwargs):
+        """(meta, tensors) of the op's arguments before it runs (module captures)."""
+        tensors = _Tensors()
+        meta = {
+            "kind": "module",
+            "module_type": "%s.%s" % (type(module).__module__, type(module).__qualname__),
+            "has_children": any(True for _ in module.children()),
+            "settings": module_settings(module),
+            "args": encode(tuple(args), tensors, "in"),
+            "kwargs": encode(dict(kwargs), tensors, "kw"),
+            "params": {n: (tensors.add("param." + n, p) if p is not None else None)
+                       for n, p in module.named_parameters()},
+            "buffers": {n: (tensors.add("buffer." + n, b) if b is not None else None)
+                        for n, b in module.named_buffers()},
+        }
+        devices = {str(t.device) for t in tensors.items.values()}
+        meta["rng"] = _rng(tensors, devices)
+        meta["autocast"] = _autocast()
+        return meta, tensors
+
+    def _finish(self, req, output, module=None):
+        meta, tensors = req.pre
+        items = []
+        output_tensors(output, "", items)
+        meta["outputs"] = [{"name": n, "tensor": tensors.add("out%s" % (n or ""), t)}
+                           for n, t in items]
+        self._hand_over(req, meta, tensors)
+
+    def call_taken(self, req, func, args, kwargs, out, rng):
+        """A zoomed call matched `req` (lockstep._zoom.Zoom.record): its arguments as the
+        call saw them after it ran (an in-place call's inputs are its results: marked)."""
+        tensors = _Tensors()
+        fname = getattr(func, "__name__", "") or ""
+        meta = {
+            "kind": "call",
+            "func": qualified_func(func),
+            "module_type": "%s.%s" % (type(req.target).__module__, type(req.target).__qualname__),
+            "args": encode(tuple(args), tensors, "in"),
+            "kwargs": encode(dict(kwargs or {}), tensors, "kw"),
+            "inplace": fname.endswith("_") and not fname.endswith("__") or "out" in (kwargs or {}),
+        }
+        if rng is not None:  # the CPU generator before the call (_CallTap.before)
+            meta["rng"] = {"cpu": tensors.add("rng.cpu", rng)}
+        meta["autocast"] = _autocast()
+        req.pre = (meta, tensors)
+        self._finish(req, out)
+
+    def _hand_over(self, req, meta, tensors):
+        """Copies what the capture keeps (within the bound) and queues it for the writer."""
+        req.taken = True
+        self._drop(req)
+        # The RNG states (~5 KB each) are kept whole, outside the bound.
+        plan = plan_slices({k: t for k, t in tensors.items.items()
+                            if not k.startswith("rng.")}, self.max_bytes)
+        table, copies, cut = {}, {}, []
+        for key, t in tensors.items.items():
+            rows = plan.get(key)
+            entry = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
+                     "device": str(t.device), "requires_grad": bool(t.requires_grad)}
+            if rows is not None:
+                entry["saved_rows"] = rows
+                cut.append(key)
+            if rows != 0:
+                copies[key] = _copy(t, rows)
+            table[key] = entry
+        meta.update(self._header(req))
+        meta["tensors"] = table
+        meta["bound"] = {"max_bytes": self.max_bytes, "cut": cut,
+                         "bytes": sum(c.numel() * c.element_size() for k, c in copies.items()
+                                      if not k.startswith("rng."))}
+        meta["math"] = _math_flags()
+        meta["torch"] = torch.__version__
+        path = capture_path(self.directory, self.ident["experiment"], self.ident["run"],
+                            meta["rank"], req.step, req.row)
+        meta["file"] = os.path.basename(path)
+        self._start_writer()
+        self._queue.put((path, req.row, req.step, meta, copies))
+
+    def _header(self, req):
+        out = {"format": FORMAT, "version": VERSION, "row": req.row, "module": req.module,
+               "call": req.call, "step": req.step, "rank": int(self.ident_of.rank),
+               "time": time.time()}
+        out.update(self.ident)
+        return out
+
+    def _drop(self, req):
+        for h in req.handles:
+            if isinstance(h, _CallTap):
+                if req in h.requests:
+                    h.requests.remove(req)
+            else:
+                h.remove()
+        req.handles = []
+        if req in self.requests:
+            self.requests.remove(req)
+
+    def _fail(self, req, exc):
+        req.taken = True
+        self._drop(req)
+        self._warn_write(req.row, req.step, exc)
+
+    def new_step(self, step):
+        """Requests whose step has passed without the op running are dropped (refused)."""
+        for req in [r for r in self.requests if r.step < step]:
+            self._drop(req)
+            self.refused += 1
+
+    def close(self, deadline):
+        """Drops what was not taken, lets the writer finish by `deadline`; True if it did."""
+        for req in list(self.requests):
+            self._drop(req)
+        if self._thread is None:
+            return True
+        self._queue.put(None)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        return not self._thread.is_alive()
+
+    def counters(self):
+        return {"captures_written": self.written, "captures_refused": self.refused,
+                "captures_failed": self.failed, "captures_pending": len(self.requests),
+                "capture_files": list(self.paths)}
+
+    # ---- the writer thread --------------------------------------------------------------
+
+    def _start_writer(self):
+        if self._thread is None:
+            self._queue = queue.Queue()
+            self._thread = threading.Thread(target=self._run, name="ls-capture", daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            path, row, step, meta, copies = job
+            try:
+                write(path, meta, copies)
+                self.written += 1
+                self.paths.append(path)
+            except Exception as e:  # pylint: disable=broad-except  (never into the job)
+                self._warn_write(row, step, e)
+
+    def _warn_write(self, row, step, exc):
+        self.failed += 1
+        if self._warned_write:
+            return
+        self._warned_write = True
+        self.guard.warn("the capture of %s at step %d could not be written (%s: %s); training "
+                        "continues (Monitor.counters()['captures_failed'] counts failures)"
+                        % (row, step, type(exc).__name__, exc))
+
+
+def write(path, meta, copies):
+    """The capture file (atomically: a temporary file renamed) and its JSON sidecar."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    text = json.dumps(meta, sort_keys=True)
+    tmp = path + ".tmp"
+    torch.save({"lockstep_capture": text, "tensors": copies}, tmp)
+    os.replace(tmp, path)
+    with open(path + ".json.tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(meta, sort_keys=True, indent=1) + "\n")
+    os.replace(path + ".json.tmp", path + ".json")
+
+
+class _CallTap:
+    """What a Zoom calls for each recorded call while a capture waits on its module."""
+
+    def __init__(self, captures):
+        self.captures = captures
+        self.requests = []
+
+    def before(self):
+        """The CPU RNG state before a call, when a capture waits for this step."""
+        try:
+            step = self.captures.rec.step
+            if any(r.step == step for r in self.requests):
+                return torch.get_rng_state()
+        except Exception:  # pylint: disable=broad-except  (never into the job)
+            pass
+        return None
+
+    def __call__(self, op, func, args, kwargs, out, rng):
+        rec = self.captures.rec
+        if rec.micro != 0:
+            return
+        for req in self.requests:
+            if req.op == op and req.step == rec.step and not req.taken:
+                try:
+                    self.captures.call_taken(req, func, args, kwargs, out, rng)
+                except Exception as e:  # pylint: disable=broad-except  (never into the job)
+                    self.captures._fail(req, e)
+                return
+
+
+def find_module(watches, path):
+    """(root model, module) of the watched module named `path` in the rows, or None."""
+    for w in watches:
+        for p, m in w.model.named_modules():
+            if module_name(p) == path:
+                return w.model, m
+    return None

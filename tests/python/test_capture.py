@@ -1,0 +1,156 @@
+"""Monitor.capture's bounds and safety (lockstep._capture; docs/python.md "Capture and
+replay"): off by capture=False / LOCKSTEP_CAPTURE=0, at most capture_limit captures and
+capture_mb per capture (big tensors cut along their first dimension, the file says so),
+a step already past refused, a failed save one warning and never an exception, files
+readable with torch.load(weights_only=True) and replayable. No collector: the agent
+sends to a closed port."""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import lockstep
+
+CLOSED = "tcp://127.0.0.1:9"
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 1))
+
+
+def train(mon, m, steps=2, batch=16):
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        loss = m(torch.randn(batch, 8, generator=g)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss=loss)
+
+
+def monitor(tmp_path, run="r", role="baseline", **kw):
+    mon = lockstep.Monitor(run=run, role=role, experiment="cap", endpoint=CLOSED,
+                           capture_dir=str(tmp_path / "caps"), host_stats_thread="off", **kw)
+    assert mon.enabled
+    return mon
+
+
+def lockstep_warnings(record):
+    return [str(w.message) for w in record if str(w.message).startswith("lockstep")]
+
+
+def test_a_module_capture_holds_what_replay_needs(tmp_path):
+    m = model()
+    mon = monitor(tmp_path)
+    mon.watch(m)
+    assert mon.capture("2", step=1)  # the LayerNorm, at step 1
+    train(mon, m)
+    assert mon.close(timeout=5)
+    n = mon.counters()
+    assert (n["captures_written"], n["captures_refused"], n["captures_failed"]) == (1, 0, 0), n
+    path = n["capture_files"][0]
+    assert path == str(tmp_path / "caps" / "cap" / "step1-2" / "r.rank0.pt")
+    data = torch.load(path, weights_only=True)
+    meta = json.loads(data["lockstep_capture"])
+    assert meta == json.load(open(path + ".json", encoding="utf-8"))
+    assert meta["module_type"] == "torch.nn.modules.normalization.LayerNorm"
+    assert meta["settings"]["eps"] == 1e-5 and meta["settings"]["normalized_shape"] == \
+        {"$tuple": [64]}
+    assert set(data["tensors"]) == {"in.0", "param.weight", "param.bias", "rng.cpu", "out"}
+    assert meta["tensors"]["in.0"]["shape"] == [16, 64] and meta["bound"]["cut"] == []
+    assert meta["step"] == 1 and meta["torch"] == torch.__version__ and meta["role"] == "baseline"
+    # twice the same file: identical
+    out = subprocess.run([sys.executable, "-m", "lockstep", "replay", "--json", path, path],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["verdict"] == "identical"
+
+
+def test_capture_off_writes_nothing(tmp_path, monkeypatch):
+    for kw, env in (({"capture": False}, None), ({}, "0")):
+        if env is not None:
+            monkeypatch.setenv("LOCKSTEP_CAPTURE", env)
+        m = model()
+        mon = monitor(tmp_path, **kw)
+        mon.watch(m)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            assert not mon.capture("1")
+            assert not mon.capture("0")
+        warned = lockstep_warnings(record)
+        assert len(warned) == 1 and "capture is off" in warned[0], warned
+        train(mon, m)
+        mon.close(timeout=1)
+        assert mon.counters()["captures_refused"] == 2
+        assert not (tmp_path / "caps").exists()
+
+
+def test_bad_capture_settings_are_one_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKSTEP_CAPTURE", "maybe")
+    with pytest.warns(RuntimeWarning, match="LOCKSTEP_CAPTURE='maybe' is not valid"):
+        mon = lockstep.Monitor(run="r", endpoint=CLOSED)
+    assert not mon.enabled
+    monkeypatch.delenv("LOCKSTEP_CAPTURE")
+    with pytest.warns(RuntimeWarning, match="capture_mb=0 is not valid"):
+        assert not lockstep.Monitor(run="r", endpoint=CLOSED, capture_mb=0).enabled
+
+
+def test_the_limit_a_past_step_and_bad_names_are_refused(tmp_path):
+    m = model()
+    mon = monitor(tmp_path, capture_limit=2)
+    mon.watch(m)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert mon.capture("0", step=0) and mon.capture("0", step=0)  # the same: one
+        assert mon.capture("3", step=0)
+        assert not mon.capture("1", step=0)  # a third: over the limit
+        train(mon, m, steps=1)
+        assert not mon.capture("1", step=0)  # past
+        assert not mon.capture("nope") and not mon.capture("0/softmax")
+    assert len(lockstep_warnings(record)) == 1, lockstep_warnings(record)
+    mon.close(timeout=5)
+    n = mon.counters()
+    assert (n["captures_written"], n["captures_refused"]) == (2, 4), n
+
+
+def test_over_the_bound_big_tensors_are_cut(tmp_path):
+    m = model()
+    mon = monitor(tmp_path, capture_mb=0.004)  # ~4 KB: the GELU's 64x64 input and output are 16 KB each
+    mon.watch(m)
+    assert mon.capture("1", step=0)
+    train(mon, m, steps=1, batch=64)
+    mon.close(timeout=5)
+    path = mon.counters()["capture_files"][0]
+    data = torch.load(path, weights_only=True)
+    meta = json.loads(data["lockstep_capture"])
+    assert sorted(meta["bound"]["cut"]) == ["in.0", "out"], meta["bound"]
+    assert meta["bound"]["bytes"] <= 0.004 * 1024 * 1024
+    assert meta["tensors"]["in.0"]["shape"] == [64, 64]
+    rows = meta["tensors"]["in.0"]["saved_rows"]
+    assert 0 < rows < 64 and data["tensors"]["in.0"].shape == (rows, 64)
+    # the bound, the RNG state (kept whole, ~5 KB) and the file's own overhead
+    assert os.path.getsize(path) < 0.004 * 1024 * 1024 + 5056 + 8192
+
+
+def test_a_failed_save_is_one_warning_and_training_goes_on(tmp_path):
+    blocker = tmp_path / "caps"
+    blocker.write_text("a file where the folder should be")
+    m = model()
+    mon = monitor(tmp_path)
+    mon.watch(m)
+    assert mon.capture("1", step=0) and mon.capture("3", step=1)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        train(mon, m)
+        mon.close(timeout=5)
+    warned = lockstep_warnings(record)
+    assert len(warned) == 1 and "could not be written" in warned[0], warned
+    n = mon.counters()
+    assert (n["captures_written"], n["captures_failed"], n["python_errors"]) == (0, 2, 0), n
