@@ -137,6 +137,13 @@ def test_over_the_bound_big_tensors_are_cut(tmp_path):
     assert 0 < rows < 64 and data["tensors"]["in.0"].shape == (rows, 64)
     # the bound, the RNG state (kept whole, ~5 KB) and the file's own overhead
     assert os.path.getsize(path) < 0.004 * 1024 * 1024 + 5056 + 8192
+    # input and output cut to the same rows: the GELU replays on them
+    assert meta["tensors"]["out"]["saved_rows"] == rows
+    out = subprocess.run([sys.executable, "-m", "lockstep", "replay", "--json", path, path],
+                         capture_output=True, text=True, timeout=120)
+    res = json.loads(out.stdout)
+    assert out.returncode == 0 and res["verdict"] == "identical", res
+    assert "cut to the capture's bound (in.0, out)" in res["notes"][0], res["notes"]
 
 
 def test_a_failed_save_is_one_warning_and_training_goes_on(tmp_path):

@@ -17,6 +17,8 @@ state and train side by side into a real collector; captures are set up before s
   rounds the factor to 1 + 2^-22, a few ULPs), with the collector's --birth-ulps at 0.5 so
   that it is named: the replay says both runs are within rounding and to raise
   birth-ulps; `compare` with that value no longer names it.
+- the candidate's data scaled by (1 + 1e-4) (a pre-hook on the model): the replay of
+  blocks.1.mlp.act says its inputs differ: the op is not where the error is born.
 - twins: nothing captured, nothing written.
 """
 import json
@@ -24,7 +26,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -102,12 +103,19 @@ def times_one_plus(_module, _inputs, output):
     return output * (1 + 2e-7)
 
 
-def run_factory(state, cap_dir, capture=None, zoom=None, scale_act=False, **change1):
+def scaled_input(_module, args):
+    return (args[0] * (1 + 1e-4),) + tuple(args[1:])
+
+
+def run_factory(state, cap_dir, capture=None, zoom=None, scale_act=False, scale_input=False,
+                **change1):
     def make(endpoint, run, role, experiment):
         model = Net(change1)
         model.load_state_dict(state)
         if scale_act:  # before watch(): lockstep sees the scaled output
             model.blocks[1].mlp.act.register_forward_hook(times_one_plus)
+        if scale_input:
+            model.register_forward_pre_hook(scaled_input)
         r = Run(endpoint, run, role, experiment, model=model,
                 monitor_kwargs={"capture_dir": str(cap_dir)})
         if zoom is not None:
@@ -118,12 +126,12 @@ def run_factory(state, cap_dir, capture=None, zoom=None, scale_act=False, **chan
     return make
 
 
-def pair(tmp_path, exp, capture=None, zoom=None, extra_args=(), scale_act=False, **change1):
+def pair(tmp_path, exp, capture=None, zoom=None, extra_args=(), **change1):
     state = seeded_state(Net)
     cap_dir = tmp_path / "captures"
     alerts, col, b, c = collect_pair(
         tmp_path, exp, run_factory(state, cap_dir, capture, zoom),
-        run_factory(state, cap_dir, capture, zoom, scale_act=scale_act, **change1),
+        run_factory(state, cap_dir, capture, zoom, **change1),
         batches(STEPS), extra_args=extra_args)
     for r in (b, c):
         n = r.mon.counters()
@@ -211,6 +219,18 @@ def test_a_rounding_sized_change_is_within_rounding_and_names_the_setting(tmp_pa
     assert row not in born, born
     _, rep = compare_json(col, "cap-round")  # with the recorded (tight) settings it is
     assert [o["name"] for o in births_at(rep, 0) if o["born"]][:1] == [row]
+
+
+def test_an_op_fed_other_data_is_not_where_the_error_is_born(tmp_path):
+    # (the collector names no birth point here: 1e-4 is within the fp32 tolerance at the
+    # model's input; the op is captured as if it had been named)
+    _, _, b, c, _ = pair(tmp_path, "cap-data", capture="blocks.1.mlp.act", scale_input=True)
+    folder, _ = the_capture(b, c)
+    code, res = replay(folder)
+    assert code == 0, res
+    assert res["verdict"] == "inputs_differ", res
+    assert "not where the error is born" in res["message"], res["message"]
+    assert res["input_distance"] > 1e-6 and res["carried_distance"] >= 0.5 * res["output_distance"]
 
 
 def test_twins_write_nothing(tmp_path):

@@ -27,204 +27,16 @@ Threads: request() and close() on the training thread; the hooks on the training
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import queue
 import threading
 import time
-import urllib.parse
 
 import torch
 
+from lockstep import _capture_file as cf
 from lockstep._names import call_name, module_name, output_tensors
 from lockstep._watch import _in_backward
-
-FORMAT = "lockstep-capture"
-VERSION = 1
-_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
-_MAX_PART = 150
-_PLAIN = (bool, int, str, type(None))
-
-
-def safe_part(text):
-    """`text` as one path component: characters outside [A-Za-z0-9._-] percent-encoded
-    (so two names never map to one file), never empty or starting with '.'."""
-    out = urllib.parse.quote(text, safe=_SAFE)
-    if not out or out.startswith("."):
-        out = "%2E" + out[1:] if out else "-"
-    if len(out) > _MAX_PART:
-        out = out[:_MAX_PART - 9] + "~%08x" % (hash_text(text) & 0xFFFFFFFF)
-    return out
-
-
-def hash_text(text):
-    """A hash stable across processes (str's hash is salted per process)."""
-    h = 2166136261
-    for b in text.encode("utf-8"):
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
-
-
-def capture_path(directory, experiment, run, rank, step, row):
-    """Where a run's file of one capture goes; both runs derive the same folder."""
-    return os.path.join(directory, safe_part(experiment or "-"),
-                        "step%d-%s" % (step, safe_part(row)), "%s.rank%d.pt" % (run, rank))
-
-
-def parse_row(name):
-    """(module name, call index, call row or None) of a row name: ``blocks.1.attn#1/
-    softmax#0`` -> ("blocks.1.attn", 1, "blocks.1.attn#1/softmax#0"); ``fc1#2`` ->
-    ("fc1", 2, None); an output element (``attn[0]``) or input (``attn(0)``) row names
-    its module. ValueError for a name that is no row."""
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise ValueError("capture(name=%r) is not valid: give a row name, e.g. "
-                         "'blocks.1.mlp.act' or 'blocks.1.attn/softmax#0'" % (name,))
-    head, slash, tail = name.partition("/")
-    base = head.split("[", 1)[0].split("(", 1)[0]
-    path, _, index = base.partition("#")
-    call = 0
-    if index:
-        if not index.isdigit():
-            raise ValueError("capture(%r): the call suffix must be #<number>" % name)
-        call = int(index)
-    if slash:
-        fname, _, k = tail.partition("#")
-        if not fname or not k.isdigit() or "/" in tail:
-            raise ValueError("capture(%r): a call in a zoomed module is named "
-                             "module/func#k, e.g. 'blocks.1.attn/softmax#0'" % name)
-        return path, call, "%s/%s#%d" % (call_name(path, call), fname, int(k))
-    return path, call, None
-
-
-def qualified_func(func):
-    """The public name a replay resolves: torch.nn.functional.softmax, torch.softmax,
-    torch.Tensor.mul, torch.special.erf, torch.linalg.norm; else module.qualname."""
-    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
-    name = getattr(func, "__name__", None)
-    if isinstance(name, str):
-        for ns_name, ns in (("torch.nn.functional", F), ("torch", torch),
-                            ("torch.special", getattr(torch, "special", None)),
-                            ("torch.linalg", getattr(torch, "linalg", None)),
-                            ("torch.Tensor", torch.Tensor)):
-            if ns is not None and getattr(ns, name, None) is func:
-                return "%s.%s" % (ns_name, name)
-    return "%s.%s" % (getattr(func, "__module__", None) or "?",
-                      getattr(func, "__qualname__", None) or name or type(func).__name__)
-
-
-def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
-class _Tensors:
-    """The tensors of one capture: key -> (tensor, role); planned, then copied."""
-
-    def __init__(self):
-        self.items = {}
-
-    def add(self, key, t):
-        self.items[key] = t
-        return {"$t": key}
-
-
-def encode(value, tensors, prefix, depth=0):
-    """Plain data for `value`: tensors by reference ({"$t": key}, added to `tensors`
-    under `prefix`), tuples, dicts, dtypes, devices, slices tagged; anything else
-    {"$unsupported": type name} (a replay then says it cannot rebuild the call)."""
-    if isinstance(value, torch.Tensor):
-        return tensors.add(prefix, value)
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else {"$float": repr(value)}
-    if depth > 6:
-        return {"$unsupported": "nesting"}
-    if isinstance(value, torch.dtype):
-        return {"$dtype": _dtype_name(value)}
-    if isinstance(value, torch.device):
-        return {"$device": str(value)}
-    if isinstance(value, torch.Size):
-        return {"$size": list(value)}
-    if isinstance(value, (torch.memory_format, torch.layout)):
-        return {"$torch": str(value).replace("torch.", "")}
-    if isinstance(value, slice):
-        return {"$slice": [encode(v, tensors, prefix, depth + 1)
-                           for v in (value.start, value.stop, value.step)]}
-    if value is Ellipsis:
-        return {"$ellipsis": True}
-    if isinstance(value, tuple):
-        return {"$tuple": [encode(v, tensors, "%s.%d" % (prefix, i), depth + 1)
-                           for i, v in enumerate(value)]}
-    if isinstance(value, list):
-        return [encode(v, tensors, "%s.%d" % (prefix, i), depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"$dict": {k: encode(v, tensors, "%s.%s" % (prefix, k), depth + 1)
-                          for k, v in value.items()}}
-    if isinstance(value, (int, float)):  # numpy scalars and kin
-        return encode(value.item() if hasattr(value, "item") else float(value), tensors,
-                      prefix, depth)
-    return {"$unsupported": type(value).__name__}
-
-
-def _plain(value, depth=0):
-    """A module setting worth keeping: numbers, bools, strings, None, tuples and lists
-    of those (GELU's approximate, LayerNorm's eps and normalized_shape)."""
-    if isinstance(value, _PLAIN) or isinstance(value, float):
-        return True
-    if isinstance(value, (tuple, list)) and depth < 3 and len(value) <= 64:
-        return all(_plain(v, depth + 1) for v in value)
-    return isinstance(value, torch.dtype)
-
-
-def module_settings(module):
-    """The module's plain-data attributes (its settings), encoded; torch's hook
-    bookkeeping left out."""
-    out = {}
-    for k, v in vars(module).items():
-        if k.startswith("__") or "hook" in k or k in ("_parameters", "_buffers", "_modules"):
-            continue
-        if _plain(v):
-            out[k] = encode(v, None, k)
-    return out
-
-
-def _autocast():
-    """{device type: dtype name} of each autocast context active now (cpu, cuda)."""
-    out = {}
-    import warnings  # pylint: disable=import-outside-toplevel
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for dev in ("cpu", "cuda"):
-            try:
-                try:  # torch >= 2.4
-                    on, dtype = torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
-                except TypeError:
-                    if dev == "cpu":
-                        on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-                    else:
-                        on, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
-                if on:
-                    out[dev] = _dtype_name(dtype)
-            except Exception:  # pylint: disable=broad-except
-                pass
-    return out
-
-
-def _math_flags():
-    out = {}
-    for key, read in (
-            ("deterministic_algorithms", torch.are_deterministic_algorithms_enabled),
-            ("float32_matmul_precision", getattr(torch, "get_float32_matmul_precision", None)),
-            ("cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),
-            ("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32)):
-        try:
-            if read is not None:
-                out[key] = read()
-        except Exception:  # pylint: disable=broad-except
-            pass
-    return out
-
 
 def _rng(tensors, devices):
     """The RNG states now: the CPU generator's, and each CUDA device's the op uses."""
@@ -239,25 +51,13 @@ def _rng(tensors, devices):
     return out
 
 
-def plan_slices(items, max_bytes):
-    """key -> rows to keep (None: whole) so the tensors fit in max_bytes: small tensors
-    stay whole; the largest are cut along their first dimension, each to an equal share
-    of what is left; a tensor whose one row exceeds its share is left out (0 rows)."""
-    sizes = sorted(((t.numel() * t.element_size(), k) for k, t in items.items()))
-    plan, left = {}, float(max_bytes)
-    for i, (nbytes, key) in enumerate(sizes):
-        share = left / (len(sizes) - i)
-        t = items[key]
-        if nbytes <= share:
-            plan[key] = None
-            left -= nbytes
-            continue
-        rows = t.shape[0] if t.dim() else 1
-        row_bytes = nbytes / max(1, rows)
-        keep = int(share // row_bytes) if t.dim() else 0
-        plan[key] = keep
-        left -= keep * row_bytes
-    return plan
+def _inplace(fname, kwargs):
+    """Whether a call writes into its inputs: add_, x += y (Tensor.__iadd__), out=."""
+    dunder = fname.startswith("__") and fname.endswith("__")
+    return (fname.endswith("_") and not dunder) or (dunder and fname.startswith("__i")
+                                                    and fname not in ("__index__", "__int__",
+                                                                      "__invert__")) \
+        or "out" in (kwargs or {})
 
 
 def _copy(t, rows):
@@ -318,7 +118,7 @@ class Captures:
         if not self.enabled:
             raise ValueError("capture(%r) refused: capture is off (capture=False or "
                              "LOCKSTEP_CAPTURE=0)" % (name,))
-        path, call, op = parse_row(name)
+        path, call, op = cf.parse_row(name)
         if step is None:
             step = first
         elif isinstance(step, bool) or not isinstance(step, int):
@@ -389,14 +189,14 @@ class Captures:
 
     def _take_inputs(self, req, module, args, kwargs):
         """(meta, tensors) of the op's arguments before it runs (module captures)."""
-        tensors = _Tensors()
+        tensors = cf.Tensors()
         meta = {
             "kind": "module",
             "module_type": "%s.%s" % (type(module).__module__, type(module).__qualname__),
             "has_children": any(True for _ in module.children()),
-            "settings": module_settings(module),
-            "args": encode(tuple(args), tensors, "in"),
-            "kwargs": encode(dict(kwargs), tensors, "kw"),
+            "settings": cf.module_settings(module),
+            "args": cf.encode(tuple(args), tensors, "in"),
+            "kwargs": cf.encode(dict(kwargs), tensors, "kw"),
             "params": {n: (tensors.add("param." + n, p) if p is not None else None)
                        for n, p in module.named_parameters()},
             "buffers": {n: (tensors.add("buffer." + n, b) if b is not None else None)
@@ -404,7 +204,7 @@ class Captures:
         }
         devices = {str(t.device) for t in tensors.items.values()}
         meta["rng"] = _rng(tensors, devices)
-        meta["autocast"] = _autocast()
+        meta["autocast"] = cf.autocast_state()
         return meta, tensors
 
     def _finish(self, req, output, module=None):
@@ -418,19 +218,19 @@ class Captures:
     def call_taken(self, req, func, args, kwargs, out, rng):
         """A zoomed call matched `req` (lockstep._zoom.Zoom.record): its arguments as the
         call saw them after it ran (an in-place call's inputs are its results: marked)."""
-        tensors = _Tensors()
+        tensors = cf.Tensors()
         fname = getattr(func, "__name__", "") or ""
         meta = {
             "kind": "call",
-            "func": qualified_func(func),
+            "func": cf.qualified_func(func),
             "module_type": "%s.%s" % (type(req.target).__module__, type(req.target).__qualname__),
-            "args": encode(tuple(args), tensors, "in"),
-            "kwargs": encode(dict(kwargs or {}), tensors, "kw"),
-            "inplace": fname.endswith("_") and not fname.endswith("__") or "out" in (kwargs or {}),
+            "args": cf.encode(tuple(args), tensors, "in"),
+            "kwargs": cf.encode(dict(kwargs or {}), tensors, "kw"),
+            "inplace": _inplace(fname, kwargs),
         }
         if rng is not None:  # the CPU generator before the call (_CallTap.before)
             meta["rng"] = {"cpu": tensors.add("rng.cpu", rng)}
-        meta["autocast"] = _autocast()
+        meta["autocast"] = cf.autocast_state()
         req.pre = (meta, tensors)
         self._finish(req, out)
 
@@ -439,12 +239,12 @@ class Captures:
         req.taken = True
         self._drop(req)
         # The RNG states (~5 KB each) are kept whole, outside the bound.
-        plan = plan_slices({k: t for k, t in tensors.items.items()
+        plan = cf.plan_slices({k: t for k, t in tensors.items.items()
                             if not k.startswith("rng.")}, self.max_bytes)
         table, copies, cut = {}, {}, []
         for key, t in tensors.items.items():
             rows = plan.get(key)
-            entry = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
+            entry = {"dtype": cf.dtype_name(t.dtype), "shape": list(t.shape),
                      "device": str(t.device), "requires_grad": bool(t.requires_grad)}
             if rows is not None:
                 entry["saved_rows"] = rows
@@ -457,16 +257,16 @@ class Captures:
         meta["bound"] = {"max_bytes": self.max_bytes, "cut": cut,
                          "bytes": sum(c.numel() * c.element_size() for k, c in copies.items()
                                       if not k.startswith("rng."))}
-        meta["math"] = _math_flags()
+        meta["math"] = cf.math_flags()
         meta["torch"] = torch.__version__
-        path = capture_path(self.directory, self.ident["experiment"], self.ident["run"],
+        path = cf.capture_path(self.directory, self.ident["experiment"], self.ident["run"],
                             meta["rank"], req.step, req.row)
         meta["file"] = os.path.basename(path)
         self._start_writer()
         self._queue.put((path, req.row, req.step, meta, copies))
 
     def _header(self, req):
-        out = {"format": FORMAT, "version": VERSION, "row": req.row, "module": req.module,
+        out = {"format": cf.FORMAT, "version": cf.VERSION, "row": req.row, "module": req.module,
                "call": req.call, "step": req.step, "rank": int(self.ident_of.rank),
                "time": time.time()}
         out.update(self.ident)
@@ -524,7 +324,7 @@ class Captures:
                 return
             path, row, step, meta, copies = job
             try:
-                write(path, meta, copies)
+                cf.write(path, meta, copies)
                 self.written += 1
                 self.paths.append(path)
             except Exception as e:  # pylint: disable=broad-except  (never into the job)
@@ -538,18 +338,6 @@ class Captures:
         self.guard.warn("the capture of %s at step %d could not be written (%s: %s); training "
                         "continues (Monitor.counters()['captures_failed'] counts failures)"
                         % (row, step, type(exc).__name__, exc))
-
-
-def write(path, meta, copies):
-    """The capture file (atomically: a temporary file renamed) and its JSON sidecar."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    text = json.dumps(meta, sort_keys=True)
-    tmp = path + ".tmp"
-    torch.save({"lockstep_capture": text, "tensors": copies}, tmp)
-    os.replace(tmp, path)
-    with open(path + ".json.tmp", "w", encoding="utf-8") as f:
-        f.write(json.dumps(meta, sort_keys=True, indent=1) + "\n")
-    os.replace(path + ".json.tmp", path + ".json")
 
 
 class _CallTap:
