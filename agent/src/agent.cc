@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options) {
     z.curve_server_key = options.curve_server_key;
     z.curve_public_key = options.curve_public_key;
     z.curve_secret_key = options.curve_secret_key;
+    z.control_endpoint = options.control_endpoint;
     auto t = ZmqTransport::Create(z);
     if (!t.ok()) return t.status();
     return CreateWithTransport(options, std::move(t).value());

@@ -67,6 +67,7 @@ bool StringsWithinCaps(const wire::Envelope& env) {
       return true;
     }
     case wire::Body::Goodbye: return Within(env.body_as_Goodbye()->reason(), kMaxLabelLength);
+    case wire::Body::ControlAck: return Within(env.body_as_ControlAck()->detail(), kMaxTensorNameLength);
     case wire::Body::Sampling: {
       const auto* sc = env.body_as_Sampling()->config();
       return sc == nullptr ||

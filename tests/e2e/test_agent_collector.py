@@ -31,7 +31,8 @@ class Collector:
         self.ready = tmp_path / f"ready-{time.monotonic_ns()}.json"
         self.proc = subprocess.Popen(
             [LOCKSTEP, "collect", "--listen", listen, "--data-dir", str(self.data_dir),
-             "--ready-file", str(self.ready), "--status-interval-s", "0", "--log-level", "warn"],
+             "--ready-file", str(self.ready), "--status-interval-s", "0", "--log-level", "warn",
+             "--control-listen", "off"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 20
         while not self.ready.exists():

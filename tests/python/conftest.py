@@ -60,8 +60,11 @@ def start_collector(tmp_path, *extra_args):
     # Its log goes to a file: a pipe nobody drains would stall a chatty collector.
     log = tmp_path / "collector.log"
     with open(log, "w") as err:
+        # No control channel (tests/scenarios/test_auto_zoom.py tests it): a request
+        # landing mid-test would make these tests depend on timing.
         proc = subprocess.Popen([exe, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir",
-                                 str(data), "--ready-file", str(ready), *extra_args],
+                                 str(data), "--ready-file", str(ready), "--control-listen", "off",
+                                 *extra_args],
                                 stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 20
     info = None

@@ -51,10 +51,10 @@ class Collector:
     file and appends to the same stderr file. `listen` fixes the endpoint, `metrics`
     serves /metrics on a free port (metrics_url), `prefix` runs the command through a
     wrapper (e.g. `unshare ... sh -c '...; exec "$@"' sh`), `data_dir` overrides where
-    the logs go."""
+    the logs go, `control` serves the control channel (off otherwise)."""
 
     def __init__(self, tmp_dir, extra_args=(), listen="tcp://127.0.0.1:*", metrics=False,
-                 prefix=(), data_dir=None):
+                 prefix=(), data_dir=None, control=False):
         exe = lockstep_bin()
         if exe is None:
             raise RuntimeError("LOCKSTEP_BIN does not name the built lockstep binary")
@@ -67,6 +67,11 @@ class Collector:
         self.stderr_path = os.path.join(str(tmp_dir), "collect.stderr")
         self._stderr = open(self.stderr_path, "ab")  # a file: a full pipe would block it
         args = list(extra_args)
+        if not control:
+            # No control channel unless a test asks for one: a zoom or capture the
+            # collector asks for lands wherever the runs are when it arrives, and the
+            # scenarios of other features must not depend on that timing.
+            args += ["--control-listen", "off"]
         if metrics:
             args += ["--metrics-listen", "127.0.0.1:0"]
         self.started = time.monotonic()

@@ -90,11 +90,11 @@ def batches(n, seed=3):
             for _ in range(n)]
 
 
-def zoom_run(state, zoom=None, **change1):
+def zoom_run(state, zoom=None, monitor_kwargs=None, **change1):
     def make(endpoint, run, role, experiment):
         model = Net(change1)
         model.load_state_dict(state)
-        r = Run(endpoint, run, role, experiment, model=model)
+        r = Run(endpoint, run, role, experiment, model=model, monitor_kwargs=monitor_kwargs)
         if zoom is not None:
             assert r.mon.zoom(zoom, steps=ZOOM_STEPS)
         return r

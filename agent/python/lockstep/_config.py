@@ -48,6 +48,9 @@ OPTIONS = {
     "curve_server_key": ("path", "", None),
     "curve_key": ("path", "", None),
     "host_stats_thread": ("switch", "auto", None),
+    # The collector's control socket: "auto" derives it from endpoint (port + 2, ipc
+    # path + ".control": lockstep.common ControlEndpointFor), "off" turns it off.
+    "control_endpoint": (str, "auto", None),
     # Capture (lockstep._capture, docs/python.md "Capture and replay"): on/off, where the
     # files go (relative: to the working directory at Monitor()), the bound per capture
     # and the captures per run.
@@ -244,6 +247,12 @@ def resolve(args):
                          "(or rank=-1 when not distributed)" % (cfg["rank"], cfg["world_size"]))
     cfg["framework"] = "torch " + torch.__version__
     cfg["curve"] = _keys.resolve_curve(cfg["curve_server_key"], cfg["curve_key"])
+    control = cfg["control_endpoint"].strip()
+    if control.lower() == "auto":
+        control = _core.control_endpoint_for(cfg["endpoint"])
+    elif control.lower() in ("off", ""):
+        control = ""
+    cfg["control_endpoint"] = control
     return cfg
 
 

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Pattern, Union
 
 import torch
 
-from lockstep import _args, _capture, _config, _core, _fingerprint, _zoom
+from lockstep import _args, _capture, _config, _control, _core, _fingerprint, _zoom
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
@@ -133,6 +133,7 @@ class Monitor:
                  heartbeat_interval: Optional[float] = None,
                  curve_server_key: Optional[str] = None, curve_key: Optional[str] = None,
                  host_stats_thread: Union[str, bool, None] = None,
+                 control_endpoint: Optional[str] = None,
                  capture: Optional[bool] = None,
                  capture_dir: Optional[str] = None,
                  capture_mb: Optional[float] = None, capture_limit: Optional[int] = None,
@@ -151,7 +152,7 @@ class Monitor:
                     queue_capacity=queue_capacity, send_hwm=send_hwm,
                     send_buffer_mb=send_buffer_mb, close_timeout=close_timeout, heartbeat_interval=heartbeat_interval,
                     curve_server_key=curve_server_key, curve_key=curve_key,
-                    host_stats_thread=host_stats_thread,
+                    host_stats_thread=host_stats_thread, control_endpoint=control_endpoint,
                     capture=capture, capture_dir=capture_dir, capture_mb=capture_mb,
                     capture_limit=capture_limit)
         try:
@@ -167,7 +168,8 @@ class Monitor:
                 sketch_k=cfg["sketch_k"],
                 hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
                 curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
-                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending)
+                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending,
+                control_endpoint=cfg["control_endpoint"])
         except ValueError as e:
             if strict:
                 raise
@@ -388,8 +390,13 @@ class Monitor:
         been recorded yet, else from the next (docs/python.md "Zoom"). Both runs must zoom
         the same module at the same step for the calls to pair. Returns whether the zoom
         is set up; a module not found or a bad ``steps`` warns once."""
+        return self._zoom(module, steps, None) is None
+
+    def _zoom(self, module, steps, at):
+        """zoom(), from step `at` (None: this step or the next, as zoom() says): None when
+        set up, else why not (warned once)."""
         if not self.enabled or self._closed:
-            return False
+            return "the monitor is closed"
         try:
             if not isinstance(module, str):
                 raise ValueError("zoom(module=%s) is not valid: give a module's name, e.g. "
@@ -413,18 +420,22 @@ class Monitor:
                                  "names of the rows: 'blocks.1.attn', '<root>')" % module)
             rec = self._rec
             first = self._step if (rec.order == 0 and rec.micro == 0) else self._step + 1
+            if at is not None:
+                first = max(first, at)
             for z in self._zooms:
                 if z.module is found[1]:
                     z.first, z.last = min(z.first, first), max(z.last, first + steps - 1)
-                    return True
+                    return None
             self._zooms.append(_zoom.Zoom(self._session, found[0], found[1], module, first,
                                           first + steps - 1))
-            return True
+            return None
         except ValueError as e:
-            self._warn_arg("zoom()", str(e))
+            why = str(e)
+            self._warn_arg("zoom()", why)
         except Exception as e:  # pylint: disable=broad-except
+            why = "%s: %s" % (type(e).__name__, e)
             self._guard.fail("zoom()", e)
-        return False
+        return why
 
     def capture(self, name: str, step: Optional[int] = None) -> bool:
         """Saves one op at step ``step`` (default: the next step not yet recording) for
@@ -582,6 +593,8 @@ class Monitor:
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
         self._session.new_step(self._every, step)
+        if self._agent.has_requests():  # the collector asked for something (one load)
+            _control.act(self, self._agent.take_requests(), step)
 
     def _check_identity(self, release):
         """The rank again, once torch.distributed is initialised (_identity.py)."""

@@ -49,6 +49,9 @@ py::dict CountersToDict(const PyAgent& a) {
   d["handshakes"] = c.handshakes;
   d["handshake_failures"] = c.handshake_failures;
   d["delivery_problem"] = c.delivery_problem;
+  d["requests_received"] = c.requests_received;
+  d["requests_ignored"] = c.requests_ignored;
+  d["requests_bad"] = c.requests_bad;
   d["host_stats_errors"] = a.host().errors();
   d["packed_errors"] = a.packed_errors();
   return d;
@@ -68,7 +71,7 @@ void DefCreate(py::class_<PyAgent>& agent) {
              const std::string& exclude_regex, double heartbeat_interval_s,
              size_t max_records_per_message, const std::string& curve_server_key,
              const std::string& curve_public_key, const std::string& curve_secret_key,
-             bool identity_pending) {
+             bool identity_pending, const std::string& control_endpoint) {
             AgentOptions o;
             o.endpoint = endpoint;
             o.run = run;
@@ -94,6 +97,7 @@ void DefCreate(py::class_<PyAgent>& agent) {
             o.curve_server_key = curve_server_key;
             o.curve_public_key = curve_public_key;
             o.curve_secret_key = curve_secret_key;
+            o.control_endpoint = control_endpoint;
             StatusOr<std::unique_ptr<PyAgent>> agent = [&] {
               py::gil_scoped_release release;
               return PyAgent::Create(o);
@@ -114,7 +118,8 @@ void DefCreate(py::class_<PyAgent>& agent) {
           py::arg("heartbeat_interval_s") = defaults.heartbeat_interval.count() / 1000.0,
           py::arg("max_records_per_message") = defaults.max_records_per_message,
           py::arg("curve_server_key") = "", py::arg("curve_public_key") = "",
-          py::arg("curve_secret_key") = "", py::arg("identity_pending") = false)
+          py::arg("curve_secret_key") = "", py::arg("identity_pending") = false,
+          py::arg("control_endpoint") = "")
       .def("register_tensor",
            [](PyAgent& a, const std::string& name, int kind, int dtype,
               const std::vector<int64_t>& shape, uint32_t order, const std::string& module_type) {
@@ -225,6 +230,35 @@ void DefLifetime(py::class_<PyAgent>& agent) {
            },
            py::arg("timeout_s") = 5.0)
       .def("counters", &CountersToDict)
+      // The control channel (docs/design.md "The control channel"). has_requests() is
+      // one relaxed load: Monitor.step() asks it every step.
+      .def("has_requests", [](const PyAgent& a) { return a.agent().HasRequests(); })
+      // [(id, action, target, step, steps)], each request once, in arrival order.
+      .def("take_requests",
+           [](PyAgent& a) {
+             py::list out;
+             for (const ControlRequest& r : a.agent().TakeRequests()) {
+               out.append(py::make_tuple(r.id, r.action, r.target, r.step, r.steps));
+             }
+             return out;
+           })
+      // status: "done", "refused" or "ignored"; false when it could not be queued.
+      .def("acknowledge",
+           [](PyAgent& a, uint64_t id, const std::string& status, uint64_t step, const std::string& detail) {
+             AckStatus s;
+             if (status == "done") {
+               s = AckStatus::kDone;
+             } else if (status == "refused") {
+               s = AckStatus::kRefused;
+             } else if (status == "ignored") {
+               s = AckStatus::kIgnored;
+             } else {
+               throw py::value_error("lockstep: acknowledge status '" + status +
+                                     "' is not one of done, refused, ignored");
+             }
+             return a.agent().Acknowledge(id, s, step, detail);
+           },
+           py::arg("id"), py::arg("status"), py::arg("step"), py::arg("detail") = "")
       // "" while delivery looks fine; else one sentence naming the endpoint (once set, kept).
       .def("delivery_problem", [](const PyAgent& a) { return a.agent().DeliveryProblem(); })
       .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.host().config().sketch_k; })

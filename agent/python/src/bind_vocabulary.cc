@@ -11,6 +11,7 @@
 #include "lockstep/agent/agent.h"
 #include "lockstep/agent/packed_rows.h"
 #include "lockstep/agent/types.h"
+#include "lockstep/common/control_endpoint.h"
 #include "lockstep/common/wire.h"
 #include "lockstep/common/wire_names.h"
 #include "lockstep/schema/lockstep_generated.h"
@@ -67,6 +68,9 @@ void BindConstants(py::module_& m) {
   // A run id names the collector's log file: the collector's own check (wire.h).
   m.attr("MAX_RUN_ID_LENGTH") = kMaxRunIdLength;
   m.def("is_valid_run_id", [](const std::string& id) { return IsValidRunId(id); }, py::arg("id"));
+  // The control endpoint a collector derives from its --listen ("" when none can be).
+  m.def("control_endpoint_for", [](const std::string& endpoint) { return ControlEndpointFor(endpoint); },
+        py::arg("endpoint"));
   m.attr("STAT_REPEAT") = kStatRepeat;  // record_packed flags: this row repeats an earlier one
   py::dict stat_flags;
   stat_flags["repeat"] = kStatRepeat;

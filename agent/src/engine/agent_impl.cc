@@ -276,7 +276,39 @@ AgentCounters AgentImpl::Counters() const noexcept {
   out.handshakes = s.handshakes.load(std::memory_order_relaxed);
   out.handshake_failures = s.handshake_failures.load(std::memory_order_relaxed);
   out.delivery_problem = shared_.delivery_problem.load(std::memory_order_acquire);
+  out.requests_received = s.requests_received.load(std::memory_order_relaxed);
+  out.requests_ignored = s.requests_ignored.load(std::memory_order_relaxed);
+  out.requests_bad = s.requests_bad.load(std::memory_order_relaxed);
   return out;
+}
+
+std::vector<ControlRequest> AgentImpl::TakeRequests() noexcept {
+  std::vector<ControlRequest> out;
+  if (!shared_.control.requests_waiting.load(std::memory_order_acquire)) return out;
+  MutexLock lock(&shared_.control.mu);
+  out.swap(shared_.control.requests);
+  shared_.control.requests_waiting.store(false, std::memory_order_relaxed);
+  return out;
+}
+
+bool AgentImpl::Acknowledge(uint64_t id, AckStatus status, uint64_t step, const std::string& detail) noexcept {
+  constexpr size_t kMaxDetail = kMaxTensorNameLength;  // the collector refuses longer
+  try {
+    {
+      MutexLock lock(&shared_.control.mu);
+      if (shared_.stop.load(std::memory_order_acquire) ||
+          shared_.control.answers.size() >= ControlMailbox::kMaxWaiting) {
+        return false;
+      }
+      shared_.control.answers.push_back({id, status, step, detail.substr(0, kMaxDetail)});
+      shared_.control.answers_waiting.store(true, std::memory_order_release);
+    }
+    shared_.WakeSender();
+    return true;
+  } catch (...) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
 }
 
 std::string AgentImpl::DeliveryProblem() const noexcept {

@@ -42,6 +42,11 @@ class AgentImpl final : public Agent {
   AgentCounters Counters() const noexcept override;
   std::string DeliveryProblem() const noexcept override;
   const AgentOptions& options() const noexcept override { return options_; }
+  bool HasRequests() const noexcept override {
+    return shared_.control.requests_waiting.load(std::memory_order_relaxed);
+  }
+  std::vector<ControlRequest> TakeRequests() noexcept override;
+  bool Acknowledge(uint64_t id, AckStatus status, uint64_t step, const std::string& detail) noexcept override;
 
  private:
   // The calling thread's slot (token and counters) for this agent; nullptr if none

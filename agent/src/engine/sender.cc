@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "lockstep/common/clock.h"
 #include "lockstep/common/wire.h"
+#include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::engine {
 namespace {
@@ -29,6 +31,17 @@ constexpr auto kRoomWait = std::chrono::milliseconds(20);
 // Steps whose records are counted for their StepEnd at once (steps end in order; more
 // than one is open only while a device step's records are handed over late).
 constexpr size_t kMaxCountedSteps = 16;
+// The control channel: frames read per poll, the largest taken, the request ids
+// remembered (a request is published again until answered: each is acted on once),
+// and the actions this agent knows (others are answered "ignored").
+constexpr int kControlFramesPerPoll = 16;
+constexpr size_t kMaxControlFrameBytes = 8 * 1024;
+constexpr size_t kRememberedRequests = 256;
+bool KnownAction(std::string_view a) { return a == "zoom" || a == "capture"; }
+
+std::string_view Sv(const flatbuffers::String* s) {
+  return s == nullptr ? std::string_view() : std::string_view(s->c_str(), s->size());
+}
 
 // The builder's first block: a full batch at the configured sketch/histogram width
 // plus room for the envelope, so a batch is built without regrowing.
@@ -90,6 +103,7 @@ void Sender::Loop() {
 
     if (now >= next_connect_poll_) {
       PollConnections();
+      PollControl();
       CheckDelivery(now);
       next_connect_poll_ = now + kConnectPollEvery;
     }
@@ -395,6 +409,86 @@ void Sender::PollConnections() {
   sampling_sent_ = 0;
   directory_sent_ = 0;
   EnsurePreamble();
+}
+
+void Sender::PollControl() {
+  std::string& frame = control_frame_;
+  for (int i = 0; i < kControlFramesPerPoll && transport_->TakeControlFrame(&frame, kMaxControlFrameBytes); ++i) {
+    TakeRequest(frame);
+  }
+  if (!shared_->control.answers_waiting.load(std::memory_order_acquire)) return;
+  std::vector<ControlMailbox::Answer> answers;
+  {
+    MutexLock lock(&shared_->control.mu);
+    answers.swap(shared_->control.answers);
+    shared_->control.answers_waiting.store(false, std::memory_order_relaxed);
+  }
+  if (holding_) return;  // no rank yet: nothing may go out (an answer needs a request first anyway)
+  EnsurePreamble();
+  for (const auto& a : answers) SendMessage(encoder_.Ack(a.id, a.status, a.step, a.detail, seq_), 0);
+}
+
+void Sender::TakeRequest(const std::string& frame) {
+  auto& c = shared_->sender;
+  const auto* data = reinterpret_cast<const uint8_t*>(frame.data());
+  // std::string's buffer is aligned for any scalar (operator new), as the verifier wants.
+  flatbuffers::Verifier verifier(data, frame.size());
+  if (frame.empty() || !verifier.VerifyBuffer<wire::ControlRequest>(nullptr)) {
+    c.requests_bad.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const auto* r = flatbuffers::GetRoot<wire::ControlRequest>(data);
+  if (r->schema_major() != kSchemaMajor) {
+    c.requests_bad.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Addressed to someone else: not ours to answer.
+  if ((r->experiment() != nullptr && r->experiment()->size() > 0 && Sv(r->experiment()) != options_.experiment) ||
+      (r->run_id() != nullptr && r->run_id()->size() > 0 && Sv(r->run_id()) != options_.run) ||
+      (r->rank() >= 0 && static_cast<uint32_t>(r->rank()) != options_.rank)) {
+    return;
+  }
+  const uint64_t id = r->id();
+  if (std::find(seen_requests_.begin(), seen_requests_.end(), id) != seen_requests_.end()) return;
+  if (seen_requests_.size() >= kRememberedRequests) seen_requests_.erase(seen_requests_.begin());
+  seen_requests_.push_back(id);
+  const std::string_view action = Sv(r->action());
+  if (!KnownAction(action)) {
+    c.requests_ignored.fetch_add(1, std::memory_order_relaxed);
+    if (!holding_) {
+      EnsurePreamble();
+      std::string detail = "this agent does not know the action '" +
+                           std::string(action.substr(0, 64)) + "'";
+      SendMessage(encoder_.Ack(id, AckStatus::kIgnored, 0, detail, seq_), 0);
+    }
+    return;
+  }
+  ControlRequest req;
+  req.id = id;
+  req.action.assign(action);
+  req.target.assign(Sv(r->target()).substr(0, kMaxTensorNameLength));
+  req.step = r->step();
+  req.steps = r->steps();
+  bool taken = false;
+  {
+    MutexLock lock(&shared_->control.mu);
+    if (shared_->control.requests.size() < ControlMailbox::kMaxWaiting) {
+      shared_->control.requests.push_back(std::move(req));
+      shared_->control.requests_waiting.store(true, std::memory_order_release);
+      taken = true;
+    }
+  }
+  if (!taken) {
+    // The job has not read the last 64: forget the id, so a later publication is taken.
+    seen_requests_.pop_back();
+    c.requests_bad.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  c.requests_received.fetch_add(1, std::memory_order_relaxed);
+  if (!holding_) {
+    EnsurePreamble();
+    SendMessage(encoder_.Ack(id, AckStatus::kReceived, 0, std::string(), seq_), 0);
+  }
 }
 
 void Sender::CheckDelivery(Clock::time_point now) {

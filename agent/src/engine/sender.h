@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/shared_state.h"
@@ -82,6 +83,11 @@ class Sender {
   bool SendMessage(Bytes bytes, uint64_t records);
   void EnsurePreamble();
   void PollConnections();
+  // The control channel: takes the requests published for this run and rank (each id
+  // once), answers "received" (or "ignored" for an unknown action), and puts the job's
+  // answers (Agent::Acknowledge) on the wire.
+  void PollControl();
+  void TakeRequest(const std::string& frame);
   // Once, delivery_warn_after past the start with no handshake: publishes the sentence
   // Agent::DeliveryProblem() returns (the Python package turns it into a warning).
   void CheckDelivery(Clock::time_point now);
@@ -133,6 +139,8 @@ class Sender {
   Clock::time_point next_connect_poll_;
   Clock::time_point started_;
   bool delivery_checked_ = false;
+  std::string control_frame_;            // reused for every control frame
+  std::vector<uint64_t> seen_requests_;  // the last request ids taken, oldest first
 };
 
 }  // namespace lockstep::engine

@@ -92,6 +92,28 @@ struct alignas(64) SenderCounters {
   std::atomic<uint64_t> last_step{0};
   std::atomic<uint64_t> handshakes{0};
   std::atomic<uint64_t> handshake_failures{0};
+  std::atomic<uint64_t> requests_received{0};
+  std::atomic<uint64_t> requests_ignored{0};
+  std::atomic<uint64_t> requests_bad{0};
+};
+
+// The control channel's two mailboxes (docs/design.md "The control channel"): requests
+// the sender thread took off the control socket, for the job (Agent::TakeRequests),
+// and the job's answers, for the sender to put on the wire. Rare (a few per run), so a
+// mutex; `waiting` lets the job's per-step check be one relaxed load.
+struct ControlMailbox {
+  static constexpr size_t kMaxWaiting = 64;  // each way; more are refused (and counted)
+  struct Answer {
+    uint64_t id = 0;
+    AckStatus status = AckStatus::kDone;
+    uint64_t step = 0;
+    std::string detail;
+  };
+  Mutex mu;
+  std::vector<ControlRequest> requests GUARDED_BY(mu);
+  std::vector<Answer> answers GUARDED_BY(mu);
+  std::atomic<bool> requests_waiting{false};
+  std::atomic<bool> answers_waiting{false};
 };
 
 struct SharedState {
@@ -102,6 +124,7 @@ struct SharedState {
   TensorRegistry registry;
   ProducerCounters producer;
   SenderCounters sender;
+  ControlMailbox control;
 
   // Wakes the sender. Producers signal only while `sender_sleeping` is set, so a busy
   // sender costs them one relaxed load, not a shared read-modify-write.

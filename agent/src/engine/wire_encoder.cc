@@ -164,6 +164,14 @@ Bytes WireEncoder::Sampling(const lockstep::Sampling& s, uint16_t sketch_k, uint
   return Finish(wire::Body::Sampling, body.Union(), seq);
 }
 
+Bytes WireEncoder::Ack(uint64_t id, AckStatus status, uint64_t step, const std::string& detail,
+                        uint64_t seq) {
+  fbb_.Clear();
+  auto body = wire::CreateControlAck(fbb_, id, static_cast<wire::AckStatus>(status), step,
+                                     fbb_.CreateString(detail));
+  return Finish(wire::Body::ControlAck, body.Union(), seq);
+}
+
 Bytes WireEncoder::Goodbye(const char* reason, uint64_t last_step, uint64_t seq) {
   fbb_.Clear();
   auto body = wire::CreateGoodbye(fbb_, fbb_.CreateString(reason), last_step);

@@ -58,6 +58,11 @@ class Transport {
   };
   virtual PeerStatus Peer() const noexcept { return {}; }
 
+  // The next frame the collector published on the control socket, without waiting:
+  // false when none is there (or there is no control socket). Frames longer than
+  // `max_bytes` are dropped unread (counted by the caller as bad).
+  virtual bool TakeControlFrame(std::string* /*frame*/, size_t /*max_bytes*/) noexcept { return false; }
+
   // Lets queued messages go out for at most `linger`, then releases the socket.
   // Idempotent; Send() after Close() returns kError.
   virtual void Close(std::chrono::milliseconds linger) noexcept = 0;

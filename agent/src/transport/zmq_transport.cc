@@ -33,6 +33,12 @@ Status SetKey(void* s, int option, const std::string& key, const char* what) {
   return Status::OK();
 }
 
+Status SetCurveClient(void* s, const std::string& server, const std::string& pub, const std::string& sec) {
+  LOCKSTEP_RETURN_IF_ERROR(SetKey(s, ZMQ_CURVE_SERVERKEY, server, "server (collector) public key"));
+  LOCKSTEP_RETURN_IF_ERROR(SetKey(s, ZMQ_CURVE_PUBLICKEY, pub, "agent public key"));
+  return SetKey(s, ZMQ_CURVE_SECRETKEY, sec, "agent secret key");
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const ZmqTransportOptions& o) {
@@ -43,6 +49,7 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const ZmqTransportO
     return Status::InvalidArgument("send_hwm must be >= 0 (0 means unlimited)");
   }
   std::unique_ptr<ZmqTransport> t(new ZmqTransport());
+  std::string curve_pub, curve_sec;  // the pair the data socket uses, for the control one
   t->ctx_ = zmq_ctx_new();
   if (t->ctx_ == nullptr) return Status::Internal("could not create a ZeroMQ context");
   t->socket_ = zmq_socket(t->ctx_, ZMQ_PUSH);
@@ -69,9 +76,30 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const ZmqTransportO
       pub.assign(p, 40);
       sec.assign(s, 40);
     }
-    LOCKSTEP_RETURN_IF_ERROR(SetKey(t->socket_, ZMQ_CURVE_SERVERKEY, o.curve_server_key, "server (collector) public key"));
-    LOCKSTEP_RETURN_IF_ERROR(SetKey(t->socket_, ZMQ_CURVE_PUBLICKEY, pub, "agent public key"));
-    LOCKSTEP_RETURN_IF_ERROR(SetKey(t->socket_, ZMQ_CURVE_SECRETKEY, sec, "agent secret key"));
+    LOCKSTEP_RETURN_IF_ERROR(SetCurveClient(t->socket_, o.curve_server_key, pub, sec));
+    curve_pub = pub;
+    curve_sec = sec;
+  }
+
+  if (!o.control_endpoint.empty()) {
+    // Requests are few and idempotent (published again until answered): a small queue,
+    // and nothing kept at close.
+    t->control_ = zmq_socket(t->ctx_, ZMQ_SUB);
+    if (t->control_ == nullptr) return Status::Internal("could not create the agent's control socket");
+    LOCKSTEP_RETURN_IF_ERROR(SetInt(t->control_, ZMQ_RCVHWM, 64, "ZMQ_RCVHWM"));
+    LOCKSTEP_RETURN_IF_ERROR(SetInt(t->control_, ZMQ_LINGER, 0, "ZMQ_LINGER"));
+    LOCKSTEP_RETURN_IF_ERROR(SetInt(t->control_, ZMQ_RECONNECT_IVL, 100, "ZMQ_RECONNECT_IVL"));
+    LOCKSTEP_RETURN_IF_ERROR(SetInt(t->control_, ZMQ_RECONNECT_IVL_MAX, 2000, "ZMQ_RECONNECT_IVL_MAX"));
+    if (!curve_pub.empty()) {
+      LOCKSTEP_RETURN_IF_ERROR(SetCurveClient(t->control_, o.curve_server_key, curve_pub, curve_sec));
+    }
+    if (zmq_setsockopt(t->control_, ZMQ_SUBSCRIBE, "", 0) != 0 ||
+        zmq_connect(t->control_, o.control_endpoint.c_str()) != 0) {
+      int err = zmq_errno();
+      return Status::InvalidArgument("the control endpoint '" + o.control_endpoint + "' is not usable (" +
+                                     zmq_strerror(err) +
+                                     "); give transport://address:port, e.g. tcp://127.0.0.1:6202, or 'off'");
+    }
   }
 
   // The monitor is set up before connect so the first connection is seen too. The
@@ -179,8 +207,42 @@ int ZmqTransport::TakeConnectEvents() noexcept {
   return connects;
 }
 
+bool ZmqTransport::TakeControlFrame(std::string* frame, size_t max_bytes) noexcept {
+  if (control_ == nullptr) return false;
+  zmq_msg_t msg;
+  zmq_msg_init(&msg);
+  if (zmq_msg_recv(&msg, control_, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&msg);
+    return false;
+  }
+  // A request is one frame: anything larger than `max_bytes`, or a multi-part
+  // message (whose other parts are drained), comes back empty for the caller to count.
+  bool keep = zmq_msg_size(&msg) <= max_bytes && !zmq_msg_more(&msg);
+  bool more = zmq_msg_more(&msg);
+  frame->clear();
+  if (keep) {
+    try {
+      frame->assign(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+    } catch (...) {
+      frame->clear();
+    }
+  }
+  zmq_msg_close(&msg);
+  while (more) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    more = zmq_msg_recv(&part, control_, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&part);
+    zmq_msg_close(&part);
+  }
+  return true;
+}
+
 void ZmqTransport::Close(std::chrono::milliseconds linger) noexcept {
   if (ctx_ == nullptr) return;
+  if (control_ != nullptr) {
+    zmq_close(control_);
+    control_ = nullptr;
+  }
   if (socket_ != nullptr) {
     zmq_socket_monitor(socket_, nullptr, 0);
     int ms = linger.count() < 0 ? 0 : static_cast<int>(linger.count());

@@ -45,7 +45,7 @@ int Usage(const std::string& msg) {
 }
 
 // Written once listening: {"listen":[...],"pid":N,"data_dir":"...","view":"...",
-// "metrics":"HOST:PORT" or "" when not serving}. Tests and scripts
+// "metrics":"HOST:PORT" or "" when not serving, "control":"..." or ""}. Tests and scripts
 // wait for it instead of sleeping. Written to a temp name and renamed, so a reader
 // never sees half of it.
 Status WriteReadyFile(const std::string& path, const CollectService& svc) {
@@ -54,7 +54,8 @@ Status WriteReadyFile(const std::string& path, const CollectService& svc) {
   j.BeginObject().Key("listen").BeginArray();
   for (const auto& ep : svc.collector().endpoints()) j.Str(ep);
   j.EndArray().FieldI("pid", getpid()).Field("data_dir", svc.options().ingest.data_dir);
-  j.Field("view", svc.view_endpoint()).Field("metrics", svc.metrics_address()).EndObject();
+  j.Field("view", svc.view_endpoint()).Field("metrics", svc.metrics_address());
+  j.Field("control", svc.collector().control_endpoint()).EndObject();
   json.push_back('\n');
   std::string tmp = path + ".tmp";
   {
@@ -112,6 +113,19 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.String("view-listen", &view_listen,
                "ZeroMQ endpoint of the view feed that 'lockstep top' connects to (docs/top.md); "
                "tcp://127.0.0.1:* picks a free port, 'off' serves none", "ENDPOINT");
+  std::string control_listen = "auto";
+  flags.String("control-listen", &control_listen,
+               "ZeroMQ endpoint where agents take the collector's requests (zoom, capture; docs/design.md "
+               "\"The control channel\"); 'auto' is the --listen port + 2 (6202), 'off' serves none", "ENDPOINT");
+  int64_t zoom_steps = 2;
+  flags.Int("zoom-steps", &zoom_steps,
+            "when the error is born in a module's own code, ask both runs to record every call inside it "
+            "for this many steps (docs/rules.md \"Zoomed: the call\"); 0 = never", "N");
+  std::string capture = "on";
+  flags.String("capture", &capture,
+               "'on': when the first divergence names an op, ask both runs to save its inputs and output at "
+               "the same step, for 'python -m lockstep replay' (docs/python.md \"Capture and replay\"); "
+               "'off': never", "on|off");
   std::string metrics_listen = "127.0.0.1:9464";
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT serving Prometheus /metrics over HTTP (docs/metrics.md); port 0 picks a free port, "
@@ -185,6 +199,11 @@ int CollectCommand(int argc, const char* const* argv) {
     opts.ingest.curve.authorized_keys = std::move(*keys);
   }
   opts.ingest.listen = listen;
+  opts.ingest.control_listen = control_listen;
+  if (zoom_steps < 0 || zoom_steps > 10000) return Usage("--zoom-steps must be between 0 and 10000");
+  opts.zoom_steps = static_cast<uint32_t>(zoom_steps);
+  if (capture != "on" && capture != "off") return Usage("--capture must be on or off, not '" + capture + "'");
+  opts.capture_birth = capture == "on";
   opts.ingest.data_dir = data_dir;
   opts.ingest.fsync_interval_ms = fsync_ms;
   opts.ingest.max_message_bytes = static_cast<size_t>(max_bytes);

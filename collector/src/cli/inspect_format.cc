@@ -205,6 +205,14 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
     case wire::Body::Sampling:
       Sampling(j, env.body_as_Sampling()->config());
       break;
+    case wire::Body::ControlAck: {
+      const auto* a = env.body_as_ControlAck();
+      j.FieldU("request", a->id())
+          .Field("status", wire::EnumNameAckStatus(a->status()))
+          .FieldU("step", a->step())
+          .Field("detail", Sv(a->detail()));
+      break;
+    }
     case wire::Body::RunFingerprint: {
       j.Key("entries").BeginObject();
       if (const auto* es = env.body_as_RunFingerprint()->entries()) {

@@ -55,6 +55,8 @@ struct Analyzer::PairDet {
   std::vector<OpBirth> births;
   std::vector<StepBirths> birth_log;
   PairOutcome outcome;
+  bool divergence_told = false;  // divergence_observer_ was called
+  bool refined_told = false;     // ... and again for the refined first divergence
   PairFacts facts;  // setup differences and scalar findings: first_divergence's cause
   RankOnsets onsets;  // PairReport::onsets
   double loss_b = std::nan(""), loss_c = std::nan("");
@@ -74,7 +76,16 @@ void Analyzer::Tick(int64_t now_ns) {
   aligner_.Tick(now_ns);
   for (auto& p : pairs_) {
     for (auto& d : p->detectors) d->OnTick(now_ns);
+    NoteDivergence(p.get());
   }
+}
+
+void Analyzer::NoteDivergence(PairDet* p) {
+  if (!p->outcome.diverged || !divergence_observer_) return;
+  if (p->divergence_told && (p->refined_told || !p->outcome.refined)) return;
+  p->divergence_told = true;
+  p->refined_told = p->outcome.refined;
+  divergence_observer_(p->ctx);
 }
 void Analyzer::Resume(int64_t now_ns) { aligner_.Resume(now_ns); }
 void Analyzer::Finish() { aligner_.Finish(); }
@@ -301,6 +312,7 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
   pairs_compared_ += matched.size();
   p->onsets.Observe(v);
   if (observer_) observer_(p->ctx, v);
+  NoteDivergence(p);
 }
 
 std::vector<PairReport> Analyzer::Reports() const {

@@ -177,6 +177,11 @@ class Analyzer : public MessageSink {
   // per-step histories from it (collector/src/view/view_model.h). At most one.
   using PairStepObserver = std::function<void(const PairCtx&, const PairStepView&)>;
   void SetPairStepObserver(PairStepObserver fn) { observer_ = std::move(fn); }
+  // Called once per pair when its first divergence is emitted (ctx.outcome says what
+  // it was, and what to zoom into), and once more when a zoom refines it; on the
+  // analyzer's thread; must not block. At most one.
+  using DivergenceObserver = std::function<void(const PairCtx&)>;
+  void SetDivergenceObserver(DivergenceObserver fn) { divergence_observer_ = std::move(fn); }
 
  private:
   struct RunDet;
@@ -204,6 +209,9 @@ class Analyzer : public MessageSink {
   // compared step, or at the end).
   void CheckSetup(PairDet* p, uint64_t step, uint32_t rank);
   void NoteUnmatched(PairDet* p, uint64_t key, bool in_baseline, uint64_t step);
+  // Tells divergence_observer_ once that pair `p` diverged (its first divergence fires
+  // at a compared step or, waiting for late ranks, at a tick).
+  void NoteDivergence(PairDet* p);
 
   AnalyzerOptions opt_;
   const Clock* clock_;
@@ -216,6 +224,7 @@ class Analyzer : public MessageSink {
   uint64_t pairs_compared_ = 0;
   uint64_t unmatched_tensors_ = 0;
   PairStepObserver observer_;
+  DivergenceObserver divergence_observer_;
 };
 
 }  // namespace lockstep::collector

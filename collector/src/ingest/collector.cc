@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -16,11 +17,13 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "ingest/control_requests.h"
 #include "ingest/curve_guard.h"
 #include "ingest/run_claims.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_writer.h"
+#include "lockstep/common/control_endpoint.h"
 #include "lockstep/common/thread_name.h"
 
 namespace lockstep::collector {
@@ -110,6 +113,8 @@ class Collector::Impl {
   void SyncAll();
   void LogIoError(const Status& s);
   void LogWriteOk();
+  Status BindControl();
+  void PublishControl();
 
   CollectorOptions opts;
   const lockstep::Clock* clock;  // opts.clock or the real one (Clock here is steady_clock)
@@ -117,6 +122,9 @@ class Collector::Impl {
   zmq::context_t ctx;
   zmq::socket_t socket;
   std::unique_ptr<CurveGuard> guard;  // after ctx and socket: closed before them
+  zmq::socket_t control;              // the control XPUB, or empty (ingest thread after Start)
+  std::string control_endpoint;
+  std::unique_ptr<ControlRequests> requests;  // null without a control socket
   std::vector<std::string> endpoints;
   std::vector<MessageSink*> sinks;
   Registry registry;
@@ -228,8 +236,70 @@ Status Collector::Impl::Init() {
           "collector's public key may write run logs here",
           bound);
   }
+  LOCKSTEP_RETURN_IF_ERROR(BindControl());
   if (opts.rebuild_from_logs) LOCKSTEP_RETURN_IF_ERROR(Rebuild());
   return Status::OK();
+}
+
+Status Collector::Impl::BindControl() {
+  std::string ep = opts.control_listen;
+  if (ep == "auto") ep = endpoints.empty() ? std::string() : ControlEndpointFor(endpoints.front());
+  if (ep.empty() || ep == "off") return Status::OK();
+  try {
+    control = zmq::socket_t(ctx, zmq::socket_type::xpub);
+    control.set(zmq::sockopt::linger, 0);
+    control.set(zmq::sockopt::sndhwm, 64);
+    control.set(zmq::sockopt::xpub_verbose, 1);  // every subscription: a late agent gets the open requests at once
+    if (guard != nullptr) {
+      // The ingest socket's ZAP handler serves this context: the same agents are let in.
+      control.set(zmq::sockopt::curve_server, true);
+      control.set(zmq::sockopt::curve_secretkey, opts.curve.secret_key);
+      control.set(zmq::sockopt::zap_domain, "lockstep");
+    }
+    control.bind(ep);
+    control_endpoint = control.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    control = zmq::socket_t();
+    if (opts.control_listen == "auto") {
+      // The derived address is a convenience: taken (another collector's), the
+      // collector runs without a control channel, and says so.
+      spdlog::warn("no control channel: cannot serve it on '{}' ({}); agents get no zoom or capture "
+                   "requests (give --control-listen another address)",
+                   ep, e.what());
+      return Status::OK();
+    }
+    if (e.num() == EADDRINUSE)
+      return Status::Unavailable("cannot serve the control channel on '" + ep +
+                                 "': the address is in use (another collector?); pick another with "
+                                 "--control-listen, or --control-listen off");
+    return Status::InvalidArgument("cannot serve the control channel on '" + ep + "': " + e.what() +
+                                   " (--control-listen expects e.g. tcp://127.0.0.1:6202, or off)");
+  }
+  if (!IsLoopbackEndpoint(control_endpoint) && guard == nullptr)
+    spdlog::warn("the control channel listens on {} which other hosts can reach, without CURVE: anyone "
+                 "who connects can read the requests sent to agents (module names)",
+                 control_endpoint);
+  requests = std::make_unique<ControlRequests>(
+      opts.control_republish_ms * 1000000, opts.control_expire_ms * 1000000, [this](const std::string& run) {
+        uint32_t world = 0;
+        for (const RankInfo& r : registry.Snapshot())
+          if (r.run == run) world = std::max(world, r.world_size);
+        return world;
+      });
+  return Status::OK();
+}
+
+void Collector::Impl::PublishControl() {
+  if (requests == nullptr) return;
+  // XPUB hands up each subscription (first byte 1) and unsubscription (0).
+  bool subscribed = false;
+  zmq::message_t sub;
+  while (control.recv(sub, zmq::recv_flags::dontwait)) {
+    if (sub.size() > 0 && static_cast<const uint8_t*>(sub.data())[0] == 1) subscribed = true;
+  }
+  for (const std::string& frame : requests->Due(clock->NowUnixNs(), subscribed)) {
+    control.send(zmq::buffer(frame), zmq::send_flags::dontwait);  // a full agent queue drops: sent again later
+  }
 }
 
 Status Collector::Impl::Rebuild() {
@@ -376,6 +446,12 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
     Bump(n.log_lost);
   }
   registry.OnMessage(env, now, size);
+  if (env.body_type() == wire::Body::ControlAck && requests != nullptr) {
+    ControlRequestState now_state;
+    const std::string run_id(run);
+    if (requests->OnAnswer(run_id, env.rank(), *env.body_as_ControlAck(), &now_state) && opts.on_control_answer)
+      opts.on_control_answer(run_id, now_state);
+  }
   Bump(n.accepted);
   Bump(n.records, RecordsIn(env));
   Bump(n.bytes, size);
@@ -435,7 +511,8 @@ void Collector::Impl::SyncAll() {
 void Collector::Impl::Run() {
   constexpr size_t kBurst = 4096;
   try {
-    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::pollitem_t items[2] = {{socket.handle(), 0, ZMQ_POLLIN, 0}, {control.handle(), 0, ZMQ_POLLIN, 0}};
+    const int polled = requests != nullptr ? 2 : 1;
     const auto period = std::chrono::milliseconds(opts.fsync_interval_ms);
     auto next_sync = Clock::now() + period;
     while (!stop.load(std::memory_order_acquire)) {
@@ -443,11 +520,12 @@ void Collector::Impl::Run() {
       // Bounded so a stop request is seen within 50 ms.
       wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(50));
       try {
-        zmq::poll(&item, 1, wait);
+        zmq::poll(items, polled, wait);
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
       }
       size_t got = DrainBurst(kBurst);
+      PublishControl();
       // A full burst means more is waiting: keep the buffers filling. Otherwise the
       // socket ran dry and the kernel gets what we have.
       if (got < kBurst) FlushAll();
@@ -473,6 +551,7 @@ void Collector::Impl::Run() {
     SyncAll();
     writers.clear();  // closes the files
     socket.close();
+    if (requests != nullptr) control.close();
   } catch (...) {
   }
 }
@@ -515,6 +594,7 @@ Status Collector::Shutdown(std::chrono::milliseconds timeout) {
   impl_->stopped = true;
   if (!impl_->started) {
     impl_->socket.close();
+    if (impl_->requests != nullptr) impl_->control.close();
     if (impl_->guard) impl_->guard->Stop();
     return Status::OK();
   }
@@ -554,6 +634,13 @@ std::string Collector::curve_public_key() const {
   return impl_->guard ? impl_->guard->public_key() : std::string();
 }
 const CollectorOptions& Collector::options() const { return impl_->opts; }
+uint64_t Collector::Request(ControlRequestSpec spec) {
+  return impl_->requests ? impl_->requests->Add(std::move(spec), impl_->clock->NowUnixNs()) : 0;
+}
+std::vector<ControlRequestState> Collector::requests() const {
+  return impl_->requests ? impl_->requests->Snapshot() : std::vector<ControlRequestState>();
+}
+const std::string& Collector::control_endpoint() const { return impl_->control_endpoint; }
 Status Collector::health() const {
   std::lock_guard<std::mutex> lock(impl_->health_mu);
   return impl_->health;

@@ -75,6 +75,11 @@ struct PairOutcome {
   // Trends the `trend` rule found downstream of a rank's onset (its first drifting
   // tensor or born op: the first divergence's cause) and counted instead of alerting.
   uint64_t trends_downstream = 0;
+  // The first divergence was born in a container's own code: the module to zoom into
+  // (docs/rules.md "Zoomed: the call"; the collector asks both runs, when live). Once
+  // zoomed rows name the call inside it, first_divergence is that call and `refined`.
+  std::string zoom;
+  bool refined = false;
 };
 
 struct PairCtx {

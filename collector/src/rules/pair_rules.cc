@@ -128,7 +128,10 @@ void TensorDriftDetector::OnPairStep(const PairStepView& v) {
 }
 
 void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
-  if (fired_) return;
+  if (fired_) {
+    Refine(v);
+    return;
+  }
   onsets_.Observe(v);
   compared_[v.rank] = static_cast<int64_t>(v.step);
   const MatchedTensor* first = nullptr;
@@ -144,11 +147,17 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
   const bool onset = (first != nullptr || birth != nullptr) &&
                      (pending_step_ < 0 || static_cast<int64_t>(v.step) <= pending_step_) && !pending_.count(v.rank);
   if (onset) {
-    if (static_cast<int64_t>(v.step) < pending_step_) pending_.clear();  // an earlier onset on a lagging rank
+    if (static_cast<int64_t>(v.step) < pending_step_) {  // an earlier onset on a lagging rank
+      pending_.clear();
+      zoom_of_.clear();
+    }
     if (pending_.empty()) pending_since_ns_ = ctx_->out->Now();
     pending_step_ = static_cast<int64_t>(v.step);
     if (birth != nullptr) {
       pending_.emplace(v.rank, std::make_pair(birth->order, BirthAlert(v, *birth, n)));
+      // Born in a container's own code: which call inside it is for a zoom to find.
+      const std::string op = ctx_->names->Name(birth->op);
+      if (birth->container && !birth->backward && op.find('/') == std::string::npos) zoom_of_[v.rank] = op;
       Decide(false);
       return;
     }
@@ -187,7 +196,10 @@ void FirstDivergenceDetector::Decide(bool force) {
     if (it->second.first < best->second.first) best = it;  // ties: the lowest rank (map order)
   }
   alerting::Alert a = std::move(best->second.second);
+  auto zoom = zoom_of_.find(best->first);
+  if (zoom != zoom_of_.end() && ctx_->outcome != nullptr) ctx_->outcome->zoom = zoom->second;
   pending_.clear();
+  zoom_of_.clear();
   // "at step S rank R" -> "at step S on all 4 ranks" when several ranks part there.
   const std::string where = onsets_.Where(a.step, a.rank);
   const std::string at = "at step " + std::to_string(a.step) + " rank " + std::to_string(a.rank);
@@ -201,6 +213,25 @@ void FirstDivergenceDetector::Decide(bool force) {
     ctx_->outcome->diverged = true;
     ctx_->outcome->first_divergence = sent;
   }
+}
+
+void FirstDivergenceDetector::Refine(const PairStepView& v) {
+  PairOutcome* out = ctx_->outcome;
+  if (out == nullptr || out->zoom.empty() || out->refined || v.births == nullptr || v.birth < 0) return;
+  const OpBirth& b = (*v.births)[static_cast<size_t>(v.birth)];
+  const std::string op = ctx_->names->Name(b.op);
+  // Inside the zoomed module: "attn/softmax#0", or a later call's "attn#1/softmax#0".
+  const std::string& z = out->zoom;
+  if (b.backward || op.size() <= z.size() || op.compare(0, z.size(), z) != 0 ||
+      (op[z.size()] != '/' && op[z.size()] != '#') || op.find('/', z.size()) == std::string::npos) {
+    return;
+  }
+  size_t drifting = 0;
+  for (const MatchedTensor& m : *v.matched) drifting += m.drifting();
+  alerting::Alert a = BirthAlert(v, b, drifting);
+  a.message = "zoomed into " + z + ": " + a.message;
+  out->refined = true;
+  out->first_divergence = ctx_->out->Emit(std::move(a));
 }
 
 alerting::Alert FirstDivergenceDetector::BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const {

@@ -98,6 +98,10 @@ class FirstDivergenceDetector : public PairDetector {
   alerting::Alert BirthAlert(const PairStepView& v, const OpBirth& b, size_t drifting) const;
   // Emits the pending onset when every rank seen has been compared at its step (or `force`).
   void Decide(bool force);
+  // After the first divergence, born in a container's own code (outcome->zoom): the
+  // first step whose birth point is a call inside it (zoomed rows, docs/rules.md
+  // "Zoomed: the call") names that call, once, as the refined first divergence.
+  void Refine(const PairStepView& v);
   const PairCtx* ctx_;
   bool fired_ = false;
   RankOnsets onsets_;
@@ -107,6 +111,7 @@ class FirstDivergenceDetector : public PairDetector {
   int64_t pending_step_ = -1;
   int64_t pending_since_ns_ = 0;
   std::map<uint32_t, std::pair<uint32_t, alerting::Alert>> pending_;
+  std::map<uint32_t, std::string> zoom_of_;  // rank -> the container born in its own code at the onset
 };
 
 // `trend`: a tensor's drift score grew trend_growth-fold over trend_window steps of

@@ -43,6 +43,13 @@ struct CollectOptions {
   std::string metrics_listen = "127.0.0.1:9464";
   bool metrics_required = false;
 
+  // Steps both runs record zoomed (every call inside a container born in its own code)
+  // when a first divergence asks for it; 0 = never ask.
+  uint32_t zoom_steps = 2;
+  // When the first divergence names an op, both runs capture it at the same upcoming
+  // step (Monitor.capture) and a "capture" info alert lists the files.
+  bool capture_birth = true;
+
   int64_t status_interval_s = 10;  // a status line this often while Run()s; 0 = never
   std::string version = "dev";     // shown in log lines, settings files and the report
 

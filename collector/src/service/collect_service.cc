@@ -109,6 +109,10 @@ Status CollectService::Build(CollectPart* failed) {
   ingest.on_log_health = [this](bool failing, const std::string& message) {
     OnLogHealth(failing, message);
   };
+  // follow_up_ exists before the ingest thread starts (below, with the analyzer).
+  ingest.on_control_answer = [this](const std::string& run, const ControlRequestState& r) {
+    follow_up_->OnAnswer(run, r);
+  };
   auto c = Collector::Create(std::move(ingest));
   if (!c.ok()) {
     *failed = CollectPart::kIngest;
@@ -134,6 +138,11 @@ Status CollectService::Build(CollectPart* failed) {
   analyzer->SetPairStepObserver([this](const PairCtx& ctx, const PairStepView& v) {
     view_model_->OnPairStep(ctx, v);
     report_recorder_->OnPairStep(ctx, v);
+  });
+  follow_up_ = std::make_unique<FollowUp>(collector_.get(), options_.zoom_steps, options_.capture_birth, clock_,
+                                          [this](alerting::Alert a) { DeliverAlert(std::move(a)); });
+  analyzer->SetDivergenceObserver([this](const PairCtx& ctx) {
+    if (!replaying_.load()) follow_up_->OnDivergence(ctx);  // a restart's replay: old news
   });
   if (!options_.baseline_log.empty()) {
     auto b = analyzer->AddBaselineLog(options_.baseline_log);
@@ -271,8 +280,9 @@ Status CollectService::Start() {
   std::string eps;
   for (const auto& ep : collector_->endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
   if (view_pub_) view_pub_->Start();
-  spdlog::info("lockstep {} collecting on {} into {}; view feed on {}", options_.version, eps,
-               options_.ingest.data_dir, view_pub_ ? view_pub_->endpoint() : "(none)");
+  spdlog::info("lockstep {} collecting on {} into {}; view feed on {}; control channel on {}", options_.version,
+               eps, options_.ingest.data_dir, view_pub_ ? view_pub_->endpoint() : "(none)",
+               collector_->control_endpoint().empty() ? "(none)" : collector_->control_endpoint());
   spdlog::info("{}", AccessSummary(*collector_));
   status_line_ = std::make_unique<StatusLine>(*collector_, clock_);
   return Status::OK();

@@ -64,6 +64,7 @@
 #include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
 #include "service/collect_options.h"
+#include "service/follow_up.h"
 
 namespace lockstep::alerting {
 class Dispatcher;
@@ -182,6 +183,9 @@ class CollectService {
   std::unique_ptr<ViewPublisher> view_pub_;
   std::unique_ptr<metrics::MetricsServer> metrics_server_;
   std::unique_ptr<StatusLine> status_line_;
+  // What the collector asks of the runs after a first divergence (zoom, capture);
+  // after collector_, which it uses, and fed by the analyzer and ingest threads.
+  std::unique_ptr<FollowUp> follow_up_;
 
   // During the replay alerts are marked replayed.
   std::atomic<bool> replaying_{false};

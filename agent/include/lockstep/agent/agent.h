@@ -64,6 +64,12 @@ struct AgentOptions {
   std::chrono::milliseconds delivery_warn_after{5000};
   // Optional ZeroMQ CURVE: the collector's public key and this agent's key pair (Z85).
   std::string curve_server_key, curve_public_key, curve_secret_key;
+  // The collector's control socket (docs/design.md "The control channel"): a SUB
+  // socket connects there, with the CURVE settings above, and the sender thread takes
+  // the requests addressed to this run and rank (TakeRequests). Empty: no control
+  // channel. ControlEndpointFor(endpoint) (lockstep/common/control_endpoint.h) gives
+  // the address a collector derives from its --listen.
+  std::string control_endpoint;
 };
 
 class Transport;  // agent/src/transport: the socket behind the sender thread
@@ -135,6 +141,20 @@ class Agent {
   // Set once by the sender thread and never cleared. Cheap (a relaxed load when empty).
   virtual std::string DeliveryProblem() const noexcept { return {}; }
   virtual const AgentOptions& options() const noexcept = 0;
+
+  // The control channel (AgentOptions::control_endpoint). Whether requests wait: one
+  // relaxed load, so a job can ask at every step for free.
+  virtual bool HasRequests() const noexcept { return false; }
+  // The requests taken off the control socket since the last call, each id once, in
+  // arrival order (the sender thread has already acknowledged them as received).
+  virtual std::vector<ControlRequest> TakeRequests() noexcept { return {}; }
+  // Tells the collector what became of request `id` (done at `step`, refused, ignored)
+  // and `detail` (what was done, or why not; at most 1 KiB kept). Sent by the sender
+  // thread within a few milliseconds. false when closed or too many answers wait (64).
+  virtual bool Acknowledge(uint64_t /*id*/, AckStatus /*status*/, uint64_t /*step*/,
+                           const std::string& /*detail*/) noexcept {
+    return false;
+  }
 
  protected:
   Agent() = default;

@@ -75,7 +75,23 @@ struct AgentCounters {
   uint64_t handshakes = 0;        // connections a collector accepted (ZeroMQ handshakes)
   uint64_t handshake_failures = 0;  // refused handshakes: not a collector's ingest port, CURVE keys
   bool delivery_problem = false;  // Agent::DeliveryProblem() is set
+  uint64_t requests_received = 0;  // control requests for this agent taken (each id once)
+  uint64_t requests_ignored = 0;   // control requests with an action this agent does not know
+  uint64_t requests_bad = 0;       // control frames that failed verification
 };
+
+// A request from the collector on the control channel (wire ControlRequest), as the
+// job reads it (Agent::TakeRequests): act on `action` about `target` at `step`.
+struct ControlRequest {
+  uint64_t id = 0;
+  std::string action;  // "zoom", "capture"
+  std::string target;  // a module or row name
+  uint64_t step = 0;
+  uint32_t steps = 0;
+};
+
+// The answer to a request (wire AckStatus).
+enum class AckStatus : uint8_t { kReceived = 0, kDone = 1, kRefused = 2, kIgnored = 3 };
 
 // The sampling the job chose (wire Sampling): known only once it says what it watches,
 // which is after Create() (the Hello carries AgentOptions' values).

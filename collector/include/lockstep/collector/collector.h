@@ -22,7 +22,11 @@
 // fdatasync follows every `fsync_interval_ms` and at shutdown.
 //
 // Thread-safety: Create/AddSink/Start/Shutdown from one controlling thread;
-// counters(), registry(), endpoints(), health() from any thread.
+// counters(), registry(), endpoints(), health(), Request(), requests() from any thread.
+//
+// The same thread owns the control socket (an XPUB, --control-listen): it publishes
+// the open requests (ingest/control_requests.h) between bursts, and an agent's answer
+// (wire ControlAck) arrives on the ingest socket like any message, logged first.
 #ifndef LOCKSTEP_COLLECTOR_COLLECTOR_H_
 #define LOCKSTEP_COLLECTOR_COLLECTOR_H_
 
@@ -34,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/collector/control.h"
 #include "lockstep/collector/curve_options.h"
 #include "lockstep/collector/message_sink.h"
 #include "lockstep/collector/registry.h"
@@ -65,6 +70,16 @@ struct CollectorOptions {
   // Writing counts as working again after this long without a failure (a nearly full
   // disk lets small writes through between failures).
   int64_t log_recover_quiet_ms = 5000;
+  // The control socket (docs/design.md "The control channel"): an XPUB agents connect
+  // to for requests (zoom, capture), with the ingest socket's CURVE settings. "auto":
+  // derived from the first --listen endpoint (lockstep/common/control_endpoint.h:
+  // tcp port + 2, ipc path + ".control"); "" : none.
+  std::string control_listen = "auto";
+  int64_t control_republish_ms = 1000;  // an unanswered request goes out again this often
+  int64_t control_expire_ms = 120000;   // and is given up after this long
+  // Called on the ingest thread with a request as it stands after each answer an agent
+  // gave it (`run` answered). Must not block.
+  std::function<void(const std::string& run, const ControlRequestState& request)> on_control_answer;
   // Stamps each message's receive time (NowUnixNs); null: the real clock. A test's
   // FakeClock must outlive the collector.
   const Clock* clock = nullptr;
@@ -112,6 +127,14 @@ class Collector {
   // The collector's CURVE public key (Z85) when CURVE is on, else empty.
   std::string curve_public_key() const;
   const CollectorOptions& options() const;
+
+  // The control channel. Request() queues a request to agents (any thread; published
+  // by the ingest thread within ~50 ms) and returns its id, or 0 when there is no
+  // control socket. requests(): every request of this session and its answers.
+  // control_endpoint(): the bound address ("" when none).
+  uint64_t Request(ControlRequestSpec spec);
+  std::vector<ControlRequestState> requests() const;
+  const std::string& control_endpoint() const;
   // OK while the ingest thread is healthy; its error once it died (e.g. an
   // unexpected ZeroMQ error).
   Status health() const;

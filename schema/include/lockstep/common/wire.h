@@ -15,7 +15,8 @@ inline constexpr uint16_t kSchemaMajor = 1;
 // 3: StepEnd and Sampling (Body members); a rank whose Hello says 3 or more ends each
 //    step with a StepEnd
 // 4: TensorKind.ActIn (a module's inputs)
-inline constexpr uint16_t kSchemaMinor = 4;
+// 5: ControlAck (a Body member): an agent answers the collector's ControlRequest
+inline constexpr uint16_t kSchemaMinor = 5;
 // The first minor whose agents send StepEnd.
 inline constexpr uint16_t kStepEndMinor = 3;
 // Micro steps counted one by one in StepEnd.micro_records.

@@ -1,0 +1,116 @@
+#include "service/follow_up.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace lockstep::collector {
+namespace {
+
+std::string PairKey(const PairCtx& ctx) { return ctx.experiment + "/" + ctx.baseline + "/" + ctx.candidate; }
+
+// "capture X at step N into PATH" -> PATH ("" when the answer names none).
+std::string FileOf(const std::string& detail) {
+  const std::string into = " into ";
+  auto pos = detail.rfind(into);
+  return pos == std::string::npos ? std::string() : detail.substr(pos + into.size());
+}
+
+}  // namespace
+
+FollowUp::FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, const Clock* clock, AlertFn alert)
+    : collector_(collector), zoom_steps_(zoom_steps), capture_(capture), clock_(clock), alert_(std::move(alert)) {}
+
+uint64_t FollowUp::NextStep(const PairCtx& ctx) const {
+  uint64_t last = 0;
+  for (const RankInfo& r : collector_->registry().Snapshot()) {
+    if (r.run == ctx.baseline || r.run == ctx.candidate) last = std::max(last, r.last_step);
+  }
+  return last + 2;
+}
+
+uint64_t FollowUp::Ask(const PairCtx& ctx, const std::string& run, const char* action, const std::string& target,
+                       uint64_t step, uint32_t steps) {
+  ControlRequestSpec spec;
+  spec.experiment = ctx.experiment;
+  spec.run = run;
+  spec.action = action;
+  spec.target = target;
+  spec.step = step;
+  spec.steps = steps;
+  return collector_->Request(std::move(spec));
+}
+
+void FollowUp::OnDivergence(const PairCtx& ctx) {
+  if (ctx.outcome == nullptr || collector_->control_endpoint().empty()) return;
+  const PairOutcome& o = *ctx.outcome;
+  const std::string key = PairKey(ctx);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!o.zoom.empty() && !o.refined) {
+    if (zoom_steps_ == 0 || !zoomed_.insert(key).second) return;
+    const uint64_t at = NextStep(ctx);
+    Ask(ctx, ctx.baseline, "zoom", o.zoom, at, zoom_steps_);
+    Ask(ctx, ctx.candidate, "zoom", o.zoom, at, zoom_steps_);
+    spdlog::info("the error is born in {}'s own code: asked runs {} and {} to zoom into it from step {} ({} steps)",
+                 o.zoom, ctx.baseline, ctx.candidate, at, zoom_steps_);
+    return;
+  }
+  // A forward birth point (an op whose inputs agree and output does not) is an op that
+  // can be re-run alone; a drifting tensor or a backward one is not.
+  const alerting::Alert& fd = o.first_divergence;
+  if (!capture_ || fd.metric != "added_error" || fd.kind != "act" || fd.tensor.empty()) return;
+  if (!captured_.insert(key).second) return;
+  Capture c;
+  c.experiment = ctx.experiment;
+  c.baseline = ctx.baseline;
+  c.candidate = ctx.candidate;
+  c.target = fd.tensor;
+  c.step = NextStep(ctx);
+  c.id_b = Ask(ctx, ctx.baseline, "capture", c.target, c.step, 1);
+  c.id_c = Ask(ctx, ctx.candidate, "capture", c.target, c.step, 1);
+  spdlog::info("asked runs {} and {} to capture {} at step {} (python -m lockstep replay says which run is wrong)",
+               ctx.baseline, ctx.candidate, c.target, c.step);
+  capture_of_[c.id_b] = captures_.size();
+  capture_of_[c.id_c] = captures_.size();
+  captures_.push_back(std::move(c));
+}
+
+void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& request) {
+  const ControlAnswer* rank0 = nullptr;
+  for (const ControlAnswer& a : request.answers) {
+    if (a.rank == 0 && a.status != "received") rank0 = &a;
+  }
+  if (rank0 == nullptr) return;
+  if (rank0->status != "done") {
+    spdlog::warn("run {} did not {} {}: {} ({})", run, request.spec.action, request.spec.target, rank0->status,
+                 rank0->detail);
+    return;
+  }
+  alerting::Alert a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = capture_of_.find(request.id);
+    if (it == capture_of_.end()) return;
+    Capture& c = captures_[it->second];
+    (request.id == c.id_b ? c.file_b : c.file_c) = FileOf(rank0->detail);
+    if (c.told || c.file_b.empty() || c.file_c.empty()) return;
+    c.told = true;
+    a.rule = "capture";
+    a.severity = alerting::Severity::kInfo;
+    a.experiment = c.experiment;
+    a.runs = {c.baseline, c.candidate};
+    a.step = c.step;
+    a.tensor = c.target;
+    a.kind = "act";
+    a.metric = "capture";
+    a.message = "captured " + c.target + " at step " + std::to_string(c.step) + " in runs " + c.baseline + " and " +
+                c.candidate + ": " + c.file_b + " and " + c.file_c + "; which run is wrong: python -m lockstep replay " +
+                c.file_b + " " + c.file_c;
+  }
+  a.first_seen_unix_ns = clock_->NowUnixNs();
+  a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
+  alert_(std::move(a));
+}
+
+}  // namespace lockstep::collector

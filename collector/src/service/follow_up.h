@@ -1,0 +1,69 @@
+// FollowUp: what a live collector asks of the runs once a pair parts ways (docs/design.md
+// "The control channel").
+//
+// - The first divergence is born in a container's own code: both runs zoom into it a few
+//   steps ahead (`zoom_steps`), so that a zoomed step names the call (the refined first
+//   divergence, rules/pair_rules.h).
+// - The first divergence (refined or not) names an op: both runs capture it at the same
+//   upcoming step (`capture`), and once both have answered with their files an info
+//   alert (rule "capture") lists them with the command that says which run is wrong
+//   (`python -m lockstep replay BASELINE_FILE CANDIDATE_FILE`).
+//
+// Each at most once per pair. The step: two past the later run's last step, so that
+// both act at the same one (a run past it acts at its next).
+//
+// Threads: OnDivergence on the analyzer's thread, OnAnswer on the ingest thread; one
+// mutex between them (a few calls a run).
+#ifndef LOCKSTEP_COLLECTOR_SERVICE_FOLLOW_UP_H_
+#define LOCKSTEP_COLLECTOR_SERVICE_FOLLOW_UP_H_
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "lockstep/alerting/alert.h"
+#include "lockstep/collector/collector.h"
+#include "rules/detector.h"
+
+namespace lockstep::collector {
+
+class FollowUp {
+ public:
+  using AlertFn = std::function<void(alerting::Alert)>;
+  // `collector` outlives this; `zoom_steps` 0 = never zoom; `capture` false = never capture.
+  FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, const Clock* clock, AlertFn alert);
+
+  // A pair's first divergence fired, or was refined (Analyzer::SetDivergenceObserver).
+  void OnDivergence(const PairCtx& ctx);
+  // An agent answered a request (CollectorOptions::on_control_answer).
+  void OnAnswer(const std::string& run, const ControlRequestState& request);
+
+ private:
+  struct Capture {
+    std::string experiment, baseline, candidate, target;
+    uint64_t step = 0;
+    uint64_t id_b = 0, id_c = 0;
+    std::string file_b, file_c;  // from the "done" answers of rank 0
+    bool told = false;
+  };
+  uint64_t NextStep(const PairCtx& ctx) const;
+  uint64_t Ask(const PairCtx& ctx, const std::string& run, const char* action, const std::string& target,
+               uint64_t step, uint32_t steps);
+
+  Collector* const collector_;
+  const uint32_t zoom_steps_;
+  const bool capture_;
+  const Clock* const clock_;
+  AlertFn alert_;
+  std::mutex mu_;
+  std::set<std::string> zoomed_, captured_;              // pair keys asked already
+  std::unordered_map<uint64_t, size_t> capture_of_;     // request id -> captures_ index
+  std::vector<Capture> captures_;
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_SERVICE_FOLLOW_UP_H_

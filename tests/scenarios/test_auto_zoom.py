@@ -1,0 +1,125 @@
+"""The control channel: the collector zooms and captures by itself (docs/design.md "The
+control channel", docs/rules.md "Zoomed: the call", docs/python.md "Capture and replay").
+
+The same model as test_zoom.py (attention and MLP written as functional calls in their
+own forward), but nobody calls Monitor.zoom: the candidate's blocks.1.mlp computes a
+tanh-GELU in its own code, the first divergence is "born in blocks.1.mlp's own code"
+at step 0, and the collector asks both runs, over its control socket, to zoom into
+blocks.1.mlp a few steps ahead. Both agents take the request, answer it on the wire
+(ControlAck: received, then done with the steps), zoom the same steps, and the first
+divergence is refined to the call, `blocks.1.mlp/gelu#0`, live and in `compare`. Then
+the collector asks both runs to capture that call at the same step; both answer with
+their file, a "capture" alert lists the two files, and `python -m lockstep replay` on
+them says the runs compute different functions (cause config).
+
+Twins: nothing is asked of anybody. `--control-listen off`: no zoom, the container stays
+the answer.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from scenario_lib import Collector, DRIFT_RULES, fmt_alerts, seeded_state
+from test_zoom import Net, batches, zoom_run
+
+STEPS = 14
+
+
+def acks(col, run):
+    out = subprocess.run([col.exe, "inspect", col.log_path(run)], capture_output=True, text=True,
+                         timeout=60, check=True)
+    msgs = [json.loads(line) for line in out.stdout.splitlines()]
+    return [m["body"] for m in msgs if m["type"] == "ControlAck"]
+
+
+def zoomed_steps(col, run):
+    out = subprocess.run([col.exe, "inspect", col.log_path(run)], capture_output=True, text=True,
+                         timeout=60, check=True)
+    steps = set()
+    for line in out.stdout.splitlines():
+        msg = json.loads(line)
+        if msg["type"] == "StepStats" and any("/" in (s.get("name") or "") for s in msg["body"]["stats"]):
+            steps.add(msg["body"]["step"])
+    return steps
+
+
+def run_pair(tmp_path, exp, extra_args=(), **change1):
+    """Trains the pair for STEPS steps, 0.1 s apart (time for a request's round trip);
+    after step 0 waits (up to 20 s) until both agents took a request, or 3 s when none
+    should come (twins). Captures go to tmp_path/captures."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    state = seeded_state(Net)
+    kw = {"capture_dir": str(tmp_path / "captures")}
+    with Collector(tmp_path, list(extra_args), control="--control-listen" not in extra_args) as col:
+        b = zoom_run(state, monitor_kwargs=kw)(col.endpoint, exp + "-base", "baseline", exp)
+        c = zoom_run(state, monitor_kwargs=kw, **change1)(col.endpoint, exp + "-cand", "candidate", exp)
+        for s, batch in enumerate(batches(STEPS)):
+            b.train_step(*batch)
+            c.train_step(*batch)
+            if s == 0:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not (
+                        b.mon.counters()["requests_received"] and c.mon.counters()["requests_received"]):
+                    if not change1 and time.monotonic() > deadline - 17:
+                        break  # twins: 3 s is plenty for a request that should not come
+                    time.sleep(0.02)
+            time.sleep(0.1)
+        counters = (b.mon.counters(), c.mon.counters())
+        assert b.close() and c.close()
+        col.wait_goodbye([exp + "-base", exp + "-cand"])
+    assert col.proc.returncode == 0, col.stderr()
+    return col, col.alerts(), counters
+
+
+def test_the_collector_zooms_into_the_container_and_names_the_call(tmp_path):
+    exp = "auto-zoom"
+    col, alerts, counters = run_pair(tmp_path, exp, tanh_gelu=True)
+    assert all(k["requests_received"] == 2 for k in counters), counters  # zoom, capture
+    assert ("the error is born in blocks.1.mlp's own code: asked runs auto-zoom-base and "
+            "auto-zoom-cand to zoom into it") in col.stderr()
+    fd = [a for a in alerts if a["rule"] == "first_divergence"]
+    assert [a["tensor"] for a in fd] == ["blocks.1.mlp", "blocks.1.mlp/gelu#0"], fmt_alerts(alerts)
+    assert fd[1]["message"].startswith("zoomed into blocks.1.mlp: "), fd[1]["message"]
+    # Both runs answered on the wire, and zoomed the same two steps.
+    for run in (exp + "-base", exp + "-cand"):
+        a = acks(col, run)
+        assert [x["status"] for x in a] == ["Received", "Done", "Received", "Done"], a
+        first = a[1]["step"]
+        assert a[1]["detail"] == "zoom blocks.1.mlp steps %d..%d" % (first, first + 1), a
+        assert a[3]["detail"].startswith("capture blocks.1.mlp/gelu#0 at step "), a
+        assert first + 1 < a[3]["step"] in zoomed_steps(col, run), a  # the capture zooms its step
+    assert fd[1]["step"] == first
+    # The capture: one alert naming both files, which replay reads to a verdict.
+    cap = [a for a in alerts if a["rule"] == "capture"]
+    assert len(cap) == 1 and cap[0]["severity"] == "info", fmt_alerts(alerts)
+    files = cap[0]["message"].split("python -m lockstep replay ")[1].split()
+    assert len(files) == 2 and all(os.path.isfile(f) for f in files), cap[0]["message"]
+    assert files[0].startswith(str(tmp_path / "captures")), files
+    out = subprocess.run([sys.executable, "-m", "lockstep", "replay", "--json", *files],
+                         capture_output=True, text=True, timeout=120)
+    verdict = json.loads(out.stdout)
+    assert verdict["verdict"] == "different_functions" and verdict["cause"] == "config", out.stdout
+    # compare reads the same logs to the same refined verdict.
+    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
+                          col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
+    rep = json.loads(out.stdout)
+    offline = [(a["tensor"], a["step"]) for a in rep["alerts"] if a["rule"] == "first_divergence"]
+    assert offline == [(a["tensor"], a["step"]) for a in fd], (offline, fmt_alerts(alerts))
+
+
+def test_twins_are_asked_nothing(tmp_path):
+    col, alerts, counters = run_pair(tmp_path, "auto-zoom-twins")
+    assert not [a for a in alerts if a["rule"] in DRIFT_RULES], fmt_alerts(alerts)
+    assert all(k["requests_received"] == 0 for k in counters), counters
+    assert "to zoom into" not in col.stderr() and "to capture" not in col.stderr()
+    assert not acks(col, "auto-zoom-twins-cand")
+
+
+def test_without_a_control_channel_the_container_stays_the_answer(tmp_path):
+    col, alerts, counters = run_pair(tmp_path, "auto-zoom-off", ["--control-listen", "off"],
+                                     tanh_gelu=True)
+    assert all(k["requests_received"] == 0 for k in counters), counters
+    fd = [a["tensor"] for a in alerts if a["rule"] == "first_divergence"]
+    assert fd == ["blocks.1.mlp"], fmt_alerts(alerts)
