@@ -161,3 +161,48 @@ def test_a_failed_save_is_one_warning_and_training_goes_on(tmp_path):
     assert len(warned) == 1 and "could not be written" in warned[0], warned
     n = mon.counters()
     assert (n["captures_written"], n["captures_failed"], n["python_errors"]) == (0, 2, 0), n
+
+
+def forged(tmp_path, name, **header):
+    """A capture file with a header of our making (what a hostile file could say)."""
+    meta = {"format": "lockstep-capture", "version": 1, "row": "x", "step": 0, "run": name,
+            "role": "baseline", "kind": "call", "args": {"$tuple": [{"$t": "in.0"}]},
+            "kwargs": {"$dict": {}}, "outputs": [{"name": "", "tensor": {"$t": "out"}}],
+            "tensors": {}}
+    meta.update(header)
+    path = tmp_path / (name + ".pt")
+    torch.save({"lockstep_capture": json.dumps(meta),
+                "tensors": {"in.0": torch.ones(3), "out": torch.ones(3)}}, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("header,says", [
+    ({"func": "torch.load"}, "touches files or global state"),
+    ({"func": "torch.from_file"}, "touches files or global state"),
+    ({"func": "os.system"}, "not in a namespace replay may call"),
+    ({"func": "torch.nn.functional.__builtins__"}, "private"),
+    ({"kind": "module", "module_type": "evil.Module", "settings": {}}, "not a torch.nn builtin"),
+    ({"func": "torch.add", "args": {"$tuple": [{"$t": "in.0"}, {"$t": "gone"}]}},
+     "was not saved"),
+    ({"func": "torch.exp", "args": "not an argument list"}, "header is not as this replay"),
+])
+def test_replay_never_calls_outside_the_allowlist(tmp_path, header, says):
+    a, b = forged(tmp_path, "a", **header), forged(tmp_path, "b", **header)
+    out = subprocess.run([sys.executable, "-m", "lockstep", "replay", a, b],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cannot replay: ") and says in lines[0], lines
+    assert not out.stderr.strip(), out.stderr
+
+
+def test_replay_refuses_what_is_not_a_capture(tmp_path):
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a torch file")
+    a = forged(tmp_path, "a", func="torch.exp")
+    for args, says in (([str(junk), a], "is not a lockstep capture"),
+                       ([str(tmp_path / "none.pt"), a], "no such file"),
+                       ([str(tmp_path)], "does not hold a baseline's and a candidate's")):
+        out = subprocess.run([sys.executable, "-m", "lockstep", "replay", *args],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and says in out.stdout, (args, out.stdout, out.stderr)

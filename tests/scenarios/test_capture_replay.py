@@ -17,6 +17,9 @@ state and train side by side into a real collector; captures are set up before s
   rounds the factor to 1 + 2^-22, a few ULPs), with the collector's --birth-ulps at 0.5 so
   that it is named: the replay says both runs are within rounding and to raise
   birth-ulps; `compare` with that value no longer names it.
+- the candidate's blocks.1.mlp.act rounds its output through fp16 and hands on fp32 (a
+  forward hook: a kernel computing in fp16 behind an fp32 interface): the replay says the
+  candidate is less accurate, cause platform, naming its capture file to report.
 - the candidate's data scaled by (1 + 1e-4) (a pre-hook on the model): the replay of
   blocks.1.mlp.act says its inputs differ: the op is not where the error is born.
 - twins: nothing captured, nothing written.
@@ -103,17 +106,23 @@ def times_one_plus(_module, _inputs, output):
     return output * (1 + 2e-7)
 
 
+def through_fp16(_module, _inputs, output):
+    return output.half().float()
+
+
 def scaled_input(_module, args):
     return (args[0] * (1 + 1e-4),) + tuple(args[1:])
 
 
 def run_factory(state, cap_dir, capture=None, zoom=None, scale_act=False, scale_input=False,
-                **change1):
+                act_fp16=False, **change1):
     def make(endpoint, run, role, experiment):
         model = Net(change1)
         model.load_state_dict(state)
         if scale_act:  # before watch(): lockstep sees the scaled output
             model.blocks[1].mlp.act.register_forward_hook(times_one_plus)
+        if act_fp16:
+            model.blocks[1].mlp.act.register_forward_hook(through_fp16)
         if scale_input:
             model.register_forward_pre_hook(scaled_input)
         r = Run(endpoint, run, role, experiment, model=model,
@@ -219,6 +228,21 @@ def test_a_rounding_sized_change_is_within_rounding_and_names_the_setting(tmp_pa
     assert row not in born, born
     _, rep = compare_json(col, "cap-round")  # with the recorded (tight) settings it is
     assert [o["name"] for o in births_at(rep, 0) if o["born"]][:1] == [row]
+
+
+def test_a_kernel_rounding_through_fp16_is_a_platform_bug_to_report(tmp_path):
+    row = "blocks.1.mlp.act"
+    alerts, _, b, c, _ = pair(tmp_path, "cap-kernel", capture=row, act_fp16=True)
+    assert first_divergence(alerts)["tensor"] == row, fmt_alerts(alerts)
+    folder, files = the_capture(b, c)
+    code, res = replay(folder)
+    assert code == 1, res
+    assert res["verdict"] == "less_accurate" and res["less_accurate"] == "candidate", res
+    assert res["cause"] == "platform", res
+    cand = [f for f in files if "cap-kernel-cand" in f][0]
+    assert "report it with " + cand in res["message"], res["message"]
+    # fp16 keeps 10 bits where fp32 keeps 23: up to 2^12 ULPs of fp32 off float64
+    assert 100 < res["runs"][1]["ulps"] <= 4200 and res["runs"][1]["dtype"] == "float32"
 
 
 def test_an_op_fed_other_data_is_not_where_the_error_is_born(tmp_path):

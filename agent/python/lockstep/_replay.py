@@ -281,8 +281,15 @@ def main(args):
     except UsageError as e:
         print("lockstep replay: %s" % e)
         return EXIT_USAGE
-    except ReplayError as e:
-        msg = "cannot replay: %s" % e
+    except Exception as e:  # pylint: disable=broad-except  (one line, never a traceback)
+        if isinstance(e, ReplayError):
+            msg = "cannot replay: %s" % e
+        elif isinstance(e, RuntimeError):  # torch refused the rebuilt call
+            msg = "cannot replay: the op failed when re-run in float64 (%s)" % (
+                str(e).splitlines()[0][:300] if str(e) else type(e).__name__)
+        else:  # a header this replay does not understand
+            msg = "cannot replay: the capture's header is not as this replay expects (%s: %s)" \
+                % (type(e).__name__, str(e)[:200])
         print(json.dumps({"verdict": "cannot_replay", "message": msg}) if args.json else msg)
         return EXIT_CANNOT
     print(json.dumps(res, sort_keys=True, default=str) if args.json else text(res))

@@ -55,8 +55,8 @@ def load(path):
     except FileNotFoundError:
         raise UsageError("%s: no such file" % path) from None
     except Exception as e:  # pylint: disable=broad-except
-        raise UsageError("%s is not a lockstep capture (torch.load(weights_only=True) "
-                         "failed: %s)" % (path, str(e).splitlines()[0][:200])) from None
+        raise UsageError("%s is not a lockstep capture (torch.load(weights_only=True) cannot "
+                         "read it as plain data: %s)" % (path, type(e).__name__)) from None
     if not isinstance(data, dict) or not isinstance(data.get("lockstep_capture"), str):
         raise UsageError("%s is not a lockstep capture (no lockstep_capture header)" % path)
     try:
