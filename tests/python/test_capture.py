@@ -206,3 +206,20 @@ def test_replay_refuses_what_is_not_a_capture(tmp_path):
         out = subprocess.run([sys.executable, "-m", "lockstep", "replay", *args],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and says in out.stdout, (args, out.stdout, out.stderr)
+
+
+def test_hostile_capture_arguments_are_one_warning(tmp_path):
+    m = model()
+    mon = monitor(tmp_path)
+    mon.watch(m)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for name, step in ((None, None), (123, None), ("1", 1.5), ("1", True), ("1", "2"),
+                           ("x" * 10000, None), ("1\x00", None), ("1#x", None),
+                           ("1/gelu#", None), ("1/gelu#0/x#1", None)):
+            assert mon.capture(name, step=step) is False, (name, step)
+        train(mon, m, steps=1)
+    assert len(lockstep_warnings(record)) == 1, lockstep_warnings(record)
+    mon.close(timeout=1)
+    n = mon.counters()
+    assert (n["captures_refused"], n["python_errors"], n["captures_written"]) == (10, 0, 0), n
