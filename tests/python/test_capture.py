@@ -122,7 +122,8 @@ def test_the_limit_a_past_step_and_bad_names_are_refused(tmp_path):
 
 def test_over_the_bound_big_tensors_are_cut(tmp_path):
     m = model()
-    mon = monitor(tmp_path, capture_mb=0.004)  # ~4 KB: the GELU's 64x64 input and output are 16 KB each
+    # ~4 KB: the GELU's 64x64 input and output are 16 KB each
+    mon = monitor(tmp_path, capture_mb=0.004)
     mon.watch(m)
     assert mon.capture("1", step=0)
     train(mon, m, steps=1, batch=64)

@@ -152,16 +152,17 @@ def main(argv=None):
                     "different functions (cause config), one run less accurate, both within "
                     "rounding (the birth-point budget to raise), or inputs differ. Reads the "
                     "files with torch.load(weights_only=True) only.",
-        epilog="Exit status: 0 the op is accurate in both runs (within rounding, or its "
-               "inputs differ); 1 different functions, one run less accurate, or "
-               "inconclusive; 2 a usage error; 3 the op cannot be replayed.")
+        epilog="Exit status: 0 the op is accurate in both runs (within rounding, "
+               "identical, or its inputs differ); 1 different functions, one run less "
+               "accurate, or inconclusive; 2 a usage error; 3 the op cannot be replayed.")
     r.add_argument("captures", nargs="+", metavar="CAPTURE",
                    help="the baseline's and the candidate's capture files, or the one folder "
                         "holding both (<capture_dir>/<experiment>/step<N>-<row>/)")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--ulps", type=float, default=16.0,
-                   help="what a dtype explains: an op is accurate within this many ULPs of "
-                        "the pair's dtype plus sqrt(width) of float64 (default 16)")
+                   help="what a dtype explains: an op is accurate when its error against "
+                        "float64 is within this many ULPs of the pair's dtype, plus "
+                        "sqrt(width) for a reduction's length (default 16)")
     r.add_argument("--factor", type=float, default=4.0,
                    help="a run is less accurate when its error is this many times the "
                         "other's (default 4)")
