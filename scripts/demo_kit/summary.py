@@ -51,6 +51,20 @@ def offline_answer(lockstep, base, cand, live):
     return f"(compare gives {where(fd)}, live gave {where(live)}: are the logs' .settings.toml files missing?)"
 
 
+def replay_verdict(message):
+    """The verdict line of `python -m lockstep replay` on the files a capture alert names."""
+    files = message.split("python -m lockstep replay ")[-1].split()
+    if len(files) != 2 or not all(os.path.isfile(f) for f in files):
+        return "(the capture files are not here: " + " ".join(files) + ")"
+    try:
+        out = subprocess.run([sys.executable, "-m", "lockstep", "replay", *files], capture_output=True,
+                             text=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"(replay could not be run: {e})"
+    lines = [l for l in out.stdout.splitlines() if l.startswith("verdict:")]
+    return lines[-1] if lines else "(replay said: " + (out.stdout + out.stderr).strip()[-300:] + ")"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir")
@@ -83,6 +97,12 @@ def main():
     ov = first(alerts, "overflow")
     if ov:
         print(f"First overflow:    step {ov.get('step')} in {runs_of(ov)}: {ov.get('message')}")
+    cap = first(alerts, "capture")
+    if cap:
+        # The collector had both runs save the op where the error is born; re-running it
+        # in float64 says which run computes it wrongly (docs/python.md "Capture and replay").
+        print(f"Captured:          {cap.get('tensor')} at step {cap.get('step')} in both runs")
+        print(f"Which run:         {replay_verdict(cap.get('message', ''))}")
     by = collections.Counter((a.get("rule"), a.get("severity")) for a in alerts)
     print(f"Alerts:            {len(alerts)} in all: " +
           ", ".join(f"{n} {r} ({s})" for (r, s), n in sorted(by.items())))

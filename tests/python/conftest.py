@@ -138,6 +138,22 @@ class FakeAgent:
         self.sampling = dict(every=every, include=include, exclude=exclude, kinds=list(kinds))
         return True
 
+    # The control channel: requests a test puts in `requests` are taken at the next
+    # step; the job's answers land in `answers`.
+    requests = ()
+    answers = ()
+
+    def has_requests(self):
+        return bool(self.requests)
+
+    def take_requests(self):
+        out, self.requests = list(self.requests), ()
+        return out
+
+    def acknowledge(self, rid, status, step, detail=""):
+        self.answers = tuple(self.answers) + ((rid, status, step, detail),)
+        return True
+
     def register_tensor(self, name, kind, dtype, shape, order, module_type=""):
         self._check()
         for tid, t in self.tensors.items():

@@ -159,17 +159,7 @@ class Monitor:
             user_config = _config.user_config(config)
             cfg = _config.resolve(args)
             self._ident = Identity(rank, world_size, cfg)
-            self._agent = _core.Agent.create(
-                endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
-                role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
-                framework=cfg["framework"], rank=cfg["rank"], world_size=cfg["world_size"],
-                start_step=cfg["start_step"], queue_capacity=cfg["queue_capacity"],
-                send_hwm=cfg["send_hwm"], send_buffer_mb=cfg["send_buffer_mb"],
-                sketch_k=cfg["sketch_k"],
-                hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
-                curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
-                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending,
-                control_endpoint=cfg["control_endpoint"])
+            self._agent = self._create_agent(cfg, strict)
         except ValueError as e:
             if strict:
                 raise
@@ -195,6 +185,32 @@ class Monitor:
             _live.discard(self)
             self._guard.warn("Monitor() could not start (%s: %s); this Monitor records nothing"
                              % (type(e).__name__, _config.safe_repr(str(e), 200)))
+
+    def _create_agent(self, cfg, strict):
+        def create(control):
+            return _core.Agent.create(
+                endpoint=cfg["endpoint"], run=cfg["run"], experiment=cfg["experiment"],
+                role=cfg["role"], platform=cfg["platform"], device_name=cfg["device_name"],
+                framework=cfg["framework"], rank=cfg["rank"], world_size=cfg["world_size"],
+                start_step=cfg["start_step"], queue_capacity=cfg["queue_capacity"],
+                send_hwm=cfg["send_hwm"], send_buffer_mb=cfg["send_buffer_mb"],
+                sketch_k=cfg["sketch_k"],
+                hist_bins=cfg["hist_bins"], heartbeat_interval_s=cfg["heartbeat_interval"],
+                curve_server_key=cfg["curve"][0], curve_public_key=cfg["curve"][1],
+                curve_secret_key=cfg["curve"][2], identity_pending=self._ident.pending,
+                control_endpoint=control)
+        try:
+            return create(cfg["control_endpoint"])
+        except ValueError as e:
+            # The control channel is optional: a bad control_endpoint loses it, not the
+            # statistics (a bad anything else still stops the Monitor).
+            if strict or not cfg["control_endpoint"] or "control_endpoint" not in str(e):
+                raise
+            agent = create("")
+            self._guard.warn("%s; this Monitor records without a control channel" % str(e).replace(
+                "lockstep: ", "", 1))
+            cfg["control_endpoint"] = ""
+            return agent
 
     def _start(self, cfg, user_config, _force_device_path):
         self.config = cfg

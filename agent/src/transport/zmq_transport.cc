@@ -96,8 +96,8 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(const ZmqTransportO
     if (zmq_setsockopt(t->control_, ZMQ_SUBSCRIBE, "", 0) != 0 ||
         zmq_connect(t->control_, o.control_endpoint.c_str()) != 0) {
       int err = zmq_errno();
-      return Status::InvalidArgument("the control endpoint '" + o.control_endpoint + "' is not usable (" +
-                                     zmq_strerror(err) +
+      return Status::InvalidArgument("the control endpoint (control_endpoint) '" + o.control_endpoint +
+                                     "' is not usable (" + zmq_strerror(err) +
                                      "); give transport://address:port, e.g. tcp://127.0.0.1:6202, or 'off'");
     }
   }
