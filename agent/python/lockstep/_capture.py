@@ -11,16 +11,10 @@ it keeps (a device tensor's copy waits for the device: the captured step only) a
 them to one writer thread, which torch.saves them and a JSON sidecar. Nothing is written
 in any other step, and a capture never set up costs nothing.
 
-File: ``<capture_dir>/<experiment>/step<step>-<row>/<run>.rank<rank>.pt`` (each part made
-filesystem-safe by percent-encoding), so the two runs' files of one capture lie side by side.
-It holds plain containers only: ``{"lockstep_capture": <JSON text>, "tensors": {key: tensor}}``
-(torch.load(weights_only=True) reads it on torch >= 1.13, whose safe loader reads no
-floats: every number and setting travels in the JSON text). The sidecar ``<file>.json`` is
-that JSON text.
-
-Bounds: at most ``capture_mb`` per capture (tensors over it are cut along their first
-dimension, the file says so and keeps the original shape) and ``capture_limit`` captures
-per run. A failed save is one warning; nothing raises into the job.
+File: ``<capture_dir>/<experiment>/step<step>-<row>/<run>.rank<rank>.pt`` and its JSON
+sidecar, what they hold and how the bound cuts: lockstep._capture_file. At most
+``capture_limit`` captures per run. A failed save is one warning; nothing raises into the
+job.
 
 Threads: request() and close() on the training thread; the hooks on the training thread
 (autograd's for nothing: forward only); the writer thread only saves what it is handed.
