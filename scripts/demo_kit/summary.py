@@ -86,6 +86,13 @@ def main():
     if args.injected:
         verdict = "lockstep named it" if named else "lockstep did NOT name it"
         print(f"Injected change:   {args.injected} stores its output in fp16 -> {verdict}")
+    # The collector zoomed into a container born in its own code and named the call.
+    zoomed = [a for a in alerts if a.get("rule") == "first_divergence"
+              and str(a.get("message", "")).startswith("zoomed into ")]
+    if zoomed:
+        z = zoomed[0]
+        print(f"Zoomed in:         step {z.get('step')}, {z.get('tensor')}: "
+              f"{z.get('message', '').split(': ', 1)[-1]}")
     nf = first(alerts, "nonfinite")
     if nf:
         print(f"First NaN/Inf:     step {nf.get('step')} in {runs_of(nf)}: {nf.get('message')}")
@@ -123,7 +130,8 @@ def main():
         if base and cand:
             print("Look again:        " + f"{args.lockstep} compare {base[0]} {cand[0]}")
             print("                   " + f"{args.lockstep} inspect {cand[0]} | head")
-            print("                   " + offline_answer(args.lockstep, base[0], cand[0], fd))
+            print("                   " + offline_answer(args.lockstep, base[0], cand[0],
+                                                         zoomed[0] if zoomed else fd))
             # The HTML report of the two runs (docs/report.md): one self-contained page.
             page = os.path.join(d, "report.html")
             rep = subprocess.run([args.lockstep, "report", base[0], cand[0], "-o", page],

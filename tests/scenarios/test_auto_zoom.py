@@ -12,7 +12,8 @@ the collector asks both runs to capture that call at the same step; both answer 
 their file, a "capture" alert lists the two files, and `python -m lockstep replay` on
 them says the runs compute different functions (cause config).
 
-Twins: nothing is asked of anybody. `--control-listen off`: no zoom, the container stays
+When every call both runs make agrees, the calls only one run makes are named (the
+demo's fp16 cast in a block's own code). Twins: nothing is asked of anybody. `--control-listen off`: no zoom, the container stays
 the answer.
 """
 import json
@@ -20,6 +21,8 @@ import os
 import subprocess
 import sys
 import time
+
+import torch
 
 from scenario_lib import Collector, DRIFT_RULES, fmt_alerts, seeded_state
 from test_zoom import Net, batches, zoom_run
@@ -45,7 +48,22 @@ def zoomed_steps(col, run):
     return steps
 
 
-def run_pair(tmp_path, exp, extra_args=(), **change1):
+def cast_run(state, monitor_kwargs):
+    """The candidate of the demo's kind: blocks.1.mlp's own code rounds its output through
+    fp16 (two calls the baseline does not make: to#0, to#1)."""
+    def make(endpoint, run, role, experiment):
+        r = zoom_run(state, monitor_kwargs=monitor_kwargs)(endpoint, run, role, experiment)
+        mlp = r.model.blocks[1].mlp
+        inner = type(mlp).forward
+
+        def forward(x):
+            return inner(mlp, x).to(torch.float16).to(torch.float32)
+        mlp.forward = forward
+        return r
+    return make
+
+
+def run_pair(tmp_path, exp, extra_args=(), cast=False, **change1):
     """Trains the pair for STEPS steps, 0.1 s apart (time for a request's round trip);
     after step 0 waits (up to 20 s) until both agents took a request, or 3 s when none
     should come (twins). Captures go to tmp_path/captures."""
@@ -54,7 +72,8 @@ def run_pair(tmp_path, exp, extra_args=(), **change1):
     kw = {"capture_dir": str(tmp_path / "captures")}
     with Collector(tmp_path, list(extra_args), control="--control-listen" not in extra_args) as col:
         b = zoom_run(state, monitor_kwargs=kw)(col.endpoint, exp + "-base", "baseline", exp)
-        c = zoom_run(state, monitor_kwargs=kw, **change1)(col.endpoint, exp + "-cand", "candidate", exp)
+        make_c = cast_run(state, kw) if cast else zoom_run(state, monitor_kwargs=kw, **change1)
+        c = make_c(col.endpoint, exp + "-cand", "candidate", exp)
         for s, batch in enumerate(batches(STEPS)):
             b.train_step(*batch)
             c.train_step(*batch)
@@ -62,7 +81,7 @@ def run_pair(tmp_path, exp, extra_args=(), **change1):
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline and not (
                         b.mon.counters()["requests_received"] and c.mon.counters()["requests_received"]):
-                    if not change1 and time.monotonic() > deadline - 17:
+                    if not (change1 or cast) and time.monotonic() > deadline - 17:
                         break  # twins: 3 s is plenty for a request that should not come
                     time.sleep(0.02)
             time.sleep(0.1)
@@ -107,6 +126,27 @@ def test_the_collector_zooms_into_the_container_and_names_the_call(tmp_path):
     rep = json.loads(out.stdout)
     offline = [(a["tensor"], a["step"]) for a in rep["alerts"] if a["rule"] == "first_divergence"]
     assert offline == [(a["tensor"], a["step"]) for a in fd], (offline, fmt_alerts(alerts))
+
+
+def test_calls_only_one_run_makes_are_named_when_the_others_agree(tmp_path):
+    """The demo's case: the candidate rounds blocks.1.mlp's output through fp16 in its own
+    code. Zoomed, every call both runs make agrees; the candidate alone calls to#0 (fp16)
+    and to#1: that is where the error is born, cause precision, live and in compare. No
+    capture: the baseline has no such call to capture."""
+    exp = "auto-zoom-cast"
+    col, alerts, counters = run_pair(tmp_path, exp, cast=True)
+    fd = [a for a in alerts if a["rule"] == "first_divergence"]
+    assert [a["tensor"] for a in fd] == ["blocks.1.mlp", "blocks.1.mlp/to#0"], fmt_alerts(alerts)
+    assert fd[1]["cause"] == "precision", fd[1]
+    assert ("auto-zoom-cast-cand alone makes blocks.1.mlp/to#0 (fp16), blocks.1.mlp/to#1 (fp32)"
+            in fd[1]["message"]), fd[1]["message"]
+    assert not [a for a in alerts if a["rule"] == "capture"], fmt_alerts(alerts)
+    assert all(k["requests_received"] == 1 for k in counters), counters
+    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
+                          col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
+    rep = json.loads(out.stdout)
+    assert (rep["first_divergence"]["tensor"], rep["first_divergence"]["step"]) == \
+        (fd[1]["tensor"], fd[1]["step"]), rep["first_divergence"]
 
 
 def test_twins_are_asked_nothing(tmp_path):

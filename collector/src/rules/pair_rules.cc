@@ -215,21 +215,92 @@ void FirstDivergenceDetector::Decide(bool force) {
   }
 }
 
+namespace {
+
+// A row of a call inside zoomed module `z`: "attn/softmax#0", or a later call's
+// "attn#1/softmax#0".
+bool InsideZoom(const std::string& name, const std::string& z) {
+  return name.size() > z.size() && name.compare(0, z.size(), z) == 0 &&
+         (name[z.size()] == '/' || name[z.size()] == '#') && name.find('/', z.size()) != std::string::npos;
+}
+
+// The act rows of calls inside `z` at micro step 0 that `side` has and `other` does not,
+// in execution order.
+std::vector<const StatRow*> OneSidedCalls(const StepData& side, const StepData& other, const NameTable& names,
+                                          const std::string& z) {
+  std::vector<const StatRow*> out;
+  for (const StatRow& r : side.rows) {
+    if (r.repeat || KeyKind(r.key) != Kind::kAct || KeyMicroStep(r.key) != 0) continue;
+    if (!InsideZoom(names.Name(KeyNameId(r.key)), z)) continue;
+    auto it = std::lower_bound(other.rows.begin(), other.rows.end(), r.key,
+                               [](const StatRow& x, uint64_t k) { return x.key < k; });
+    if (it == other.rows.end() || it->key != r.key) out.push_back(&r);
+  }
+  std::sort(out.begin(), out.end(), [](const StatRow* a, const StatRow* b) { return a->order < b->order; });
+  return out;
+}
+
+}  // namespace
+
 void FirstDivergenceDetector::Refine(const PairStepView& v) {
   PairOutcome* out = ctx_->outcome;
-  if (out == nullptr || out->zoom.empty() || out->refined || v.births == nullptr || v.birth < 0) return;
-  const OpBirth& b = (*v.births)[static_cast<size_t>(v.birth)];
-  const std::string op = ctx_->names->Name(b.op);
-  // Inside the zoomed module: "attn/softmax#0", or a later call's "attn#1/softmax#0".
+  if (out == nullptr || out->zoom.empty() || out->refined) return;
   const std::string& z = out->zoom;
-  if (b.backward || op.size() <= z.size() || op.compare(0, z.size(), z) != 0 ||
-      (op[z.size()] != '/' && op[z.size()] != '#') || op.find('/', z.size()) == std::string::npos) {
+  if (v.births == nullptr || v.birth < 0 ||
+      !InsideZoom(ctx_->names->Name((*v.births)[static_cast<size_t>(v.birth)].op), z) ||
+      (*v.births)[static_cast<size_t>(v.birth)].backward) {
+    RefineByOneSidedCalls(v);
     return;
   }
+  const OpBirth& b = (*v.births)[static_cast<size_t>(v.birth)];
   size_t drifting = 0;
   for (const MatchedTensor& m : *v.matched) drifting += m.drifting();
   alerting::Alert a = BirthAlert(v, b, drifting);
   a.message = "zoomed into " + z + ": " + a.message;
+  out->refined = true;
+  out->first_divergence = ctx_->out->Emit(std::move(a));
+}
+
+void FirstDivergenceDetector::RefineByOneSidedCalls(const PairStepView& v) {
+  // Only at a zoomed step: some call inside the module paired in both runs.
+  PairOutcome* out = ctx_->outcome;
+  const std::string& z = out->zoom;
+  const NameTable& names = *ctx_->names;
+  bool zoomed = false;
+  for (const MatchedTensor& m : *v.matched) {
+    if (InsideZoom(names.Name(KeyNameId(m.c->key)), z)) {
+      zoomed = true;
+      break;
+    }
+  }
+  if (!zoomed || v.b == nullptr || v.c == nullptr) return;
+  // Every call both runs make agrees (no birth inside), yet the module's output does
+  // not: the difference is in the calls only one run makes (a cast, an extra scaling).
+  const auto only_c = OneSidedCalls(*v.c, *v.b, names, z);
+  const auto only_b = OneSidedCalls(*v.b, *v.c, names, z);
+  if (only_c.empty() && only_b.empty()) return;
+  const bool cand = !only_c.empty();
+  const auto& rows = cand ? only_c : only_b;
+  auto list = [&](const std::vector<const StatRow*>& rs) {
+    std::string s;
+    for (size_t i = 0; i < rs.size() && i < 4; ++i) {
+      s += (i ? ", " : "") + names.Name(KeyNameId(rs[i]->key)) + " (" + DTypeName(rs[i]->dtype) + ")";
+    }
+    if (rs.size() > 4) s += " and " + std::to_string(rs.size() - 4) + " more";
+    return s;
+  };
+  bool coarse = false;
+  for (const StatRow* r : rows) coarse |= BirthFinder::UnitRoundoff(r->dtype) > BirthFinder::UnitRoundoff(DT::kF32);
+  auto a = ctx_->Make(rule(), Severity::kWarning, v.step, v.rank);
+  a.tensor = names.Name(KeyNameId(rows.front()->key));
+  a.kind = "act";
+  a.metric = "one_sided_calls";
+  a.cause = coarse ? "precision" : "op";
+  a.message = "zoomed into " + z + ": runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways at step " +
+              std::to_string(v.step) + " rank " + std::to_string(v.rank) + ": every call both runs make in " + z +
+              "'s own code agrees, and " + (cand ? ctx_->candidate : ctx_->baseline) + " alone makes " + list(rows) +
+              (only_b.empty() || !cand ? "" : "; " + ctx_->baseline + " alone makes " + list(only_b)) +
+              ": the error is born in the calls only one run makes; cause: " + a.cause;
   out->refined = true;
   out->first_divergence = ctx_->out->Emit(std::move(a));
 }

@@ -102,6 +102,9 @@ class FirstDivergenceDetector : public PairDetector {
   // first step whose birth point is a call inside it (zoomed rows, docs/rules.md
   // "Zoomed: the call") names that call, once, as the refined first divergence.
   void Refine(const PairStepView& v);
+  // ... or, at a zoomed step whose calls all agree where both runs make them, names the
+  // calls only one run makes (a cast to fp16, an extra scaling) as where it is born.
+  void RefineByOneSidedCalls(const PairStepView& v);
   const PairCtx* ctx_;
   bool fired_ = false;
   RankOnsets onsets_;
