@@ -13,6 +13,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "read_file.h"
 #include "test_dir.h"
 #include "test_messages.h"
 
@@ -22,13 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::At;
 using testing::Bytes;
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
 
 std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;
@@ -79,7 +74,7 @@ struct Result {
 Result RunLockstep(const testing::TempDir& dir, const std::vector<std::string>& args) {
   std::string out = dir / "stdout", err = dir / "stderr";
   int code = Wait(Spawn(args, out, err));
-  return {code, Slurp(out), Slurp(err)};
+  return {code, ReadFile(out), ReadFile(err)};
 }
 
 TEST(CollectCli, UnknownFlagIsOneLineAndExit2) {
@@ -199,8 +194,8 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!fs::exists(ready) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_TRUE(fs::exists(ready)) << Slurp(dir / "collect.err");
-  std::string info = Slurp(ready);
+  ASSERT_TRUE(fs::exists(ready)) << ReadFile(dir / "collect.err");
+  std::string info = ReadFile(ready);
   auto start = info.find("\"listen\":[\"") + 11;
   std::string ep = info.substr(start, info.find('"', start) - start);
   EXPECT_NE(info.find("\"pid\":" + std::to_string(pid)), std::string::npos) << info;
@@ -228,8 +223,8 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
   while ((!fs::exists(log) || fs::file_size(log) < want) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   kill(pid, SIGTERM);
-  EXPECT_EQ(Wait(pid), 0) << Slurp(dir / "collect.err");
-  std::string err = Slurp(dir / "collect.err");
+  EXPECT_EQ(Wait(pid), 0) << ReadFile(dir / "collect.err");
+  std::string err = ReadFile(dir / "collect.err");
   EXPECT_NE(err.find("SIGTERM"), std::string::npos) << err;
   EXPECT_NE(err.find("file_identifier"), std::string::npos) << err;  // the garbage frame
   EXPECT_NE(err.find("access: loopback only"), std::string::npos) << err;  // says who can reach it
