@@ -17,21 +17,14 @@
 #include "lockstep/collector/collector.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "test_dir.h"
+#include "wait_for.h"
 
 namespace lockstep::collector {
 namespace {
 
 constexpr int64_t kMs = 1000000;
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::seconds limit = std::chrono::seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+using testing::WaitFor;
 
 ControlRequestSpec Zoom(const std::string& run) {
   ControlRequestSpec s;

@@ -15,6 +15,7 @@
 #include "lockstep/agent/agent.h"
 #include "lockstep/collector/collector.h"
 #include "test_dir.h"
+#include "wait_for.h"
 #include "test_messages.h"
 
 namespace lockstep::collector {
@@ -22,15 +23,7 @@ namespace {
 
 using testing::At;
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::seconds limit = std::chrono::seconds(10)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+using testing::WaitFor;
 
 CurveKeyPair Pair() {
   auto p = MakeCurveKeyPair();
