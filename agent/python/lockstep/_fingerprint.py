@@ -308,3 +308,41 @@ def entries(fp):
         n = len(items)
         items = items[:MAX_ENTRIES] + [("fingerprint.truncated", str(n - MAX_ENTRIES))]
     return items
+
+
+class Fingerprint:
+    """A Monitor's run fingerprint: what each watch() adds, the autocast state at the
+    first watched forward and the rank once it is known, each change handed to the agent
+    (sent once, again on reconnection) through `send(entries)`. Never raises: a failure
+    is `fail(what, e)`."""
+
+    def __init__(self, send, fail):
+        self.entries = {}
+        self._send_entries = send
+        self._fail = fail
+
+    def _send(self):
+        self._send_entries(entries(self.entries))
+
+    def add_watch(self, cfg, model, optimizer, user_config, step):
+        try:
+            self.entries.update(build(cfg, model, optimizer, user_config, step=step))
+            self._send()
+        except Exception as e:  # pylint: disable=broad-except
+            self._fail("the run fingerprint", e)
+
+    def note_first_forward(self, platform):
+        try:
+            amp = autocast_state(platform)
+            if amp and any(self.entries.get(k) != v for k, v in amp.items()):
+                self.entries.update(amp)
+                self._send()
+        except Exception as e:  # pylint: disable=broad-except
+            self._fail("the run fingerprint", e)
+
+    def set_rank(self, rank, world):
+        fp, now = self.entries, (str(rank), str(world))
+        if fp and (fp.get("dist.rank"), fp.get("dist.world_size")) != now:
+            fp["dist.rank"], fp["dist.world_size"] = now
+            self._send()
+

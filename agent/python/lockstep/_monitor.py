@@ -29,11 +29,10 @@ from lockstep import _args, _capture, _config, _control, _core, _fingerprint, _z
 from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
-from lockstep._names import module_name
 from lockstep._recorder import KIND, Recorder
 from lockstep._session import Session
 from lockstep._tune import ThreadTuner
-from lockstep._watch import DEFAULT_KINDS, Watch
+from lockstep._watch import DEFAULT_KINDS, Watch, sampling
 
 _live = weakref.WeakSet()  # open monitors, closed at interpreter exit
 _AT_EXIT_TIMEOUT_S = 2.0
@@ -250,7 +249,8 @@ class Monitor:
         weakref.finalize(self, _remove_watches, self._watches)
         self._t_last = time.perf_counter()
         self._user_config = user_config
-        self._fingerprint = {}
+        self._fingerprint = _fingerprint.Fingerprint(_weak_call(weakref.WeakMethod(
+            self._set_fingerprint)), self._guard.fail)
         self._next_delivery_check = self._t_last + 1.0  # None once warned
         self.enabled = True
         _live.add(self)
@@ -290,7 +290,8 @@ class Monitor:
             sess.active = self._step % every == 0
             if self._ident.pending:  # the process group may be up by now
                 self._check_identity(release=False)
-            self._send_fingerprint(model, optimizer)
+            self._fingerprint.add_watch(self.config, model, optimizer, self._user_config,
+                                        self._step)
             if sess.active and len(self._watches) == 1:
                 if self._ident.pending:
                     sess.init_pending = w
@@ -414,36 +415,16 @@ class Monitor:
         if not self.enabled or self._closed:
             return "the monitor is closed"
         try:
-            if not isinstance(module, str):
-                raise ValueError("zoom(module=%s) is not valid: give a module's name, e.g. "
-                                 "'blocks.1.attn'" % _config.safe_repr(module))
-            if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10000:
-                raise ValueError("zoom(steps=%s) is not valid: give an integer from 1 to 10000"
-                                 % _config.safe_repr(steps))
-            if not _zoom.available():
-                raise ValueError("zoom() needs torch.overrides.TorchFunctionMode (torch >= "
-                                 "1.13); this torch is %s" % torch.__version__)
-            found = None
-            for w in self._watches:
-                for path, m in w.model.named_modules():
-                    if module_name(path) == module:
-                        found = (w.model, m)
-                        break
-                if found:
-                    break
+            _zoom.check_args(module, steps)
+            found = _capture.find_module(self._watches, module)
             if found is None:
                 raise ValueError("zoom(%r): no module of a watched model has that name (the "
                                  "names of the rows: 'blocks.1.attn', '<root>')" % module)
-            rec = self._rec
-            first = self._step if (rec.order == 0 and rec.micro == 0) else self._step + 1
+            first = self._next_unrecorded_step()
             if at is not None:
                 first = max(first, at)
-            for z in self._zooms:
-                if z.module is found[1]:
-                    z.first, z.last = min(z.first, first), max(z.last, first + steps - 1)
-                    return None
-            self._zooms.append(_zoom.Zoom(self._session, found[0], found[1], module, first,
-                                          first + steps - 1))
+            _zoom.zoom_of(self._zooms, self._session, found[0], found[1], module, first,
+                          first + steps - 1)
             return None
         except ValueError as e:
             why = str(e)
@@ -452,6 +433,11 @@ class Monitor:
             why = "%s: %s" % (type(e).__name__, e)
             self._guard.fail("zoom()", e)
         return why
+
+    def _next_unrecorded_step(self):
+        """This step while nothing of it has been recorded, else the next."""
+        rec = self._rec
+        return self._step if (rec.order == 0 and rec.micro == 0) else self._step + 1
 
     def capture(self, name: str, step: Optional[int] = None) -> bool:
         """Saves one op at step ``step`` (default: the next step not yet recording) for
@@ -466,22 +452,13 @@ class Monitor:
             return False
         caps = self._captures
         try:
-            rec = self._rec
-            first = self._step if (rec.order == 0 and rec.micro == 0) else self._step + 1
-
             def zoom_for(root, module, path, at):
                 if not _zoom.available():
                     raise ValueError("capture(%r) needs a zoom, which needs torch >= 1.13"
                                      % name)
-                for z in self._zooms:
-                    if z.module is module:
-                        z.first, z.last = min(z.first, at), max(z.last, at)
-                        return z
-                z = _zoom.Zoom(self._session, root, module, path, at, at)
-                self._zooms.append(z)
-                return z
+                return _zoom.zoom_of(self._zooms, self._session, root, module, path, at, at)
 
-            return caps.request(name, step, first,
+            return caps.request(name, step, self._next_unrecorded_step(),
                                 lambda path: _capture.find_module(self._watches, path),
                                 zoom_for)
         except ValueError as e:
@@ -564,15 +541,9 @@ class Monitor:
         out["python_errors"] = self._guard.count
         out["last_python_error"] = self._guard.last
         if rec is not None:
-            out["tensors_recorded"] = rec.records
-            out["tensors_repeated"] = rec.repeats
-            out["tensors_threaded"] = rec.threaded
-            out["tensors_changed_in_flight"] = rec.changed_in_flight
-            out["host_stats_thread"] = rec._threaded
+            out.update(rec.counters())
             tuner = self._tuner
             out["host_stats_thread_ratio"] = tuner.ratio if tuner is not None else None
-            out["tensors_skipped"] = rec.skipped
-            out["tensors_failed"] = rec.failed
             out["device_steps_dropped"] = self._pipeline.dropped_steps
             out["steps"] = self._step - self.config["start_step"]
         if self._captures is not None:
@@ -621,33 +592,16 @@ class Monitor:
                 ident.release(self._agent)
             self.rank = ident.rank
             self.config["rank"], self.config["world_size"] = ident.rank, ident.world
-            fp = self._fingerprint
-            now = (str(ident.rank), str(ident.world))
-            if fp and (fp.get("dist.rank"), fp.get("dist.world_size")) != now:
-                fp["dist.rank"], fp["dist.world_size"] = str(ident.rank), str(ident.world)
-                self._agent.set_fingerprint(_fingerprint.entries(fp))
+            self._fingerprint.set_rank(ident.rank, ident.world)
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("reading the rank from torch.distributed", e)
 
-    def _send_fingerprint(self, model, optimizer):
-        """Builds the run fingerprint of this watch() and hands it to the agent (sent
-        once; a later watch() adds to it). Never raises."""
-        try:
-            self._fingerprint.update(_fingerprint.build(self.config, model, optimizer,
-                                                        self._user_config, step=self._step))
-            self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
-        except Exception as e:  # pylint: disable=broad-except
-            self._guard.fail("the run fingerprint", e)
+    def _set_fingerprint(self, entries):
+        self._agent.set_fingerprint(entries)
 
     def _note_first_forward(self):
         """At the first watched forward: the autocast state joins the fingerprint."""
-        try:
-            amp = _fingerprint.autocast_state(self.platform)
-            if amp and any(self._fingerprint.get(k) != v for k, v in amp.items()):
-                self._fingerprint.update(amp)
-                self._agent.set_fingerprint(_fingerprint.entries(self._fingerprint))
-        except Exception as e:  # pylint: disable=broad-except
-            self._guard.fail("the run fingerprint", e)
+        self._fingerprint.note_first_forward(self.platform)
 
     def _check_delivery(self, now):
         """Warns once when nothing reached a collector (the agent's sender thread decides
@@ -659,18 +613,9 @@ class Monitor:
             self._guard.warn(problem)
 
     def _send_sampling(self):
-        """The job's sampling to the collector (schema Sampling): every, the watches'
-        include / exclude patterns (several: each in (?:...), joined by |) and kinds."""
-        def joined(i, empty_means_all):
-            ps = [getattr(p[i], "pattern", p[i]) or "" for p in self._patterns]
-            if empty_means_all and "" in ps:
-                return ""
-            ps = [p for p in ps if p]
-            return ps[0] if len(ps) == 1 else "|".join("(?:%s)" % p for p in ps)
+        """The job's sampling to the collector (schema Sampling, _watch.sampling)."""
         try:  # informational: a failure here must not cut watch() short
-            kinds = {KIND["param"] if k == "init" else KIND[k]
-                     for w in self._watches for k in w.kinds if k == "init" or k in KIND}
-            self._agent.set_sampling(self._every, joined(0, True), joined(1, False), sorted(kinds))
+            self._agent.set_sampling(self._every, *sampling(self._patterns, self._watches))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the sampling", e)
 

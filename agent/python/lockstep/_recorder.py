@@ -146,6 +146,14 @@ class Recorder:
         self.threaded = 0  # records whose statistics the thread computed
         self.changed_in_flight = 0  # results dropped: tensor changed before they were read
 
+    def counters(self):
+        """Monitor.counters()'s figures of the recorder."""
+        return {"tensors_recorded": self.records, "tensors_repeated": self.repeats,
+                "tensors_threaded": self.threaded,
+                "tensors_changed_in_flight": self.changed_in_flight,
+                "host_stats_thread": self._threaded, "tensors_skipped": self.skipped,
+                "tensors_failed": self.failed}
+
     def new_step(self, step):
         self.settle(wait=True)
         self._drop_deferred()

@@ -434,3 +434,19 @@ class Watch:
         for h in self.handles:
             h.remove()
         self.handles = []
+
+
+def sampling(patterns, watches):
+    """(include, exclude, kinds) of the wire's Sampling for these watches: the include
+    and exclude patterns of each watch() (several: each in (?:...), joined by |; an
+    include that is empty in one watch means all) and the kinds they record ("init" is
+    recorded as "param")."""
+    def joined(i, empty_means_all):
+        ps = [getattr(p[i], "pattern", p[i]) or "" for p in patterns]
+        if empty_means_all and "" in ps:
+            return ""
+        ps = [p for p in ps if p]
+        return ps[0] if len(ps) == 1 else "|".join("(?:%s)" % p for p in ps)
+    kinds = {KIND["param"] if k == "init" else KIND[k]
+             for w in watches for k in w.kinds if k == "init" or k in KIND}
+    return joined(0, True), joined(1, False), sorted(kinds)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from lockstep._config import safe_repr
 from lockstep._names import call_name, input_names, output_tensors
 from lockstep._recorder import KIND
 from lockstep._watch import _in_backward
@@ -47,6 +48,31 @@ def _func_name(func):
         if name.startswith("r") and hasattr(torch.Tensor, "__%s__" % name[1:]):
             name = name[1:]  # __rmul__ -> mul
     return name
+
+
+def check_args(module, steps):
+    """ValueError naming the argument of zoom() that cannot be used."""
+    if not isinstance(module, str):
+        raise ValueError("zoom(module=%s) is not valid: give a module's name, e.g. "
+                         "'blocks.1.attn'" % safe_repr(module))
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10000:
+        raise ValueError("zoom(steps=%s) is not valid: give an integer from 1 to 10000"
+                         % safe_repr(steps))
+    if not available():
+        raise ValueError("zoom() needs torch.overrides.TorchFunctionMode (torch >= 1.13); "
+                         "this torch is %s" % torch.__version__)
+
+
+def zoom_of(zooms, session, root, module, name, first, last):
+    """The Zoom of `module` (called `name`) in `zooms` widened to cover steps [first,
+    last], or a new one appended there."""
+    for z in zooms:
+        if z.module is module:
+            z.first, z.last = min(z.first, first), max(z.last, last)
+            return z
+    z = Zoom(session, root, module, name, first, last)
+    zooms.append(z)
+    return z
 
 
 class Zoom:
