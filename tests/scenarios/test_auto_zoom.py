@@ -149,6 +149,32 @@ def test_calls_only_one_run_makes_are_named_when_the_others_agree(tmp_path):
         (fd[1]["tensor"], fd[1]["step"]), rep["first_divergence"]
 
 
+def test_a_recorded_baseline_is_not_asked_and_its_candidate_neither(tmp_path):
+    """Against a recorded baseline (--baseline LOG) only the candidate could zoom, and
+    nothing would pair: the collector asks nobody."""
+    state = seeded_state(Net)
+    (tmp_path / "rec").mkdir()
+    with Collector(tmp_path / "rec") as rec:
+        b = zoom_run(state)(rec.endpoint, "rec-base", "baseline", "rec")
+        for batch in batches(STEPS):
+            b.train_step(*batch)
+        assert b.close()
+        rec.wait_goodbye(["rec-base"])
+    (tmp_path / "live").mkdir()
+    with Collector(tmp_path / "live", ["--baseline", rec.log_path("rec-base")], control=True) as col:
+        c = zoom_run(state, tanh_gelu=True)(col.endpoint, "rec-cand", "candidate", "rec")
+        for batch in batches(STEPS):
+            c.train_step(*batch)
+            time.sleep(0.05)
+        counters = c.mon.counters()
+        assert c.close()
+        col.wait_goodbye(["rec-cand"])
+    fd = [a["tensor"] for a in col.alerts() if a["rule"] == "first_divergence"]
+    assert fd == ["blocks.1.mlp"], fmt_alerts(col.alerts())
+    assert counters["requests_received"] == 0, counters
+    assert "to zoom into" not in col.stderr() and "to capture" not in col.stderr()
+
+
 def test_twins_are_asked_nothing(tmp_path):
     col, alerts, counters = run_pair(tmp_path, "auto-zoom-twins")
     assert not [a for a in alerts if a["rule"] in DRIFT_RULES], fmt_alerts(alerts)

@@ -24,10 +24,15 @@ FollowUp::FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, cons
 
 uint64_t FollowUp::NextStep(const PairCtx& ctx) const {
   uint64_t last = 0;
+  bool b = false, c = false;
   for (const RankInfo& r : collector_->registry().Snapshot()) {
     if (r.run == ctx.baseline || r.run == ctx.candidate) last = std::max(last, r.last_step);
+    b |= r.run == ctx.baseline;
+    c |= r.run == ctx.candidate;
   }
-  return last + 2;
+  // A run that never spoke to this collector (a recorded --baseline log) cannot act:
+  // zoomed or captured on one side only, nothing would pair.
+  return b && c ? last + 2 : 0;
 }
 
 uint64_t FollowUp::Ask(const PairCtx& ctx, const std::string& run, const char* action, const std::string& target,
@@ -48,8 +53,8 @@ void FollowUp::OnDivergence(const PairCtx& ctx) {
   const std::string key = PairKey(ctx);
   std::lock_guard<std::mutex> lock(mu_);
   if (!o.zoom.empty() && !o.refined) {
-    if (zoom_steps_ == 0 || !zoomed_.insert(key).second) return;
     const uint64_t at = NextStep(ctx);
+    if (zoom_steps_ == 0 || at == 0 || !zoomed_.insert(key).second) return;
     Ask(ctx, ctx.baseline, "zoom", o.zoom, at, zoom_steps_);
     Ask(ctx, ctx.candidate, "zoom", o.zoom, at, zoom_steps_);
     spdlog::info("the error is born in {}'s own code: asked runs {} and {} to zoom into it from step {} ({} steps)",
@@ -60,13 +65,14 @@ void FollowUp::OnDivergence(const PairCtx& ctx) {
   // can be re-run alone; a drifting tensor or a backward one is not.
   const alerting::Alert& fd = o.first_divergence;
   if (!capture_ || fd.metric != "added_error" || fd.kind != "act" || fd.tensor.empty()) return;
-  if (!captured_.insert(key).second) return;
+  const uint64_t at = NextStep(ctx);
+  if (at == 0 || !captured_.insert(key).second) return;
   Capture c;
   c.experiment = ctx.experiment;
   c.baseline = ctx.baseline;
   c.candidate = ctx.candidate;
   c.target = fd.tensor;
-  c.step = NextStep(ctx);
+  c.step = at;
   c.id_b = Ask(ctx, ctx.baseline, "capture", c.target, c.step, 1);
   c.id_c = Ask(ctx, ctx.candidate, "capture", c.target, c.step, 1);
   spdlog::info("asked runs {} and {} to capture {} at step {} (python -m lockstep replay says which run is wrong)",

@@ -9,8 +9,9 @@
 //   alert (rule "capture") lists them with the command that says which run is wrong
 //   (`python -m lockstep replay BASELINE_FILE CANDIDATE_FILE`).
 //
-// Each at most once per pair. The step: two past the later run's last step, so that
-// both act at the same one (a run past it acts at its next).
+// Each at most once per pair, and only when both runs are live agents of this collector
+// (not a recorded --baseline log). The step: two past the later run's last step, so
+// that both act at the same one (a run past it acts at its next).
 //
 // Threads: OnDivergence on the analyzer's thread, OnAnswer on the ingest thread; one
 // mutex between them (a few calls a run).
@@ -49,6 +50,7 @@ class FollowUp {
     std::string file_b, file_c;  // from the "done" answers of rank 0
     bool told = false;
   };
+  // The step both runs act at, or 0 when one of them is not live here.
   uint64_t NextStep(const PairCtx& ctx) const;
   uint64_t Ask(const PairCtx& ctx, const std::string& run, const char* action, const std::string& target,
                uint64_t step, uint32_t steps);
