@@ -69,7 +69,7 @@ class RateLimiter {
   Slot slots_[kSlots];
 };
 
-enum LogKey : size_t { kKeyLogError = static_cast<size_t>(Reject::kCount), kKeySinkError };
+enum LogKey : size_t { kKeyLogError = static_cast<size_t>(Reject::kCount), kKeySinkError, kKeyControlError };
 
 uint64_t RecordsIn(const wire::Envelope& env) {
   switch (env.body_type()) {
@@ -294,11 +294,20 @@ void Collector::Impl::PublishControl() {
   // XPUB hands up each subscription (first byte 1) and unsubscription (0).
   bool subscribed = false;
   zmq::message_t sub;
-  while (control.recv(sub, zmq::recv_flags::dontwait)) {
-    if (sub.size() > 0 && static_cast<const uint8_t*>(sub.data())[0] == 1) subscribed = true;
-  }
-  for (const std::string& frame : requests->Due(clock->NowUnixNs(), subscribed)) {
-    control.send(zmq::buffer(frame), zmq::send_flags::dontwait);  // a full agent queue drops: sent again later
+  try {
+    while (control.recv(sub, zmq::recv_flags::dontwait)) {
+      if (sub.size() > 0 && static_cast<const uint8_t*>(sub.data())[0] == 1) subscribed = true;
+    }
+    for (const std::string& frame : requests->Due(clock->NowUnixNs(), subscribed)) {
+      control.send(zmq::buffer(frame), zmq::send_flags::dontwait);  // a full agent queue drops: sent again later
+    }
+  } catch (const zmq::error_t& e) {
+    // A signal (EINTR) or a failing control socket must not stop ingest: what was not
+    // published goes out at a later turn (requests are published until answered).
+    if (e.num() != EINTR) {
+      uint64_t held = 0;
+      if (limiter.Allow(kKeyControlError, &held)) spdlog::warn("the control channel: {}", e.what());
+    }
   }
 }
 
