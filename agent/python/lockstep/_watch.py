@@ -99,8 +99,11 @@ _HOOKS_FOLLOW_INPLACE = int(torch.__version__.split(".")[0]) >= 2
 
 def _grad_hook(t, fn):
     """Calls fn(gradient of `t` as the module returned it) in backward."""
+    if _HOOKS_FOLLOW_INPLACE:  # before t.grad_fn: building that object costs, per output
+        t.register_hook(fn)
+        return
     node = t.grad_fn
-    if _HOOKS_FOLLOW_INPLACE or node is None or t._version == 0:
+    if node is None or t._version == 0:
         t.register_hook(fn)
         return
     nr = t.output_nr
