@@ -51,11 +51,11 @@ void ReportRecorder::Halve(Pair* p) const {
   const uint32_t n = (p->ncols + 1) / 2;
   for (Row& r : p->rows) {
     for (uint32_t i = 0; i < n; ++i) {
-      Cell merged = 2 * i < r.cells.size() ? r.cells[2 * i] : Cell{};
-      if (2 * i + 1 < r.cells.size()) MergeCell(&merged, r.cells[2 * i + 1]);
+      Cell merged = r.cells[2 * i];
+      if (2 * i + 1 < p->ncols) MergeCell(&merged, r.cells[2 * i + 1]);
       r.cells[i] = merged;
     }
-    r.cells.resize(std::min<size_t>(r.cells.size(), n));
+    std::fill(r.cells.begin() + n, r.cells.begin() + p->ncols, Cell{});
   }
   p->ncols = n;
 }
@@ -93,13 +93,17 @@ void ReportRecorder::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
       r.name = ctx.names ? ctx.names->Name(KeyNameId(key)) : std::to_string(KeyNameId(key));
       r.kind = KeyKind(key);
       r.micro = KeyMicroStep(key);
+      // All its columns at once, written now: the row's memory is taken (and made
+      // resident) when the tensor is first seen, not column by column as the run goes
+      // on, so the collector's RSS stays flat over a long run (a growing vector also
+      // kept its doubled capacity: 512 columns' worth).
+      r.cells.assign(limits_.max_cols, Cell{});
       it = p.row_of.emplace(key, static_cast<uint32_t>(p.rows.size())).first;
       p.rows.push_back(std::move(r));
     }
     if (it->second == UINT32_MAX) continue;
     Row& row = p.rows[it->second];
     row.order = m.c->order;
-    if (row.cells.size() <= col) row.cells.resize(col + 1);
     Cell c;
     const double ratio = m.threshold > 0 ? m.eval.score / m.threshold : m.eval.score;
     c.score = static_cast<float>(std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio);

@@ -12,7 +12,8 @@
 // doubles and neighbouring columns merge, keeping each tensor's worst cell), at most
 // max_tensors rows (later tensors are counted, not kept), max_points scalar points
 // (same halving, keeping every other point) and max_alerts alerts per experiment
-// (later ones counted). Memory is O(max_tensors x max_cols), independent of run length.
+// (later ones counted). Memory is O(max_tensors x max_cols), independent of run length:
+// a row takes its max_cols cells (16 bytes each) when its tensor is first seen.
 //
 // Threads: every method takes the recorder's own mutex, so OnPairStep/OnAlert (the
 // analyzer's thread) and the Json functions (e.g. an HTTP thread) may run concurrently.
