@@ -4,7 +4,8 @@
 // Two loadgens with the same --tensors/--steps produce identical statistics, except that
 // a candidate given --drift-after S drifts from step S on, in the second half of the
 // tensors (in execution order) and in the loss, growing each step: a divergence whose
-// first layer is tensor N/2, for demos and end-to-end tests.
+// first layer is tensor N/2, for demos and end-to-end tests. --init-tensors M adds M
+// tensors of kind param recorded at step 0 only (initial weights, as Monitor.watch does).
 //
 // Pacing (--steps-per-s R): step s starts at t0 + s/R (an absolute schedule, so a slow
 // step is caught up by the next ones instead of shifting all that follow). A step that
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   o.run = "loadgen";
   std::string role = "solo";
   int64_t rank = 0, world_size = 1, tensors = 64, steps = 100, sketch_k = lockstep::kDefaultSketchK;
+  int64_t init_tensors = 0;
   int64_t drift_after = -1, queue_capacity = static_cast<int64_t>(o.queue_capacity);
   int64_t send_hwm = o.send_hwm, max_records = static_cast<int64_t>(o.max_records_per_message);
   int64_t close_timeout_ms = 5000, heartbeat_ms = 1000;
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
   flags.Int("world-size", &world_size, "number of ranks");
   flags.Int("tensors", &tensors, "tensors recorded per step");
   flags.Int("steps", &steps, "steps to run");
+  flags.Int("init-tensors", &init_tensors, "tensors of kind param recorded at step 0 only (initial weights)");
   flags.Double("steps-per-s", &steps_per_s, "steps per second (0 = as fast as possible)", "R");
   flags.Int("start-at-unix-ms", &start_at_unix_ms,
             "wait until this wall-clock time (ms since the epoch) before step 0, so that "
@@ -132,7 +135,7 @@ int main(int argc, char** argv) {
                  role.c_str());
     return lockstep::cli::kExitUsage;
   }
-  if (tensors < 1 || steps < 0 || steps_per_s < 0 || start_at_unix_ms < 0 || queue_capacity < 1 ||
+  if (tensors < 1 || steps < 0 || init_tensors < 0 || steps_per_s < 0 || start_at_unix_ms < 0 || queue_capacity < 1 ||
       rank < 0 || world_size < 1 || max_records < 1 || heartbeat_ms < 1 || close_timeout_ms < 0) {
     std::fprintf(stderr, "lockstep-loadgen: --tensors, --queue-capacity, --world-size, "
                          "--max-records-per-message and --heartbeat-ms must be >= 1, the others >= 0\n");
@@ -162,6 +165,13 @@ int main(int argc, char** argv) {
                                    {8, 1024}, static_cast<uint32_t>(t));
   }
 
+  std::vector<uint32_t> init_ids(static_cast<size_t>(init_tensors));
+  for (int64_t t = 0; t < init_tensors; ++t) {
+    init_ids[t] = agent->RegisterTensor("layers." + std::to_string(t / 2) + (t % 2 ? ".bias" : ".weight"),
+                                        lockstep::TensorKind::kParam, lockstep::DType::kF32, {1024},
+                                        static_cast<uint32_t>(tensors + t));
+  }
+
   if (start_at_unix_ms > 0) {
     std::this_thread::sleep_until(std::chrono::system_clock::time_point(
         std::chrono::milliseconds(start_at_unix_ms)));
@@ -183,6 +193,11 @@ int main(int argc, char** argv) {
     if (backpressure && agent->Counters().queue_depth * 2 + static_cast<uint64_t>(tensors) >
                             static_cast<uint64_t>(queue_capacity)) {
       agent->Flush(std::chrono::seconds(5));
+    }
+    for (int64_t t = 0; s == 0 && t < init_tensors; ++t) {
+      FillStats(static_cast<uint64_t>(tensors + t), 0, 0.0, o.sketch_k, stats.get());
+      ++attempts;
+      if (!agent->RecordStats(0, 0, init_ids[t], static_cast<uint32_t>(tensors + t), *stats)) ++refused;
     }
     bool drifting = o.role == lockstep::Role::kCandidate && drift_after >= 0 && s >= drift_after;
     double step_drift = drifting ? 0.02 * static_cast<double>(s - drift_after + 1) : 0.0;

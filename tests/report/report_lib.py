@@ -43,14 +43,16 @@ class Collector:
                     raise RuntimeError("lockstep collect wrote no ready file within 30 s")
                 time.sleep(0.01)
 
-    def run_pair(self, experiment, tensors, steps, drift_after):
-        """Runs a baseline and a candidate loadgen side by side; returns their log paths."""
+    def run_pair(self, experiment, tensors, steps, drift_after, init_tensors=0):
+        """Runs a baseline and a candidate loadgen side by side; returns their log paths.
+        `init_tensors`: tensors of kind param recorded at step 0 only."""
         procs = []
         for run, role in (("%s-base" % experiment, "baseline"), ("%s-cand" % experiment, "candidate")):
             procs.append(subprocess.Popen(
                 [self.gen, "--endpoint", self.endpoint, "--run", run, "--experiment", experiment,
                  "--role", role, "--tensors", str(tensors), "--steps", str(steps), "--backpressure",
-                 "--drift-after", str(drift_after), "--sketch-k", "16"],
+                 "--drift-after", str(drift_after), "--sketch-k", "16",
+                 "--init-tensors", str(init_tensors)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for p in procs:
             out, err = p.communicate(timeout=120)

@@ -2,8 +2,9 @@
 browser (Debian's chromium, headless, driven over the DevTools protocol by cdp.py).
 
 - The page of a 60-step pair whose candidate drifts from step 30: the verdict is the
-  one `lockstep compare` gives, the heatmap and the curves drew, a click on a heatmap
-  cell opens that tensor's history, no request left the page, a screenshot is saved
+  one `lockstep compare` gives, the heatmap and the curves drew, the initial weights
+  (compared at step 0 only) are one line of text instead of grey heatmap rows, a click
+  on a heatmap cell opens that tensor's history, no request left the page, a screenshot is saved
   into the build dir (LOCKSTEP_REPORT_OUT).
 - The report from a collector's data dir, and its exit codes.
 - Size and speed: a 1,000-step x 500-tensor pair makes a file under 5 MB; the time
@@ -24,6 +25,7 @@ from report_lib import Collector
 
 OUT_DIR = os.environ.get("LOCKSTEP_REPORT_OUT", "")
 DRIFT_AFTER = 30
+INIT_TENSORS = 6  # kind param, compared at step 0 only: a line of text, not heatmap rows
 
 
 def report(exe, *args):
@@ -34,7 +36,8 @@ def report(exe, *args):
 def pair(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pair")
     with Collector(tmp) as col:
-        logs = col.run_pair("rep", tensors=24, steps=60, drift_after=DRIFT_AFTER)
+        logs = col.run_pair("rep", tensors=24, steps=60, drift_after=DRIFT_AFTER,
+                            init_tensors=INIT_TENSORS)
         col.wait_goodbye(["rep-base", "rep-cand"])
     return col, logs, tmp
 
@@ -88,9 +91,16 @@ def test_report_page_in_a_browser(pair):
             for (let i = 0; i < d.length; i += 4) if (!(d[i] === 255 && d[i+1] === 255 && d[i+2] === 255)) n++;
             return [n, c.width, c.height]; })()""")
         assert drawn[0] > 0.3 * drawn[1] * drawn[2] * 0.5, drawn
+        # The initial weights are not heatmap rows (each would be grey but for one cell):
+        # one line says how many and how they compared; the table still lists them.
+        rows_drawn = b.eval("+document.getElementById('heatmap').dataset.rows")
+        assert rows_drawn == 24, rows_drawn
+        once = b.eval("document.getElementById('once').innerText")
+        assert once.startswith("%d tensors compared at one step only (step 0: param)" % INIT_TENSORS) \
+            and "all within tolerance" in once, once
         # The last tensor (drifting) is red at the last step, not at the first.
         corner = b.eval("""(() => { const c = document.getElementById('heatmap'), x = c.getContext('2d');
-            const lw = +c.dataset.lw, cw = +c.dataset.cw, rh = +c.dataset.rh, rows = D.rows.length, cols = D.ds.cols;
+            const lw = +c.dataset.lw, cw = +c.dataset.cw, rh = +c.dataset.rh, rows = +c.dataset.rows, cols = D.ds.cols;
             const px = (col) => Array.from(x.getImageData(lw + col * cw + 1, (rows - 1) * rh + 1, 1, 1).data);
             return [px(0), px(cols - 1)]; })()""")
         assert corner[1][0] > 150 and corner[1][1] < 120, corner
@@ -102,7 +112,7 @@ def test_report_page_in_a_browser(pair):
         # Click the last column of the last row (a drifting tensor): its history shows.
         pos = b.eval("""(() => { const c = document.getElementById('heatmap'), r = c.getBoundingClientRect();
             c.scrollIntoView(); const r2 = c.getBoundingClientRect();
-            const lw = +c.dataset.lw, cw = +c.dataset.cw, rh = +c.dataset.rh, rows = D.rows.length, cols = D.ds.cols;
+            const lw = +c.dataset.lw, cw = +c.dataset.cw, rh = +c.dataset.rh, rows = +c.dataset.rows, cols = D.ds.cols;
             return [r2.left + lw + (cols - 1) * cw + cw / 2, r2.top + (rows - 1) * rh + rh / 2, D.rows[rows - 1][0]]; })()""")
         b.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=pos[0], y=pos[1])
         tip = b.eval("document.getElementById('tip').innerText")
@@ -114,7 +124,7 @@ def test_report_page_in_a_browser(pair):
         assert len(hpaths) >= 3 and min(hpaths) > 100, hpaths
         # The table sorts and filters.
         n_rows = b.eval("document.querySelectorAll('#tbl tbody tr').length")
-        assert n_rows == 24
+        assert n_rows == 24 + INIT_TENSORS
         b.eval("(() => { const i = document.getElementById('tfilter'); i.value = 'layers.5.'; i.dispatchEvent(new Event('input')); })()")
         assert b.eval("document.querySelectorAll('#tbl tbody tr').length") == 4
         # No request left the page: the page itself only.
