@@ -67,7 +67,23 @@ bool StringsWithinCaps(const wire::Envelope& env) {
       return true;
     }
     case wire::Body::Goodbye: return Within(env.body_as_Goodbye()->reason(), kMaxLabelLength);
-    case wire::Body::ControlAck: return Within(env.body_as_ControlAck()->detail(), kMaxTensorNameLength);
+    case wire::Body::ControlAck: {
+      const auto* a = env.body_as_ControlAck();
+      if (!Within(a->detail(), kMaxTensorNameLength)) return false;
+      const auto* r = a->replay();
+      if (r == nullptr) return true;
+      for (const auto* s : {r->file(), r->row(), r->dtype(), r->coarsest(), r->settings_digest(),
+                            r->inputs_digest(), r->output_digest(), r->error()})
+        if (!Within(s, kMaxTensorNameLength)) return false;
+      for (const auto* kv : {r->settings(), r->precision()}) {
+        if (kv == nullptr) continue;
+        if (kv->size() > kMaxSelfReplaySettings) return false;
+        for (const auto* e : *kv)
+          if (e == nullptr || !Within(e->key(), kMaxTensorNameLength) || !Within(e->value(), kMaxTensorNameLength))
+            return false;
+      }
+      return true;
+    }
     case wire::Body::Sampling: {
       const auto* sc = env.body_as_Sampling()->config();
       return sc == nullptr ||

@@ -73,6 +73,15 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos;
 }
 
+// An agent's answer to request `id`; with a capture's own replay when `replay`.
+Bytes Ack(const Head& h, uint64_t id, wire::AckStatus status, bool replay = false) {
+  flatbuffers::FlatBufferBuilder fbb;
+  flatbuffers::Offset<wire::SelfReplay> r;
+  if (replay) r = wire::CreateSelfReplayDirect(fbb, "/tmp/x.pt", "blocks.0/gelu#0", "float32", "float32", 1e-7, 1.0);
+  auto body = wire::CreateControlAck(fbb, id, status, 5, fbb.CreateString("capture"), r);
+  return lockstep::testing::Finish(fbb, h, wire::Body::ControlAck, body.Union());
+}
+
 TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
   Fixture f;
   f.Send(lockstep::testing::Hello(lockstep::testing::At("run-a", 1, 0), "exp \"x\""));
@@ -81,7 +90,10 @@ TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
   // seq 3 never sent: one gap.
   f.Send(lockstep::testing::Heartbeat(lockstep::testing::At("run-a", 1, 4), /*dropped=*/7, 3, 1));
   f.Send(Bytes{'n', 'o', 'p', 'e', 0, 0, 0, 0});  // not a lockstep envelope
-  f.WaitReceived(5);
+  f.Send(Ack(lockstep::testing::At("run-a", 1, 5), 7, wire::AckStatus::Received));
+  f.Send(Ack(lockstep::testing::At("run-a", 1, 6), 7, wire::AckStatus::Done));
+  f.Send(Ack(lockstep::testing::At("run-a", 1, 7), 7, wire::AckStatus::Done, /*replay=*/true));
+  f.WaitReceived(8);
   alerting::Alert a;
   a.rule = "loss_drift";
   a.severity = alerting::Severity::kCritical;
@@ -94,7 +106,7 @@ TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
   clock.SetUnixNs(f.col->registry().Snapshot().at(0).last_recv_unix_ns + 1'500'000'000);
   std::string t = "\n" + m.Render();
   const std::string ra = "{run=\"run-a\",rank=\"1\"}";
-  EXPECT_TRUE(Has(t, "lockstep_rank_messages_total" + ra + " 4")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_rank_messages_total" + ra + " 7")) << t;
   EXPECT_TRUE(Has(t, "lockstep_rank_records_total" + ra + " 2"));
   EXPECT_TRUE(Has(t, "lockstep_rank_last_step" + ra + " 1"));
   EXPECT_TRUE(Has(t, "lockstep_rank_missing_messages" + ra + " 1"));
@@ -108,8 +120,17 @@ TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
             std::string::npos);
   EXPECT_TRUE(Has(t, "lockstep_collector_bad_messages_total{reason=\"file_identifier\"} 1"));
   EXPECT_TRUE(Has(t, "lockstep_collector_bad_messages_total{reason=\"malformed\"} 0"));
-  EXPECT_TRUE(Has(t, "lockstep_collector_received_messages_total 5"));
-  EXPECT_TRUE(Has(t, "lockstep_collector_messages_total 4"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_received_messages_total 8"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_messages_total 7"));
+  // The control channel: answers by status (every status present), the replays among them.
+  EXPECT_TRUE(Has(t, "# TYPE lockstep_collector_control_answers_total counter"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_answers_total{status=\"received\"} 1"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_answers_total{status=\"done\"} 2"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_answers_total{status=\"refused\"} 0"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_answers_total{status=\"unknown\"} 0"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_replays_total 1"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_requests_total 0"));
+  EXPECT_TRUE(Has(t, "lockstep_collector_control_publications_total 0"));
   EXPECT_TRUE(Has(t, "lockstep_alerts_total{experiment=\"exp \\\"x\\\"\",rule=\"loss_drift\",severity=\"critical\"} 2"));
   EXPECT_TRUE(Has(t, "lockstep_collector_up 1"));
   EXPECT_TRUE(Has(t, "# TYPE lockstep_rank_step_duration_seconds summary"));

@@ -2,7 +2,13 @@
 "The control channel"), through a FakeAgent: a zoom starts at the requested step, from
 the start of a step, and is answered "done" with the steps; a request for a step already
 past starts at the next one; an unknown module is refused with why; an unknown action is
-ignored; a step without requests never asks for them; the derived control endpoint."""
+ignored; a step without requests never asks for them; the derived control endpoint.
+A capture the collector asked for is replayed by the capture's writer thread and
+answered a second time with the result (lockstep._self_replay); a replay that fails is
+counted and answered with why; with capture off nothing is captured or replayed."""
+import threading
+import warnings
+
 import torch
 from torch import nn
 
@@ -79,3 +85,73 @@ def test_the_control_endpoint_is_derived_from_the_endpoint():
     mon, _ = fake_monitor(control_endpoint="off")
     assert mon.config["control_endpoint"] == ""
     mon.close()
+
+
+def self_replays(fake):
+    """Collects the job's second answers to capture requests (Agent.acknowledge_replay)
+    with the thread that sent each."""
+    got = []
+    fake.acknowledge_replay = lambda rid, step, detail, r: got.append(
+        (rid, step, detail, r, threading.current_thread().name)) or True
+    return got
+
+
+def test_a_requested_capture_is_replayed_on_the_writer_thread_and_answered_again(tmp_path):
+    mon, fake = fake_monitor(capture_dir=str(tmp_path))
+    got = self_replays(fake)
+    model = Net()
+    mon.watch(model)
+    train(mon, model, 1)
+    fake.requests = [(5, "capture", "inner", 2, 1)]
+    train(mon, model, 3)
+    assert mon.close()
+    (rid, status, step, detail), = fake.answers
+    assert (rid, status, step) == (5, "done", 2) and detail.startswith("capture inner at step 2 into ")
+    (rid2, step2, detail2, r, thread), = got
+    assert (rid2, step2, detail2) == (5, 2, detail) and thread == "ls-capture", got
+    assert not r.get("error"), r
+    assert r["file"] in detail and r["row"] == "inner" and r["dtype"] == "float32", r
+    # A Linear in fp32 against float64: within a few ULPs of fp32, never zero-width
+    assert 0 <= r["ulps"] < 8 and r["max_rel_error"] < 1e-5 and r["width"] == 4, r
+    assert dict(r["settings"])["type"] == "'torch.nn.modules.linear.Linear'", r["settings"]
+    assert len(r["settings_digest"]) == 32 and len(r["inputs_digest"]) == 32, r
+    n = mon.counters()
+    assert n["self_replays"] == 1 and n["self_replays_failed"] == 0, n
+    assert n["python_errors"] == 0, n["last_python_error"]
+
+
+def test_a_self_replay_that_fails_is_counted_and_answered_with_why(tmp_path):
+    mon, fake = fake_monitor(capture_dir=str(tmp_path))
+    got = self_replays(fake)
+    model = Net()
+    mon.watch(model)
+    train(mon, model, 1)
+    fake.requests = [(6, "capture", "<root>", 2, 1)]  # a module with submodules: no replay
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        train(mon, model, 3)
+        assert mon.close()
+    (_, _, _, r, _), = got
+    assert "has submodules" in r["error"] and r["file"], r
+    n = mon.counters()
+    assert n["self_replays"] == 0 and n["self_replays_failed"] == 1 and n["captures_written"] == 1, n
+    assert n["python_errors"] == 0, n["last_python_error"]
+    said = [str(x.message) for x in w if "could not be replayed here" in str(x.message)]
+    assert len(said) == 1, [str(x.message) for x in w]
+
+
+def test_with_capture_off_nothing_is_captured_or_replayed(tmp_path):
+    mon, fake = fake_monitor(capture=False, capture_dir=str(tmp_path))
+    got = self_replays(fake)
+    model = Net()
+    mon.watch(model)
+    train(mon, model, 1)
+    fake.requests = [(7, "capture", "inner", 2, 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train(mon, model, 3)
+    assert mon.close()
+    (_, status, _, detail), = fake.answers
+    assert status == "refused" and "refused" in detail, fake.answers
+    assert not got and not list(tmp_path.iterdir())
+    assert mon.counters()["self_replays"] == 0

@@ -10,7 +10,11 @@ blocks.1.mlp a few steps ahead. Both agents take the request, answer it on the w
 divergence is refined to the call, `blocks.1.mlp/gelu#0`, live and in `compare`. Then
 the collector asks both runs to capture that call at the same step; both answer with
 their file, a "capture" alert lists the two files, and `python -m lockstep replay` on
-them says the runs compute different functions (cause config).
+them says the runs compute different functions (cause config). Each agent also replays
+its own capture on its writer thread and answers again with what it found; from the two
+answers the collector gives the same verdict, live (a "replay" alert) and in `compare`.
+A kernel that rounds through fp16 (test_capture_replay.py's model) is the candidate's
+less accurate op, cause platform, live and in compare.
 
 When every call both runs make agrees, the calls only one run makes are named (the
 demo's fp16 cast in a block's own code). Twins: nothing is asked of anybody. `--control-listen off`: no zoom, the container stays
@@ -67,21 +71,27 @@ def run_pair(tmp_path, exp, extra_args=(), cast=False, **change1):
     """Trains the pair for STEPS steps, 0.1 s apart (time for a request's round trip);
     after step 0 waits (up to 20 s) until both agents took a request, or 3 s when none
     should come (twins). Captures go to tmp_path/captures."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
     state = seeded_state(Net)
     kw = {"capture_dir": str(tmp_path / "captures")}
+    make_c = cast_run(state, kw) if cast else zoom_run(state, monitor_kwargs=kw, **change1)
+    return run_live(tmp_path, exp, zoom_run(state, monitor_kwargs=kw), make_c, batches(STEPS),
+                    extra_args, asked=bool(change1 or cast))
+
+
+def run_live(tmp_path, exp, make_b, make_c, batches_, extra_args=(), asked=True):
+    """run_pair's loop for any pair of runs (test_capture_replay.py's models too)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     with Collector(tmp_path, list(extra_args), control="--control-listen" not in extra_args) as col:
-        b = zoom_run(state, monitor_kwargs=kw)(col.endpoint, exp + "-base", "baseline", exp)
-        make_c = cast_run(state, kw) if cast else zoom_run(state, monitor_kwargs=kw, **change1)
+        b = make_b(col.endpoint, exp + "-base", "baseline", exp)
         c = make_c(col.endpoint, exp + "-cand", "candidate", exp)
-        for s, batch in enumerate(batches(STEPS)):
+        for s, batch in enumerate(batches_):
             b.train_step(*batch)
             c.train_step(*batch)
             if s == 0:
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline and not (
                         b.mon.counters()["requests_received"] and c.mon.counters()["requests_received"]):
-                    if not (change1 or cast) and time.monotonic() > deadline - 17:
+                    if not asked and time.monotonic() > deadline - 17:
                         break  # twins: 3 s is plenty for a request that should not come
                     time.sleep(0.02)
             time.sleep(0.1)
@@ -90,6 +100,28 @@ def run_pair(tmp_path, exp, extra_args=(), cast=False, **change1):
         col.wait_goodbye([exp + "-base", exp + "-cand"])
     assert col.proc.returncode == 0, col.stderr()
     return col, col.alerts(), counters
+
+
+def replay_alert(alerts):
+    """The one "replay" alert: the verdict from both runs' own replays."""
+    rep = [a for a in alerts if a["rule"] == "replay"]
+    assert len(rep) == 1, fmt_alerts(alerts)
+    return rep[0]
+
+
+def same_offline(col, exp, live):
+    """compare --json of the pair's logs rebuilds the live replay alert and verdict."""
+    out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
+                          col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
+    rep = json.loads(out.stdout)
+    offline = replay_alert(rep["alerts"])
+    keys = ("rule", "severity", "metric", "cause", "tensor", "step", "message", "runs",
+            "baseline_value", "candidate_value", "threshold")
+    assert {k: offline[k] for k in keys} == {k: live[k] for k in keys}, (offline, live)
+    # the same id but for the experiment, which compare labels "compare"
+    assert offline["id"] == live["id"].replace("/" + exp + "/", "/compare/", 1), (offline, live)
+    assert [r["verdict"] for r in rep["replays"]] == [live["metric"]], rep["replays"]
+    return rep
 
 
 def test_the_collector_zooms_into_the_container_and_names_the_call(tmp_path):
@@ -104,12 +136,19 @@ def test_the_collector_zooms_into_the_container_and_names_the_call(tmp_path):
     # Both runs answered on the wire, and zoomed the same two steps.
     for run in (exp + "-base", exp + "-cand"):
         a = acks(col, run)
-        assert [x["status"] for x in a] == ["Received", "Done", "Received", "Done"], a
+        assert [x["status"] for x in a] == ["Received", "Done", "Received", "Done", "Done"], a
         first = a[1]["step"]
         assert a[1]["detail"] == "zoom blocks.1.mlp steps %d..%d" % (first, first + 1), a
         assert a[3]["detail"].startswith("capture blocks.1.mlp/gelu#0 at step "), a
         assert first + 1 < a[3]["step"] in zoomed_steps(col, run), a  # the capture zooms its step
+        # The second "done": the capture replayed on the job's writer thread, against
+        # float64 of its own settings: within a few ULPs of fp32.
+        assert a[4]["detail"] == a[3]["detail"] and "replay" not in a[3], a
+        own = a[4]["replay"]
+        assert own["row"] == "blocks.1.mlp/gelu#0" and own["error"] == "", own
+        assert own["dtype"] == "float32" and own["ulps"] < 8 and own["file"] in a[3]["detail"], own
     assert fd[1]["step"] == first
+    assert all(k["self_replays"] == 1 and k["self_replays_failed"] == 0 for k in counters), counters
     # The capture: one alert naming both files, which replay reads to a verdict.
     cap = [a for a in alerts if a["rule"] == "capture"]
     assert len(cap) == 1 and cap[0]["severity"] == "info", fmt_alerts(alerts)
@@ -120,6 +159,17 @@ def test_the_collector_zooms_into_the_container_and_names_the_call(tmp_path):
                          capture_output=True, text=True, timeout=120)
     verdict = json.loads(out.stdout)
     assert verdict["verdict"] == "different_functions" and verdict["cause"] == "config", out.stdout
+    # The same verdict live, from the two runs' own replays, in the alerts file.
+    live = replay_alert(alerts)
+    assert (live["metric"], live["cause"], live["tensor"]) == \
+        ("different_functions", "config", "blocks.1.mlp/gelu#0"), live
+    assert "approximate: 'none' (baseline) vs 'tanh' (candidate)" in live["message"], live["message"]
+    same_offline(col, exp, live)
+    # ... and in the HTML report, among its alerts.
+    html = tmp_path / "report.html"
+    subprocess.run([col.exe, "report", col.log_path(exp + "-base"), col.log_path(exp + "-cand"),
+                    "-o", str(html)], capture_output=True, timeout=60, check=True)
+    assert "on each run's host: different_functions (cause config)" in html.read_text(), html
     # compare reads the same logs to the same refined verdict.
     out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
                           col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
@@ -181,6 +231,29 @@ def test_twins_are_asked_nothing(tmp_path):
     assert all(k["requests_received"] == 0 for k in counters), counters
     assert "to zoom into" not in col.stderr() and "to capture" not in col.stderr()
     assert not acks(col, "auto-zoom-twins-cand")
+    assert not [a for a in alerts if a["rule"] in ("capture", "replay")], fmt_alerts(alerts)
+    assert all(k["self_replays"] == 0 for k in counters), counters
+
+
+def test_a_kernel_rounding_through_fp16_is_the_candidates_less_accurate_op_live(tmp_path):
+    """test_capture_replay.py's model: the candidate's blocks.1.mlp.act (a GELU module)
+    hands on its output rounded through fp16. The collector names it, asks both runs to
+    capture it, and from their own replays says the candidate's op is less accurate,
+    cause platform (nothing in its settings says why), naming its file."""
+    import test_capture_replay as cr  # pylint: disable=import-outside-toplevel
+    exp = "auto-kernel"
+    state = seeded_state(cr.Net)
+    cap = tmp_path / "captures"
+    col, alerts, counters = run_live(tmp_path, exp, cr.run_factory(state, cap),
+                                     cr.run_factory(state, cap, act_fp16=True), cr.batches(STEPS))
+    live = replay_alert(alerts)
+    assert live["tensor"] == "blocks.1.mlp.act", fmt_alerts(alerts)
+    assert (live["metric"], live["cause"]) == ("less_accurate", "platform"), live
+    cand_file = [f for f in counters[1]["capture_files"]]
+    assert len(cand_file) == 1 and "report it with " + cand_file[0] in live["message"], live["message"]
+    assert live["candidate_value"] > live["threshold"] >= live["baseline_value"], live
+    rep = same_offline(col, exp, live)
+    assert rep["replays"][0]["less_accurate"] == "candidate", rep["replays"]
 
 
 def test_without_a_control_channel_the_container_stays_the_answer(tmp_path):

@@ -16,8 +16,14 @@ sidecar, what they hold and how the bound cuts: lockstep._capture_file. At most
 ``capture_limit`` captures per run. A failed save is one warning; nothing raises into the
 job.
 
-Threads: request() and close() on the training thread; the hooks on the training thread
-(autograd's for nothing: forward only); the writer thread only saves what it is handed.
+A capture the collector asked for (answer_after()) is then replayed by the writer thread
+against float64 of this run's own settings (lockstep._self_replay), and the request is
+answered a second time with the result; a replay that fails is counted
+(self_replays_failed), warned once, and answered with why.
+
+Threads: request(), answer_after() and close() on the training thread; the hooks on the
+training thread (autograd's for nothing: forward only); the writer thread only saves what
+it is handed, and replays what the collector asked for.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import time
 import torch
 
 from lockstep import _capture_file as cf
+from lockstep import _self_replay
 from lockstep._names import call_name, module_name, output_tensors
 from lockstep._watch import _in_backward
 
@@ -66,7 +73,7 @@ class _Request:
     """One capture set up and not yet taken."""
 
     __slots__ = ("row", "module", "call", "op", "step", "root", "target", "handles", "pre",
-                 "taken")
+                 "taken", "acks")
 
     def __init__(self, row, module, call, op, step, root, target):
         self.row, self.module, self.call, self.op = row, module, call, op
@@ -74,12 +81,13 @@ class _Request:
         self.handles = []
         self.pre = None   # what the pre-hook took: (meta parts, tensors)
         self.taken = False
+        self.acks = []    # (request id, step, detail, send): answer with the self-replay
 
 
 class Captures:
     """The captures of one Monitor: set up by request(), taken by hooks, written by one
     writer thread started at the first capture taken. Counters: written, refused,
-    failed (a save that raised), pending."""
+    failed (a save that raised), pending, self_replays (sent), self_replays_failed."""
 
     def __init__(self, session, cfg, guard):
         self._session_ref = session.ref
@@ -98,7 +106,10 @@ class Captures:
         self.refused = 0
         self.failed = 0
         self.paths = []      # files written, in order
+        self.self_replays = 0
+        self.self_replays_failed = 0
         self._warned_write = False
+        self._warned_replay = False
         self._queue = None
         self._thread = None
 
@@ -181,6 +192,17 @@ class Captures:
             req.handles.append(m.register_forward_pre_hook(lambda mod, a: pre_hook(mod, a)))
         req.handles.append(m.register_forward_hook(hook))
 
+    def answer_after(self, row, step, request_id, detail, send):
+        """The collector asked for the capture of `row` at `step` (request `request_id`,
+        answered `detail`): once written, the writer thread replays it and calls
+        send(request_id, step, detail, result) (Agent.acknowledge_replay). False when no
+        such capture waits."""
+        for r in self.requests:
+            if r.row == row and r.step == step:
+                r.acks.append((request_id, step, detail, send))
+                return True
+        return False
+
     def _take_inputs(self, req, module, args, kwargs):
         """(meta, tensors) of the op's arguments before it runs (module captures)."""
         tensors = cf.Tensors()
@@ -257,7 +279,7 @@ class Captures:
                             meta["rank"], req.step, req.row)
         meta["file"] = os.path.basename(path)
         self._start_writer()
-        self._queue.put((path, req.row, req.step, meta, copies))
+        self._queue.put((path, req.row, req.step, meta, copies, list(req.acks)))
 
     def _header(self, req):
         out = {"format": cf.FORMAT, "version": cf.VERSION, "row": req.row, "module": req.module,
@@ -301,6 +323,7 @@ class Captures:
     def counters(self):
         return {"captures_written": self.written, "captures_refused": self.refused,
                 "captures_failed": self.failed, "captures_pending": len(self.requests),
+                "self_replays": self.self_replays, "self_replays_failed": self.self_replays_failed,
                 "capture_files": list(self.paths)}
 
     # ---- the writer thread --------------------------------------------------------------
@@ -316,13 +339,43 @@ class Captures:
             job = self._queue.get()
             if job is None:
                 return
-            path, row, step, meta, copies = job
+            path, row, step, meta, copies, acks = job
             try:
                 cf.write(path, meta, copies)
                 self.written += 1
                 self.paths.append(path)
             except Exception as e:  # pylint: disable=broad-except  (never into the job)
                 self._warn_write(row, step, e)
+                self._answer(acks, _self_replay.failed(path, row, ValueError(
+                    "the capture could not be written (%s)" % type(e).__name__)))
+                continue
+            del copies  # the replay reads the file back, as `lockstep replay` would
+            if acks:
+                self._answer(acks, self._replay(path, row, step))
+
+    def _replay(self, path, row, step):
+        """The capture at `path` replayed against float64 of its own settings (a failure
+        is counted, warned once and answered with why)."""
+        try:
+            out = _self_replay.measure(path)
+            self.self_replays += 1
+            return out
+        except Exception as e:  # pylint: disable=broad-except  (never into the job)
+            self.self_replays_failed += 1
+            if not self._warned_replay:
+                self._warned_replay = True
+                self.guard.warn("the capture of %s at step %d could not be replayed here (%s: %s); "
+                                "training continues, and `python -m lockstep replay` with both runs' "
+                                "files still can (Monitor.counters()['self_replays_failed'])"
+                                % (row, step, type(e).__name__, str(e)[:200]))
+            return _self_replay.failed(path, row, e)
+
+    def _answer(self, acks, result):
+        for request_id, step, detail, send in acks:
+            try:
+                send(request_id, step, detail, result)
+            except Exception:  # pylint: disable=broad-except  (an agent closed meanwhile)
+                self.self_replays_failed += 1
 
     def _warn_write(self, row, step, exc):
         self.failed += 1

@@ -7,7 +7,9 @@ here, between steps, then answers "done" (with what was done) or "refused" (with
 
 - ``zoom``: Monitor.zoom(target, steps) from the request's step (both runs get the same
   step, so their calls pair), or the step about to start when that one is past;
-- ``capture``: Monitor.capture(target, step); the answer names the file it will write.
+- ``capture``: Monitor.capture(target, step); the answer names the file it will write,
+  and once it is written the capture's writer thread replays it against float64 and
+  answers again with the result (lockstep._self_replay).
 
 Runs on the training thread; nothing here raises into the job.
 """
@@ -20,13 +22,13 @@ def act(monitor, requests, step):
     agent = monitor._agent
     for rid, action, target, at, steps in requests:
         try:
-            status, detail, when = _one(monitor, action, target, at, steps, step)
+            status, detail, when = _one(monitor, rid, action, target, at, steps, step)
         except Exception as e:  # pylint: disable=broad-except  (never into the job)
             status, detail, when = "refused", "%s: %s" % (type(e).__name__, e), 0
         agent.acknowledge(rid, status, when, detail[:1000])
 
 
-def _one(monitor, action, target, at, steps, step):
+def _one(monitor, rid, action, target, at, steps, step):
     first = max(at, step)
     if action == "zoom":
         why = monitor._zoom(target, max(1, min(int(steps or 2), 10000)), first)
@@ -46,5 +48,8 @@ def _one(monitor, action, target, at, steps, step):
         row = op if op is not None else call_name(path, call)
         where = _capture_file.capture_path(caps.directory, caps.ident["experiment"],
                                            caps.ident["run"], int(caps.ident_of.rank), first, row)
-        return "done", "capture %s at step %d into %s" % (target, first, where), first
+        detail = ("capture %s at step %d into %s" % (target, first, where))[:1000]
+        # Once written, the writer thread replays it and answers again with the result.
+        caps.answer_after(row, first, rid, detail, monitor._agent.acknowledge_replay)
+        return "done", detail, first
     return "ignored", "this lockstep agent does not know the action '%s'" % action[:64], 0

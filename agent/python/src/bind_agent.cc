@@ -259,6 +259,39 @@ void DefLifetime(py::class_<PyAgent>& agent) {
              return a.agent().Acknowledge(id, s, step, detail);
            },
            py::arg("id"), py::arg("status"), py::arg("step"), py::arg("detail") = "")
+      // A capture request's second "done" answer with the job's replay of its own capture
+      // (lockstep._self_replay: a dict of SelfReplay's fields; settings and precision as
+      // [(key, value)]). Any thread; false when it could not be queued.
+      .def("acknowledge_replay",
+           [](PyAgent& a, uint64_t id, uint64_t step, const std::string& detail, const py::dict& r) {
+             SelfReplay s;
+             auto str = [&r](const char* k) { return r.contains(k) ? py::str(r[k]).cast<std::string>() : std::string(); };
+             auto pairs = [&r](const char* k) {
+               std::vector<std::pair<std::string, std::string>> out;
+               if (r.contains(k)) {
+                 for (const auto& kv : r[k]) {
+                   auto t = kv.cast<py::tuple>();
+                   out.emplace_back(py::str(t[0]).cast<std::string>(), py::str(t[1]).cast<std::string>());
+                 }
+               }
+               return out;
+             };
+             s.file = str("file");
+             s.row = str("row");
+             s.dtype = str("dtype");
+             s.coarsest = str("coarsest");
+             s.max_rel_error = r.contains("max_rel_error") ? r["max_rel_error"].cast<double>() : 0.0;
+             s.ulps = r.contains("ulps") ? r["ulps"].cast<double>() : 0.0;
+             s.width = r.contains("width") ? r["width"].cast<uint32_t>() : 1;
+             s.settings_digest = str("settings_digest");
+             s.inputs_digest = str("inputs_digest");
+             s.output_digest = str("output_digest");
+             s.settings = pairs("settings");
+             s.precision = pairs("precision");
+             s.error = str("error");
+             return a.agent().AcknowledgeReplay(id, step, detail, s);
+           },
+           py::arg("id"), py::arg("step"), py::arg("detail"), py::arg("replay"))
       // "" while delivery looks fine; else one sentence naming the endpoint (once set, kept).
       .def("delivery_problem", [](const PyAgent& a) { return a.agent().DeliveryProblem(); })
       .def_property_readonly("sketch_k", [](const PyAgent& a) { return a.host().config().sketch_k; })

@@ -292,6 +292,35 @@ std::vector<ControlRequest> AgentImpl::TakeRequests() noexcept {
 }
 
 bool AgentImpl::Acknowledge(uint64_t id, AckStatus status, uint64_t step, const std::string& detail) noexcept {
+  return Answer(id, status, step, detail, nullptr);
+}
+
+bool AgentImpl::AcknowledgeReplay(uint64_t id, uint64_t step, const std::string& detail,
+                                  const SelfReplay& replay) noexcept {
+  try {
+    // Cut to what the collector accepts (envelope_check.cc): a longer string would get
+    // the whole answer refused there.
+    auto cut = [](std::string s) { return s.size() > kMaxTensorNameLength ? s.substr(0, kMaxTensorNameLength) : s; };
+    auto r = std::make_shared<SelfReplay>(replay);
+    for (std::string* s : {&r->file, &r->row, &r->dtype, &r->coarsest, &r->settings_digest, &r->inputs_digest,
+                           &r->output_digest, &r->error})
+      *s = cut(std::move(*s));
+    for (auto* kv : {&r->settings, &r->precision}) {
+      if (kv->size() > kMaxSelfReplaySettings) kv->resize(kMaxSelfReplaySettings);
+      for (auto& [k, v] : *kv) {
+        k = cut(std::move(k));
+        v = cut(std::move(v));
+      }
+    }
+    return Answer(id, AckStatus::kDone, step, detail, std::move(r));
+  } catch (...) {
+    shared_.producer.errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+}
+
+bool AgentImpl::Answer(uint64_t id, AckStatus status, uint64_t step, const std::string& detail,
+                       std::shared_ptr<const SelfReplay> replay) noexcept {
   constexpr size_t kMaxDetail = kMaxTensorNameLength;  // the collector refuses longer
   try {
     {
@@ -300,7 +329,7 @@ bool AgentImpl::Acknowledge(uint64_t id, AckStatus status, uint64_t step, const 
           shared_.control.answers.size() >= ControlMailbox::kMaxWaiting) {
         return false;
       }
-      shared_.control.answers.push_back({id, status, step, detail.substr(0, kMaxDetail)});
+      shared_.control.answers.push_back({id, status, step, detail.substr(0, kMaxDetail), std::move(replay)});
       shared_.control.answers_waiting.store(true, std::memory_order_release);
     }
     shared_.WakeSender();

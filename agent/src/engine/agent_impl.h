@@ -47,8 +47,13 @@ class AgentImpl final : public Agent {
   }
   std::vector<ControlRequest> TakeRequests() noexcept override;
   bool Acknowledge(uint64_t id, AckStatus status, uint64_t step, const std::string& detail) noexcept override;
+  bool AcknowledgeReplay(uint64_t id, uint64_t step, const std::string& detail,
+                         const SelfReplay& replay) noexcept override;
 
  private:
+  // Queues one answer for the sender thread (Acknowledge, AcknowledgeReplay).
+  bool Answer(uint64_t id, AckStatus status, uint64_t step, const std::string& detail,
+              std::shared_ptr<const SelfReplay> replay) noexcept;
   // The calling thread's slot (token and counters) for this agent; nullptr if none
   // could be made.
   ProducerSlot* Slot() noexcept;

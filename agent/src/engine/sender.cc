@@ -425,7 +425,7 @@ void Sender::PollControl() {
   }
   if (holding_) return;  // no rank yet: nothing may go out (an answer needs a request first anyway)
   EnsurePreamble();
-  for (const auto& a : answers) SendMessage(encoder_.Ack(a.id, a.status, a.step, a.detail, seq_), 0);
+  for (const auto& a : answers) SendMessage(encoder_.Ack(a.id, a.status, a.step, a.detail, seq_, a.replay.get()), 0);
 }
 
 void Sender::TakeRequest(const std::string& frame) {

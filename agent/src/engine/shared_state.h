@@ -13,6 +13,7 @@
 #include <cassert>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -108,6 +109,7 @@ struct ControlMailbox {
     AckStatus status = AckStatus::kDone;
     uint64_t step = 0;
     std::string detail;
+    std::shared_ptr<const SelfReplay> replay;  // a capture's own replay (or none)
   };
   Mutex mu;
   std::vector<ControlRequest> requests GUARDED_BY(mu);

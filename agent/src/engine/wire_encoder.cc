@@ -165,10 +165,27 @@ Bytes WireEncoder::Sampling(const lockstep::Sampling& s, uint16_t sketch_k, uint
 }
 
 Bytes WireEncoder::Ack(uint64_t id, AckStatus status, uint64_t step, const std::string& detail,
-                        uint64_t seq) {
+                        uint64_t seq, const SelfReplay* replay) {
   fbb_.Clear();
+  flatbuffers::Offset<wire::SelfReplay> rep;
+  if (replay != nullptr) {
+    const SelfReplay& r = *replay;
+    auto pairs = [this](const std::vector<std::pair<std::string, std::string>>& kv) {
+      std::vector<flatbuffers::Offset<wire::KeyValue>> out;
+      out.reserve(kv.size());
+      for (const auto& [k, v] : kv) out.push_back(wire::CreateKeyValue(fbb_, fbb_.CreateString(k), fbb_.CreateString(v)));
+      return fbb_.CreateVector(out);
+    };
+    auto settings = pairs(r.settings);
+    auto precision = pairs(r.precision);
+    rep = wire::CreateSelfReplay(fbb_, fbb_.CreateString(r.file), fbb_.CreateString(r.row), fbb_.CreateString(r.dtype),
+                                 fbb_.CreateString(r.coarsest), r.max_rel_error, r.ulps, r.width,
+                                 fbb_.CreateString(r.settings_digest), settings, precision,
+                                 fbb_.CreateString(r.inputs_digest), fbb_.CreateString(r.output_digest),
+                                 fbb_.CreateString(r.error));
+  }
   auto body = wire::CreateControlAck(fbb_, id, static_cast<wire::AckStatus>(status), step,
-                                     fbb_.CreateString(detail));
+                                     fbb_.CreateString(detail), rep);
   return Finish(wire::Body::ControlAck, body.Union(), seq);
 }
 

@@ -58,7 +58,9 @@ class WireEncoder {
   Bytes Heartbeat(const HeartbeatValues& h, uint64_t seq);
   Bytes Fingerprint(const std::vector<std::pair<std::string, std::string>>& entries, uint64_t seq);
   Bytes Goodbye(const char* reason, uint64_t last_step, uint64_t seq);
-  Bytes Ack(uint64_t id, AckStatus status, uint64_t step, const std::string& detail, uint64_t seq);
+  // `replay`: a capture's own replay (SelfReplay, schema minor 6), or null.
+  Bytes Ack(uint64_t id, AckStatus status, uint64_t step, const std::string& detail, uint64_t seq,
+            const SelfReplay* replay = nullptr);
   // `micro` holds the records per micro step (may be empty).
   Bytes StepEnd(uint64_t step, uint64_t records, const std::vector<uint32_t>& micro, uint64_t seq);
   Bytes Sampling(const lockstep::Sampling& s, uint16_t sketch_k, uint8_t hist_bins, uint64_t seq);

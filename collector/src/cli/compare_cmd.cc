@@ -133,6 +133,11 @@ void PrintText(const collector::OfflineComparison& cmp, const std::string& path_
   } else {
     std::printf("\nno tensor drifted beyond its tolerance and no op added error of its own\n");
   }
+  for (const auto& [rc, v] : cmp.replays) {
+    std::printf("\nREPLAY of %s at step %llu (each run on its host, float64): %s%s\n  %s\n", rc.row.c_str(),
+                static_cast<unsigned long long>(rc.step), v.verdict.c_str(),
+                v.cause.empty() ? "" : (" (cause " + v.cause + ")").c_str(), v.message.c_str());
+  }
   // The rank column only when several ranks were compared: the rank of the worst step.
   const bool ranks = r.ranks > 1;
   std::printf("\n%5s  %-48s %-10s %-9s %11s %11s %9s %9s %9s %6s%s  %s\n", "order", "tensor", "kind", "dtype", "l2 base",
@@ -180,7 +185,8 @@ void PrintText(const collector::OfflineComparison& cmp, const std::string& path_
 }
 
 void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, bool critical,
-               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings) {
+               const collector::GateVerdict& verdict, int exit_code, const OfflineSettings& settings,
+               const std::vector<collector::OfflineComparison::Replay>& replays) {
   std::string s;
   JsonOut j(&s);
   j.BeginObject();
@@ -318,6 +324,26 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
     j.EndObject();
   }
   j.EndArray();
+  // The captures both runs replayed on their hosts, as the live "replay" alerts say.
+  j.Key("replays").BeginArray();
+  for (const auto& [rc, v] : replays) {
+    j.BeginObject();
+    j.Key("tensor").Str(rc.row);
+    j.Key("step").Uint(rc.step);
+    j.Key("verdict").Str(v.verdict);
+    j.Key("cause");
+    if (v.cause.empty()) {
+      j.Null();
+    } else {
+      j.Str(v.cause);
+    }
+    if (!v.less_accurate.empty()) j.Key("less_accurate").Str(v.less_accurate);
+    j.Key("baseline_file").Str(rc.file_b);
+    j.Key("candidate_file").Str(rc.file_c);
+    j.Key("message").Str(v.message);
+    j.EndObject();
+  }
+  j.EndArray();
   j.Key("alerts").BeginArray();
   for (const auto& a : alerts) collector::WriteAlertJson(a, &j);
   j.EndArray();
@@ -416,7 +442,7 @@ int CompareCommand(int argc, const char* const* argv) {
     case collector::GateOutcome::kNotSameModel: code = kExitNotSameModel; break;
   }
   if (json) {
-    PrintJson(cmp.report, cmp.alerts, cmp.critical, verdict, code, si);
+    PrintJson(cmp.report, cmp.alerts, cmp.critical, verdict, code, si, cmp.replays);
   } else {
     PrintText(cmp, path_a, path_b, code, si);
   }

@@ -211,6 +211,28 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
           .Field("status", wire::EnumNameAckStatus(a->status()))
           .FieldU("step", a->step())
           .Field("detail", Sv(a->detail()));
+      if (const auto* r = a->replay()) {  // schema minor 6: the capture replayed on the job's host
+        j.Key("replay").BeginObject();
+        j.Field("file", Sv(r->file()))
+            .Field("row", Sv(r->row()))
+            .Field("dtype", Sv(r->dtype()))
+            .Field("coarsest", Sv(r->coarsest()))
+            .FieldD("max_rel_error", r->max_rel_error())
+            .FieldD("ulps", r->ulps())
+            .FieldU("width", r->width())
+            .Field("settings_digest", Sv(r->settings_digest()))
+            .Field("inputs_digest", Sv(r->inputs_digest()))
+            .Field("output_digest", Sv(r->output_digest()));
+        for (const auto& [name, kv] : {std::pair{"settings", r->settings()}, std::pair{"precision", r->precision()}}) {
+          j.Key(name).BeginObject();
+          if (kv != nullptr) {
+            for (const auto* e : *kv) j.Field(Sv(e->key()), Sv(e->value()));
+          }
+          j.EndObject();
+        }
+        j.Field("error", Sv(r->error()));
+        j.EndObject();
+      }
       break;
     }
     case wire::Body::RunFingerprint: {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ingest/control_requests.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_reader.h"
 
@@ -40,6 +41,13 @@ void LogScan::Add(const wire::Envelope& env) {
       break;
     case wire::Body::StepScalars:
       steps.emplace(env.rank(), env.body_as_StepScalars()->step());
+      break;
+    case wire::Body::ControlAck:
+      if (env.rank() == 0) {
+        if (auto r = ControlRequests::SelfReplayOf(*env.body_as_ControlAck())) {
+          replays.push_back({env.body_as_ControlAck()->step(), env.sent_unix_ns(), std::move(*r)});
+        }
+      }
       break;
     case wire::Body::Goodbye:
       goodbye = true;

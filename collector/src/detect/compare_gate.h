@@ -16,6 +16,7 @@
 #include "detect/analyzer.h"
 #include "rules/rank_onsets.h"
 #include "lockstep/alerting/alert.h"
+#include "lockstep/collector/control.h"
 
 namespace lockstep::wire {
 struct Envelope;
@@ -36,6 +37,14 @@ struct LogScan {
   bool corrupt = false;                        // a bad record: nothing after it was read
   bool truncated = false;                      // the file ends inside a record
   std::string problem;                         // the reader's sentence for either
+  // Rank 0's replays of its own captures (ControlAck.replay), with the step each
+  // capture was taken at and when the answer was sent, in log order.
+  struct Replay {
+    uint64_t step = 0;
+    int64_t sent_unix_ns = 0;
+    SelfReplayResult result;
+  };
+  std::vector<Replay> replays;
 
   // Notes one verified message.
   void Add(const wire::Envelope& env);

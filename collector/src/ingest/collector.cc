@@ -159,6 +159,8 @@ class Collector::Impl {
     std::atomic<uint64_t> received{0}, accepted{0}, records{0}, bytes{0}, rejected{0};
     std::atomic<uint64_t> rejected_by[static_cast<size_t>(Reject::kCount)] = {};
     std::atomic<uint64_t> log_errors{0}, log_lost{0}, sink_errors{0}, fsyncs{0}, rebuilt{0};
+    std::atomic<uint64_t> control_requests{0}, control_publications{0}, control_replays{0};
+    std::atomic<uint64_t> control_answers_by[kAnswerStatusCount] = {};
   } n;
 };
 
@@ -300,6 +302,7 @@ void Collector::Impl::PublishControl() {
     }
     for (const std::string& frame : requests->Due(clock->NowUnixNs(), subscribed)) {
       control.send(zmq::buffer(frame), zmq::send_flags::dontwait);  // a full agent queue drops: sent again later
+      Bump(n.control_publications);
     }
   } catch (const zmq::error_t& e) {
     // A signal (EINTR) or a failing control socket must not stop ingest: what was not
@@ -455,10 +458,16 @@ void Collector::Impl::Handle(const zmq::message_t& m) {
     Bump(n.log_lost);
   }
   registry.OnMessage(env, now, size);
+  if (env.body_type() == wire::Body::ControlAck) {
+    const auto* ack = env.body_as_ControlAck();
+    Bump(n.control_answers_by[std::min<size_t>(static_cast<size_t>(ack->status()), kAnswerStatusCount - 1)]);
+    if (ack->replay() != nullptr) Bump(n.control_replays);
+  }
   if (env.body_type() == wire::Body::ControlAck && requests != nullptr) {
     ControlRequestState now_state;
     const std::string run_id(run);
-    if (requests->OnAnswer(run_id, env.rank(), *env.body_as_ControlAck(), &now_state) && opts.on_control_answer)
+    if (requests->OnAnswer(run_id, env.rank(), *env.body_as_ControlAck(), &now_state, env.schema_minor()) &&
+        opts.on_control_answer)
       opts.on_control_answer(run_id, now_state);
   }
   Bump(n.accepted);
@@ -633,6 +642,10 @@ CollectorCounters Collector::counters() const {
   c.sink_errors = ld(n.sink_errors);
   c.fsyncs = ld(n.fsyncs);
   c.rebuilt_messages = ld(n.rebuilt);
+  c.control_requests = ld(n.control_requests);
+  c.control_publications = ld(n.control_publications);
+  c.control_replays = ld(n.control_replays);
+  for (size_t i = 0; i < kAnswerStatusCount; ++i) c.control_answers_by[i] = ld(n.control_answers_by[i]);
   if (impl_->guard) c.auth = impl_->guard->counters();
   return c;
 }
@@ -644,7 +657,9 @@ std::string Collector::curve_public_key() const {
 }
 const CollectorOptions& Collector::options() const { return impl_->opts; }
 uint64_t Collector::Request(ControlRequestSpec spec) {
-  return impl_->requests ? impl_->requests->Add(std::move(spec), impl_->clock->NowUnixNs()) : 0;
+  if (!impl_->requests) return 0;
+  Bump(impl_->n.control_requests);
+  return impl_->requests->Add(std::move(spec), impl_->clock->NowUnixNs());
 }
 std::vector<ControlRequestState> Collector::requests() const {
   return impl_->requests ? impl_->requests->Snapshot() : std::vector<ControlRequestState>();

@@ -77,8 +77,37 @@ std::vector<std::string> ControlRequests::Due(int64_t now_ns, bool subscribed) {
   return out;
 }
 
+std::optional<SelfReplayResult> ControlRequests::SelfReplayOf(const wire::ControlAck& ack) {
+  const wire::SelfReplay* r = ack.replay();
+  if (r == nullptr) return std::nullopt;
+  auto str = [](const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); };
+  auto pairs = [&str](const flatbuffers::Vector<flatbuffers::Offset<wire::KeyValue>>* kv) {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (kv == nullptr) return out;
+    for (const wire::KeyValue* e : *kv) {
+      if (e != nullptr) out.emplace_back(str(e->key()), str(e->value()));
+    }
+    return out;
+  };
+  SelfReplayResult s;
+  s.file = str(r->file());
+  s.row = str(r->row());
+  s.dtype = str(r->dtype());
+  s.coarsest = str(r->coarsest());
+  s.max_rel_error = r->max_rel_error();
+  s.ulps = r->ulps();
+  s.width = r->width();
+  s.settings_digest = str(r->settings_digest());
+  s.inputs_digest = str(r->inputs_digest());
+  s.output_digest = str(r->output_digest());
+  s.settings = pairs(r->settings());
+  s.precision = pairs(r->precision());
+  s.error = str(r->error());
+  return s;
+}
+
 bool ControlRequests::OnAnswer(const std::string& run, uint32_t rank, const wire::ControlAck& ack,
-                               ControlRequestState* now) {
+                               ControlRequestState* now, uint16_t schema_minor) {
   std::lock_guard<std::mutex> lock(mu_);
   for (Entry& e : entries_) {
     ControlRequestState& st = e.state;
@@ -89,6 +118,8 @@ bool ControlRequests::OnAnswer(const std::string& run, uint32_t rank, const wire
     a.status = StatusName(ack.status());
     a.step = ack.step();
     if (ack.detail() != nullptr) a.detail = ack.detail()->str();
+    a.schema_minor = schema_minor;
+    a.replay = SelfReplayOf(ack);
     auto it = std::find_if(st.answers.begin(), st.answers.end(), [&](const ControlAnswer& x) { return x.rank == rank; });
     // "received" never replaces a final answer (publications cross the answers).
     if (it == st.answers.end()) {

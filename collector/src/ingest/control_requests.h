@@ -39,15 +39,21 @@ class ControlRequests {
   // agent subscribed since the last call; every open request goes out again).
   std::vector<std::string> Due(int64_t now_ns, bool subscribed);
 
-  // Ingest thread: an agent's answer, from run `run` rank `rank`. True, with the
-  // request as it now stands in `*now`, when it answered one of this session's requests.
-  bool OnAnswer(const std::string& run, uint32_t rank, const wire::ControlAck& ack, ControlRequestState* now);
+  // Ingest thread: an agent's answer, from run `run` rank `rank` (whose messages say
+  // `schema_minor`). True, with the request as it now stands in `*now`, when it
+  // answered one of this session's requests.
+  bool OnAnswer(const std::string& run, uint32_t rank, const wire::ControlAck& ack, ControlRequestState* now,
+                uint16_t schema_minor = 0);
 
   // Any thread: every request of this session, oldest first.
   std::vector<ControlRequestState> Snapshot() const;
 
   // Encodes one request as the control socket carries it (tests read it back).
   static std::string Encode(uint64_t id, const ControlRequestSpec& spec, int64_t now_ns);
+
+  // The capture's own replay an answer carries (ControlAck.replay), or nullopt. Also
+  // read by the offline pipeline from the run logs (detect/compare_gate.h LogScan).
+  static std::optional<SelfReplayResult> SelfReplayOf(const wire::ControlAck& ack);
 
  private:
   struct Entry {

@@ -72,6 +72,19 @@ void RenderIngestMetrics(TextWriter& w, const Collector& collector,
   w.Family("lockstep_collector_replayed_messages_total", C::kCounter,
            "Messages replayed from existing run logs at start-up to rebuild the registry.");
   w.Sample({}, counters.rebuilt_messages);
+  // The control channel (docs/design.md "The control channel").
+  w.Family("lockstep_collector_control_requests_total", C::kCounter,
+           "Requests the collector made of agents (zoom, capture) on its control channel.");
+  w.Sample({}, counters.control_requests);
+  w.Family("lockstep_collector_control_publications_total", C::kCounter,
+           "Request frames published on the control socket (each request again until answered).");
+  w.Sample({}, counters.control_publications);
+  w.Family("lockstep_collector_control_answers_total", C::kCounter,
+           "Agents' answers to requests (ControlAck), by status.");
+  for (size_t i = 0; i < kAnswerStatusCount; ++i) w.Sample({{"status", kAnswerStatusNames[i]}}, counters.control_answers_by[i]);
+  w.Family("lockstep_collector_control_replays_total", C::kCounter,
+           "Answers carrying a capture replayed on the job's host (a second done).");
+  w.Sample({}, counters.control_replays);
 }
 
 // Runs and ranks heard from, and per (run, rank) from the registry; `now_ns` (unix)

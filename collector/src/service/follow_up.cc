@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
+
+#include "service/replay_verdict.h"
 
 namespace lockstep::collector {
 namespace {
@@ -93,30 +96,60 @@ void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& reque
                  rank0->detail);
     return;
   }
-  alerting::Alert a;
+  std::vector<alerting::Alert> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = capture_of_.find(request.id);
     if (it == capture_of_.end()) return;
     Capture& c = captures_[it->second];
-    (request.id == c.id_b ? c.file_b : c.file_c) = FileOf(rank0->detail);
-    if (c.told || c.file_b.empty() || c.file_c.empty()) return;
-    c.told = true;
-    a.rule = "capture";
-    a.severity = alerting::Severity::kInfo;
-    a.experiment = c.experiment;
-    a.runs = {c.baseline, c.candidate};
-    a.step = c.step;
-    a.tensor = c.target;
-    a.kind = "act";
-    a.metric = "capture";
-    a.message = "captured " + c.target + " at step " + std::to_string(c.step) + " in runs " + c.baseline + " and " +
-                c.candidate + ": " + c.file_b + " and " + c.file_c + "; which run is wrong: python -m lockstep replay " +
-                c.file_b + " " + c.file_c;
+    const bool base = request.id == c.id_b;
+    (base ? c.file_b : c.file_c) = FileOf(rank0->detail);
+    (base ? c.minor_b : c.minor_c) = rank0->schema_minor;
+    if (rank0->replay) (base ? c.replay_b : c.replay_c) = rank0->replay;
+    if (c.file_b.empty() || c.file_c.empty()) return;
+    const int64_t now = clock_->NowUnixNs();
+    if (!c.told) {
+      c.told = true;
+      alerting::Alert a;
+      a.rule = "capture";
+      a.severity = alerting::Severity::kInfo;
+      a.experiment = c.experiment;
+      a.runs = {c.baseline, c.candidate};
+      a.step = c.step;
+      a.tensor = c.target;
+      a.kind = "act";
+      a.metric = "capture";
+      ReplayCase rc;
+      rc.baseline = c.baseline;
+      rc.candidate = c.candidate;
+      rc.row = c.target;
+      rc.step = c.step;
+      rc.file_b = c.file_b;
+      rc.file_c = c.file_c;
+      a.message = CaptureMessage(rc, c.minor_b, c.minor_c);
+      a.first_seen_unix_ns = now;
+      a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
+      out.push_back(std::move(a));
+    }
+    if (!c.replay_told && c.replay_b && c.replay_c) {
+      c.replay_told = true;
+      ReplayCase rc;
+      rc.experiment = c.experiment;
+      rc.baseline = c.baseline;
+      rc.candidate = c.candidate;
+      rc.row = c.replay_b->row.empty() ? c.target : c.replay_b->row;
+      rc.step = c.step;
+      rc.file_b = c.replay_b->file.empty() ? c.file_b : c.replay_b->file;
+      rc.file_c = c.replay_c->file.empty() ? c.file_c : c.replay_c->file;
+      rc.b = c.replay_b;
+      rc.c = c.replay_c;
+      ReplayVerdict v = JudgeReplays(rc);
+      spdlog::info("replayed {} at step {} on each run's host: {}{}", rc.row, rc.step, v.verdict,
+                   v.cause.empty() ? "" : " (cause " + v.cause + ")");
+      out.push_back(ReplayAlert(rc, v, now));
+    }
   }
-  a.first_seen_unix_ns = clock_->NowUnixNs();
-  a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
-  alert_(std::move(a));
+  for (alerting::Alert& a : out) alert_(std::move(a));
 }
 
 }  // namespace lockstep::collector

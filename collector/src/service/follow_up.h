@@ -8,6 +8,11 @@
 //   upcoming step (`capture`), and once both have answered with their files an info
 //   alert (rule "capture") lists them with the command that says which run is wrong
 //   (`python -m lockstep replay BASELINE_FILE CANDIDATE_FILE`).
+// - Each agent then replays its own capture against float64 and answers again with what
+//   it found (SelfReplayResult); once both have, an info alert (rule "replay") gives the
+//   verdict (service/replay_verdict.h), which compare rebuilds from the same answers in
+//   the logs. Agents older than schema minor 6 send none: the capture alert says that
+//   the verdict needs both files.
 //
 // Each at most once per pair, and only when both runs are live agents of this collector
 // (not a recorded --baseline log). The step: two past the later run's last step, so
@@ -21,9 +26,11 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "lockstep/alerting/alert.h"
 #include "lockstep/collector/collector.h"
@@ -48,7 +55,9 @@ class FollowUp {
     uint64_t step = 0;
     uint64_t id_b = 0, id_c = 0;
     std::string file_b, file_c;  // from the "done" answers of rank 0
-    bool told = false;
+    uint16_t minor_b = 0, minor_c = 0;  // the answering agents' schema minors
+    std::optional<SelfReplayResult> replay_b, replay_c;  // their own replays
+    bool told = false, replay_told = false;
   };
   // The step both runs act at, or 0 when one of them is not live here.
   uint64_t NextStep(const PairCtx& ctx) const;

@@ -103,6 +103,14 @@ OfflineProblem CompareRunLogs(OfflineCompareSpec spec, OfflineComparison* out, s
     spdlog::warn("{} unreadable message(s) in '{}' were skipped", cand.unreadable, spec.candidate_path);
   }
   an.Finish();
+  // The live collector's "replay" alerts, from the same answers in the logs.
+  for (ReplayCase& rc : PairReplays(out->baseline_scan, cand, spec.experiment, out->baseline_id, out->candidate_id)) {
+    ReplayVerdict v = JudgeReplays(rc);
+    alerting::Alert a = ReplayAlert(rc, v, rc.answered_unix_ns);
+    if (on_alert) on_alert(a);
+    out->alerts.push_back(std::move(a));
+    out->replays.push_back({std::move(rc), std::move(v)});
+  }
 
   auto reports = an.Reports();
   if (reports.empty()) {
@@ -112,7 +120,7 @@ OfflineProblem CompareRunLogs(OfflineCompareSpec spec, OfflineComparison* out, s
   out->report = std::move(reports.front());
   out->alerts_critical = an.emitter().count(alerting::Severity::kCritical);
   out->alerts_warning = an.emitter().count(alerting::Severity::kWarning);
-  out->alerts_info = an.emitter().count(alerting::Severity::kInfo);
+  out->alerts_info = an.emitter().count(alerting::Severity::kInfo) + out->replays.size();
   out->critical = out->alerts_critical > 0;
   out->verdict = JudgeCompare(out->report, out->baseline_scan, out->candidate_scan, out->alerts, out->critical);
   return OfflineProblem::kNone;

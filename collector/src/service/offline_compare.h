@@ -7,8 +7,9 @@
 // The pipeline: the baseline's log scanned whole (its extent, for the steps expected),
 // then added to the Analyzer first (read again at the candidate's pace, so memory stays
 // bounded for any log length; a candidate added before its baseline would wait for one),
-// the candidate's log replayed in its recorded order, Finish(), the pair's report and
-// JudgeCompare's verdict. Runs on the caller's thread; nothing here prints.
+// the candidate's log replayed in its recorded order, Finish(), the verdicts of the
+// captures both runs replayed on their hosts (service/replay_verdict.h: the alerts the
+// live collector sent), the pair's report and JudgeCompare's verdict. Runs on the caller's thread; nothing here prints.
 #ifndef LOCKSTEP_COLLECTOR_SERVICE_OFFLINE_COMPARE_H_
 #define LOCKSTEP_COLLECTOR_SERVICE_OFFLINE_COMPARE_H_
 
@@ -21,6 +22,7 @@
 #include "detect/compare_gate.h"
 #include "lockstep/alerting/alert.h"
 #include "lockstep/common/status.h"
+#include "service/replay_verdict.h"
 
 namespace lockstep::collector {
 
@@ -46,6 +48,13 @@ struct OfflineComparison {
   bool critical = false;                  // a critical alert was raised
   PairReport report;
   GateVerdict verdict;
+  // The ops both runs replayed on their hosts (their ControlAck answers in the logs),
+  // with the verdict each got; each is also a "replay" alert in `alerts`, as live.
+  struct Replay {
+    ReplayCase what;
+    ReplayVerdict verdict;
+  };
+  std::vector<Replay> replays;
 };
 
 // Why an offline comparison could not be made: which of the commands' exit statuses it

@@ -155,6 +155,13 @@ class Agent {
                            const std::string& /*detail*/) noexcept {
     return false;
   }
+  // A capture request's second `done` answer, carrying the job's replay of its own
+  // capture (`replay`; strings and lists cut to the wire's caps). Any thread (the
+  // capture's writer thread calls it); the same queue and refusals as Acknowledge.
+  virtual bool AcknowledgeReplay(uint64_t /*id*/, uint64_t /*step*/, const std::string& /*detail*/,
+                                 const SelfReplay& /*replay*/) noexcept {
+    return false;
+  }
 
  protected:
   Agent() = default;

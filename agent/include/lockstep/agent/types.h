@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/common/wire.h"
@@ -92,6 +93,20 @@ struct ControlRequest {
 
 // The answer to a request (wire AckStatus).
 enum class AckStatus : uint8_t { kReceived = 0, kDone = 1, kRefused = 2, kIgnored = 3 };
+
+// A capture replayed by the run that made it (wire SelfReplay, schema minor 6): what one
+// run alone can know of its op against float64 (Agent::AcknowledgeReplay).
+struct SelfReplay {
+  std::string file, row;
+  std::string dtype;     // the output's ("float32")
+  std::string coarsest;  // the coarsest floating dtype among the op's tensors
+  double max_rel_error = 0;
+  double ulps = 0;       // in ULPs of dtype
+  uint32_t width = 1;
+  std::string settings_digest, inputs_digest, output_digest;
+  std::vector<std::pair<std::string, std::string>> settings, precision;
+  std::string error;     // why it could not replay ("" when it did)
+};
 
 // The sampling the job chose (wire Sampling): known only once it says what it watches,
 // which is after Create() (the Hello carries AgentOptions' values).

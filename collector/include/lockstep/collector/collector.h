@@ -98,6 +98,11 @@ struct CollectorCounters {
   uint64_t fsyncs = 0;
   uint64_t rebuilt_messages = 0;  // replayed from logs at start-up
   AuthCounters auth;              // CURVE handshakes (all zero when CURVE is off)
+  // The control channel: requests made (Request()), frames published (each request is
+  // published again until answered), agents' answers by status (kAnswerStatusNames)
+  // and those carrying a capture's own replay.
+  uint64_t control_requests = 0, control_publications = 0, control_replays = 0;
+  uint64_t control_answers_by[kAnswerStatusCount] = {};
 };
 
 class Collector {

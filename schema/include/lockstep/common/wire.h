@@ -16,9 +16,13 @@ inline constexpr uint16_t kSchemaMajor = 1;
 //    step with a StepEnd
 // 4: TensorKind.ActIn (a module's inputs)
 // 5: ControlAck (a Body member): an agent answers the collector's ControlRequest
-inline constexpr uint16_t kSchemaMinor = 5;
+// 6: ControlAck.replay (SelfReplay): a capture replayed by the run that made it, in a
+//    second Done answer to the capture request
+inline constexpr uint16_t kSchemaMinor = 6;
 // The first minor whose agents send StepEnd.
 inline constexpr uint16_t kStepEndMinor = 3;
+// The first minor whose agents replay their own captures (ControlAck.replay).
+inline constexpr uint16_t kSelfReplayMinor = 6;
 // Micro steps counted one by one in StepEnd.micro_records.
 inline constexpr uint32_t kMaxCountedMicroSteps = 4096;
 
@@ -38,6 +42,8 @@ inline constexpr size_t kMaxTensorNameLength = 1024;
 inline constexpr size_t kMaxLabelLength = 256;
 // Entries of one RunFingerprint message (the agent sends at most 20001).
 inline constexpr size_t kMaxFingerprintEntries = 65536;
+// Entries of each of a SelfReplay's settings and precision lists (the agent cuts to it).
+inline constexpr size_t kMaxSelfReplaySettings = 256;
 // Largest count-sketch width an agent may send.
 inline constexpr int kMaxSketchK = 256;
 inline constexpr int kDefaultSketchK = 32;
