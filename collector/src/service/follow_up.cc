@@ -105,7 +105,10 @@ void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& reque
     const bool base = request.id == c.id_b;
     (base ? c.file_b : c.file_c) = FileOf(rank0->detail);
     (base ? c.minor_b : c.minor_c) = rank0->schema_minor;
-    if (rank0->replay) (base ? c.replay_b : c.replay_c) = rank0->replay;
+    if (rank0->replay) {
+      (base ? c.replay_b : c.replay_c) = rank0->replay;
+      (base ? c.replay_step_b : c.replay_step_c) = rank0->step;
+    }
     if (c.file_b.empty() || c.file_c.empty()) return;
     const int64_t now = clock_->NowUnixNs();
     if (!c.told) {
@@ -131,6 +134,13 @@ void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& reque
       a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
       out.push_back(std::move(a));
     }
+    // A run already past the step captured a later one: two steps' ops do not pair
+    // (replay refuses them too), and compare, which pairs by step, says nothing either.
+    if (!c.replay_told && c.replay_b && c.replay_c && c.replay_step_b != c.replay_step_c) {
+      c.replay_told = true;
+      spdlog::info("runs {} and {} captured {} at steps {} and {}: no verdict from two steps", c.baseline,
+                   c.candidate, c.target, c.replay_step_b, c.replay_step_c);
+    }
     if (!c.replay_told && c.replay_b && c.replay_c) {
       c.replay_told = true;
       ReplayCase rc;
@@ -138,7 +148,7 @@ void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& reque
       rc.baseline = c.baseline;
       rc.candidate = c.candidate;
       rc.row = c.replay_b->row.empty() ? c.target : c.replay_b->row;
-      rc.step = c.step;
+      rc.step = c.replay_step_b;
       rc.file_b = c.replay_b->file.empty() ? c.file_b : c.replay_b->file;
       rc.file_c = c.replay_c->file.empty() ? c.file_c : c.replay_c->file;
       rc.b = c.replay_b;

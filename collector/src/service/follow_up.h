@@ -57,6 +57,7 @@ class FollowUp {
     std::string file_b, file_c;  // from the "done" answers of rank 0
     uint16_t minor_b = 0, minor_c = 0;  // the answering agents' schema minors
     std::optional<SelfReplayResult> replay_b, replay_c;  // their own replays
+    uint64_t replay_step_b = 0, replay_step_c = 0;       // the steps they captured
     bool told = false, replay_told = false;
   };
   // The step both runs act at, or 0 when one of them is not live here.
