@@ -37,6 +37,7 @@ const char* MetricName(Metric m) {
     case Metric::kSketchDist: return "sketch_rel_dist";
     case Metric::kKl: return "hist_kl";
     case Metric::kNonfinite: return "nonfinite_mismatch";
+    case Metric::kMinMax: return "rel_err_minmax";
   }
   return "unknown";
 }
@@ -106,6 +107,7 @@ Tolerance WithContextFloor(Tolerance tol, const PeerScales& peers, uint64_t key)
 PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, const StatRow& c,
                       const Tolerance& tol) {
   PairEval e;
+  e.stats_only = b.stats_only || c.stats_only;
   const double rms = b.numel > 0 && !std::isnan(b.l2) ? b.l2 / std::sqrt(static_cast<double>(b.numel)) : 0;
   const double d_l2 = Diff(b.l2, c.l2), d_mean = Diff(b.mean, c.mean);
   const double d_abs = Diff(b.absmax, c.absmax), d_std = Diff(b.std, c.std);
@@ -128,7 +130,16 @@ PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, 
   };
   consider(Metric::kL2, d_l2, std::fabs(b.l2), tol.rtol, e.rel_l2, floor_norm);
   consider(Metric::kMean, d_mean, rms, tol.rtol, e.rel_mean, floor_elem);
-  consider(Metric::kStd, d_std, rms, tol.rtol, e.rel_std, floor_elem);
+  if (e.stats_only) {
+    // std is not in the dump; max and min are, and bound the same element's change.
+    e.rel_std = std::numeric_limits<double>::quiet_NaN();
+    const double d_mm = std::max(Diff(b.max, c.max), Diff(b.min, c.min));
+    e.rel_minmax = Ratio(d_mm, std::fabs(b.absmax));
+    consider(Metric::kMinMax, d_mm, std::fabs(b.absmax), tol.rtol * tol.absmax_factor, e.rel_minmax,
+             floor_elem * tol.absmax_factor);
+  } else {
+    consider(Metric::kStd, d_std, rms, tol.rtol, e.rel_std, floor_elem);
+  }
   consider(Metric::kAbsmax, d_abs, std::fabs(b.absmax), tol.rtol * tol.absmax_factor, e.rel_absmax,
            floor_elem * tol.absmax_factor);
 
@@ -141,7 +152,8 @@ PairEval EvaluatePair(const StepData& bs, const StatRow& b, const StepData& cs, 
     consider(Metric::kSketchDist, d, std::fabs(b.l2), tol.rtol, e.rel_dist, floor_norm);
   } else {
     e.cosine = std::numeric_limits<double>::quiet_NaN();
-    e.rel_dist = std::numeric_limits<double>::quiet_NaN();
+    // Statistics only: the distance is at least what the norm and the mean show.
+    e.rel_dist = e.stats_only ? std::max(e.rel_l2, e.rel_mean) : std::numeric_limits<double>::quiet_NaN();
   }
 
   const uint32_t* hb = bs.HistOf(b);

@@ -12,6 +12,13 @@
 //   kl                   KL(baseline || candidate) of the log2-magnitude histograms
 //                        (Jeffreys smoothing: +0.5 per bin)
 //   nonfinite_mismatch   one side holds NaN/Inf, the other does not
+//   rel_minmax           max(|c - b| of max, of min) / absmax(b): only for a
+//                        statistics-only pair
+// A statistics-only pair (a row with StatFlags::kStatsOnly on either side: an msprobe
+// import, docs/msprobe.md) is judged on what both sides have: l2, mean, absmax, min and
+// max. std, the sketch and the histogram are left out (NaN), and rel_dist is the lower
+// bound max(rel_l2, rel_mean) of the distance (||x - y|| >= | |x| - |y| | and
+// >= sqrt(n) |mean_x - mean_y|): a difference that keeps those four statistics is not seen.
 // The drift score is max over metrics of |c - b| / (atol + rtol_m * scale_m): above
 // 1 the tensor is beyond the hard tolerance. `dominant` names the metric that set it.
 //
@@ -36,7 +43,7 @@
 
 namespace lockstep::collector {
 
-enum class Metric : uint8_t { kNone = 0, kL2, kMean, kAbsmax, kStd, kSketchDist, kKl, kNonfinite };
+enum class Metric : uint8_t { kNone = 0, kL2, kMean, kAbsmax, kStd, kSketchDist, kKl, kNonfinite, kMinMax };
 const char* MetricName(Metric m);
 
 // Tolerances of one comparison; see rules/rules_config.h for the defaults by dtype.
@@ -71,6 +78,8 @@ struct PairEval {
   double cosine = 1, rel_dist = 0;  // NaN when either side has no sketch
   double kl = 0;                    // NaN when either side has no histogram
   bool nonfinite_mismatch = false;
+  bool stats_only = false;          // judged on the statistics only (see above)
+  double rel_minmax = 0;            // statistics-only pairs; else 0
   double score = 0;                 // normalized: > 1 is beyond the hard tolerance
   Metric dominant = Metric::kNone;
   double dominant_error = 0;        // the dominant metric's raw value

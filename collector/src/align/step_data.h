@@ -59,6 +59,9 @@ struct StatRow {
   // tensor under another name. Rules and tables skip it; its producer carries the name
   // as an alias (NameTable::Label).
   bool repeat = false;
+  // StatFlags::kStatsOnly: only numel, min, max, mean, l2, absmax are real (an msprobe
+  // import); std is NaN, the counts lower bounds, no sketch or histogram.
+  bool stats_only = false;
 
   bool nonfinite() const { return nan_count + inf_count > 0; }
 };

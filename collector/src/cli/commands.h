@@ -14,6 +14,7 @@ int CompareCommand(int argc, const char* const* argv);  // compare_cmd.cc
 int AlertTestCommand(int argc, const char* const* argv);  // alert_test_cmd.cc
 int KeygenCommand(int argc, const char* const* argv);  // keygen_cmd.cc
 int ReportCommand(int argc, const char* const* argv);  // report_cmd.cc
+int ImportCommand(int argc, const char* const* argv);  // import_cmd.cc
 
 }  // namespace lockstep::cli
 

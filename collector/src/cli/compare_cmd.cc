@@ -19,6 +19,8 @@
 
 #include "cli/align_flags.h"
 #include "cli/commands.h"
+#include "cli/dump_inputs.h"
+#include "cli/msprobe_csv.h"
 #include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "cli/rule_flags.h"
@@ -90,6 +92,11 @@ void PrintText(const collector::OfflineComparison& cmp, const std::string& path_
   std::printf("baseline  %s  (%s)\ncandidate %s  (%s)\n", r.baseline.c_str(), path_a.c_str(), r.candidate.c_str(),
               path_b.c_str());
   PrintSettings(settings);
+  if (r.stats_only) {
+    std::printf("  note: statistics only: a run is an import of a statistics dump (msprobe); its tensors are judged on "
+                "max, min, mean and norm, lower bounds of their distance, without std, sketch or histogram "
+                "(docs/msprobe.md)\n");
+  }
   std::printf("steps compared: %s  (only in baseline: %llu, only in candidate: %llu, not compared: %llu)\n",
               collector::StepsTimesRanks(r.steps_compared, r.ranks).c_str(), static_cast<unsigned long long>(r.steps_only_baseline),
               static_cast<unsigned long long>(r.steps_only_candidate), static_cast<unsigned long long>(r.steps_evicted));
@@ -234,6 +241,7 @@ void PrintJson(const PairReport& r, const std::vector<alerting::Alert>& alerts, 
   j.Key("steps_only_candidate").Uint(r.steps_only_candidate);
   j.Key("steps_not_compared").Uint(r.steps_evicted);
   j.Key("critical").Bool(critical);
+  j.Key("statistics_only").Bool(r.stats_only);
   j.Key("trends_downstream").Uint(r.trends_downstream);
   j.Key("setup").BeginObject();
   j.Key("known").Bool(r.setup_known);
@@ -362,7 +370,8 @@ int CompareCommand(int argc, const char* const* argv) {
   std::string name_map, alerts_file, rename_b, rename_c;
   int64_t max_buffered = 0;  // AddAlignFlags sets the default
   AnalyzerOptions opt;
-  FlagSet fs("compare", "compare BASELINE.lslog CANDIDATE.lslog [FLAGS]",
+  std::string format = "text";
+  FlagSet fs("compare", "compare BASELINE CANDIDATE [FLAGS]   (each a run log, or an msprobe dump folder: docs/msprobe.md)",
              "Aligns two recorded run logs step by step and tensor by tensor, runs every detector, and prints a "
              "verdict of five lines (first divergence, first NaN/Inf and its producer, loss gap, steps compared of "
              "steps expected), then the settings used, the first divergence and a per-tensor table. The detection "
@@ -371,6 +380,10 @@ int CompareCommand(int argc, const char* const* argv) {
              "or truncated), 6 (the runs share under half their tensor names: not the same model), 5 (under 90 % "
              "of the expected steps compared), 1 (a critical divergence, NaN or overflow), else 0.");
   fs.Bool("json", &json, "print one JSON object instead of the table");
+  fs.String("format", &format,
+            "text (the default), json (as --json), or msprobe-csv: the per-tensor table in the columns of msprobe's "
+            "statistics compare result, then lockstep's own (docs/msprobe.md)",
+            "FORMAT");
   AddAlignFlags(&fs, &name_map, &max_buffered);
   fs.String("alerts-file", &alerts_file, "also write every alert as one JSON line to FILE", "FILE");
   AddDefaultSettingsFlag(&fs, &default_settings);
@@ -400,12 +413,20 @@ int CompareCommand(int argc, const char* const* argv) {
     }
   }
   const std::string path_a = fs.positional()[0], path_b = fs.positional()[1];
+  if (format != "text" && format != "json" && format != "msprobe-csv") {
+    return fail(kExitUsage, "--format " + format + " is not one of text, json, msprobe-csv");
+  }
+  if (format == "json") json = true;
+  // An msprobe dump folder is imported to a temporary run log first (docs/msprobe.md).
+  DumpInputs dumps;
+  std::string log_a = path_a, log_b = path_b;
+  if (Status s = dumps.Resolve(&log_a, &log_b); !s.ok()) return fail(kExitBadInput, s.message());
 
   // Settings: recorded next to the candidate's log (else the baseline's), then the
   // flags given here on top (cli/offline_pair.h, shared with report).
   OfflineSettings si;
   std::string error;
-  if (int code = ResolveOfflineSettings(fs, path_a, path_b, default_settings, name_map, &opt, &si, &error)) {
+  if (int code = ResolveOfflineSettings(fs, log_a, log_b, default_settings, name_map, &opt, &si, &error)) {
     return fail(code, error);
   }
   opt.max_buffered_steps = static_cast<size_t>(max_buffered);
@@ -418,8 +439,8 @@ int CompareCommand(int argc, const char* const* argv) {
 
   // The pipeline itself is service/offline_compare's, the same for `report`.
   collector::OfflineCompareSpec spec;
-  spec.baseline_path = path_a;
-  spec.candidate_path = path_b;
+  spec.baseline_path = log_a;
+  spec.candidate_path = log_b;
   spec.rename_baseline = rename_b;
   spec.rename_candidate = rename_c;
   spec.options = std::move(opt);
@@ -440,6 +461,10 @@ int CompareCommand(int argc, const char* const* argv) {
     case collector::GateOutcome::kBadInput: code = kExitBadInput; break;
     case collector::GateOutcome::kTooFewSteps: code = kExitTooFewSteps; break;
     case collector::GateOutcome::kNotSameModel: code = kExitNotSameModel; break;
+  }
+  if (format == "msprobe-csv") {
+    WriteMsprobeCsv(cmp.report, log_a, log_b, stdout);
+    return code;
   }
   if (json) {
     PrintJson(cmp.report, cmp.alerts, cmp.critical, verdict, code, si, cmp.replays);

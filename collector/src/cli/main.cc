@@ -23,6 +23,8 @@ constexpr Command kCommands[] = {
     {"report", lockstep::cli::ReportCommand,
      "write the comparison of two recorded runs as one self-contained HTML page"},
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},
+    {"import", lockstep::cli::ImportCommand,
+     "turn another tool's dump (msprobe) into a run log that every command reads"},
     {"alert-test", lockstep::cli::AlertTestCommand,
      "send one test alert through the configured sinks and say per sink if it arrived"},
     {"keygen", lockstep::cli::KeygenCommand,

@@ -15,6 +15,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/dump_inputs.h"
 #include "cli/align_flags.h"
 #include "cli/commands.h"
 #include "lockstep/common/flags.h"
@@ -172,10 +173,15 @@ int ReportCommand(int argc, const char* const* argv) {
     path_b = fs.positional()[1];
   } else {
     return fail(kExitUsage, "give two run logs, the baseline then the candidate (e.g. lockstep report "
-                            "data/gpu-run.lslog data/npu-run.lslog -o report.html), or --data-dir DIR "
-                            "--experiment NAME");
+                            "data/gpu-run.lslog data/npu-run.lslog -o report.html; msprobe dump folders are "
+                            "read too), or --data-dir DIR --experiment NAME");
   }
 
+  // An msprobe dump folder is imported to a temporary run log first (docs/msprobe.md);
+  // the page names the folders given.
+  const std::string given_a = path_a, given_b = path_b;
+  DumpInputs dumps;
+  if (Status s = dumps.Resolve(&path_a, &path_b); !s.ok()) return fail(kExitBadInput, s.message());
   auto cand_hello = HelloOf(path_b);
   if (!cand_hello.ok()) return fail(kExitBadInput, cand_hello.status().message());
 
@@ -219,8 +225,8 @@ int ReportCommand(int argc, const char* const* argv) {
   const auto& verdict = cmp.verdict;
   hdr.generated_by = std::string("lockstep ") + LOCKSTEP_VERSION + " report";
   hdr.generated_at = UtcNow();
-  hdr.path_b = path_a;
-  hdr.path_c = path_b;
+  hdr.path_b = given_a;
+  hdr.path_c = given_b;
   hdr.exit_code = ExitOf(verdict.outcome);
   std::string json = collector::ReportJson(hdr, cmp.report, verdict, recorder);
   const std::string page = collector::ReportHtml(json);

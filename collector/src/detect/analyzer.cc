@@ -30,6 +30,8 @@ struct TensorRow {
   uint32_t worst_rank = 0;
   PairEval worst;
   double worst_b_l2 = 0, worst_c_l2 = 0;
+  // Both runs' max, min, mean at worst_step (compare --format msprobe-csv).
+  double worst_b[3] = {0, 0, 0}, worst_c[3] = {0, 0, 0};
   double worst_threshold = 1;
   DT dtype_b = DT::kUnknown, dtype_c = DT::kUnknown;
 };
@@ -300,6 +302,8 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
       t.worst = m.eval;
       t.worst_b_l2 = m.b->l2;
       t.worst_c_l2 = m.c->l2;
+      t.worst_b[0] = m.b->max, t.worst_b[1] = m.b->min, t.worst_b[2] = m.b->mean;
+      t.worst_c[0] = m.c->max, t.worst_c[1] = m.c->min, t.worst_c[2] = m.c->mean;
       t.worst_threshold = m.threshold;
     }
   }
@@ -366,6 +370,11 @@ std::vector<PairReport> Analyzer::Reports() const {
       tr.rank = t.worst_rank;
       tr.b_l2 = t.worst_b_l2;
       tr.c_l2 = t.worst_c_l2;
+      tr.b_max = t.worst_b[0], tr.b_min = t.worst_b[1], tr.b_mean = t.worst_b[2];
+      tr.c_max = t.worst_c[0], tr.c_min = t.worst_c[1], tr.c_mean = t.worst_c[2];
+      tr.rel_minmax = t.worst.rel_minmax;
+      tr.stats_only = t.worst.stats_only;
+      r.stats_only = r.stats_only || t.worst.stats_only;
       tr.rel_l2 = t.worst.rel_l2;
       tr.rel_mean = t.worst.rel_mean;
       tr.rel_absmax = t.worst.rel_absmax;

@@ -68,7 +68,9 @@ struct TensorReport {
   uint64_t worst_step = 0;
   uint32_t rank = 0;               // the rank at worst_step
   double b_l2 = 0, c_l2 = 0;
-  double rel_l2 = 0, rel_mean = 0, rel_absmax = 0, rel_std = 0;
+  double b_max = 0, b_min = 0, b_mean = 0, c_max = 0, c_min = 0, c_mean = 0;  // at worst_step
+  double rel_l2 = 0, rel_mean = 0, rel_absmax = 0, rel_std = 0, rel_minmax = 0;
+  bool stats_only = false;  // judged on the statistics only (align/pair_metrics.h)
   double cosine = 1, rel_dist = 0, kl = 0;
   double score = 0, threshold = 1;  // normalized; drift when score > threshold
   std::string metric;               // dominant metric at the worst step
@@ -128,6 +130,9 @@ struct PairReport {
   // Each rank's first drifting step and tensor, from every compared step: where the
   // first divergence is ("on all 4 ranks"), the same for compare, report and the live page.
   RankOnsets onsets;
+  // Some tensor was judged on the statistics only: a run is an import of a statistics
+  // dump (msprobe's, docs/msprobe.md), so rel_dist is a lower bound and there is no cosine.
+  bool stats_only = false;
 };
 
 class Analyzer : public MessageSink {

@@ -67,7 +67,9 @@ double BirthFinder::RelError(const StepData& bs, const StatRow& b, const StepDat
     d = std::max(d, SketchDistance(sb, sc, b.sketch_k));
   } else {
     const double n = std::sqrt(static_cast<double>(b.numel));
-    d = std::max({d, std::fabs(c.mean - b.mean) * n, std::fabs(c.std - b.std) * n});
+    d = std::max(d, std::fabs(c.mean - b.mean) * n);
+    // A statistics-only row has no std (docs/msprobe.md).
+    if (!b.stats_only && !c.stats_only) d = std::max(d, std::fabs(c.std - b.std) * n);
   }
   const double denom = std::max(b.l2, kScaleFloor * scale * std::sqrt(static_cast<double>(b.numel)));
   if (!(denom > 0)) return d == 0 ? 0 : INFINITY;
@@ -210,7 +212,8 @@ namespace {
 
 // The same tensor in both runs: the statistics of two rows agree exactly.
 bool SameStats(const StatRow& x, const StatRow& y) {
-  return x.numel == y.numel && x.l2 == y.l2 && x.mean == y.mean && x.std == y.std && x.min == y.min &&
+  const bool std_equal = x.std == y.std || (x.stats_only && y.stats_only);  // no std in the dump
+  return x.numel == y.numel && x.l2 == y.l2 && x.mean == y.mean && std_equal && x.min == y.min &&
          x.max == y.max;
 }
 

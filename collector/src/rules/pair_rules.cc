@@ -23,6 +23,12 @@ void MetricValues(const MatchedTensor& m, double* b, double* c) {
     case Metric::kMean: *b = m.b->mean; *c = m.c->mean; return;
     case Metric::kAbsmax: *b = m.b->absmax; *c = m.c->absmax; return;
     case Metric::kStd: *b = m.b->std; *c = m.c->std; return;
+    case Metric::kMinMax: {  // the extreme that moved more
+      const bool max = std::fabs(m.c->max - m.b->max) >= std::fabs(m.c->min - m.b->min);
+      *b = max ? m.b->max : m.b->min;
+      *c = max ? m.c->max : m.c->min;
+      return;
+    }
     case Metric::kNonfinite:
       *b = static_cast<double>(m.b->nan_count + m.b->inf_count);
       *c = static_cast<double>(m.c->nan_count + m.c->inf_count);
@@ -67,6 +73,7 @@ void DescribeTensorPair(const PairCtx& ctx, const PairStepView& v, const Matched
     a->message += "l2 " + G(m.b->l2) + " vs " + G(m.c->l2) + ", " + a->metric + " " + G(a->error) +
                   " (threshold " + G(a->threshold) + ")";
     if (!std::isnan(m.eval.cosine)) a->message += ", cosine " + G(m.eval.cosine);
+    if (m.eval.stats_only) a->message += " (statistics only: a lower bound)";
   }
 }
 

@@ -17,7 +17,8 @@ inline constexpr uint16_t kSchemaMajor = 1;
 // 4: TensorKind.ActIn (a module's inputs)
 // 5: ControlAck (a Body member): an agent answers the collector's ControlRequest
 // 6: ControlAck.replay (SelfReplay): a capture replayed by the run that made it, in a
-//    second Done answer to the capture request
+//    second Done answer to the capture request; StatFlags.kStatsOnly: a statistics-only
+//    record (an import of an msprobe dump, docs/msprobe.md)
 inline constexpr uint16_t kSchemaMinor = 6;
 // The first minor whose agents send StepEnd.
 inline constexpr uint16_t kStepEndMinor = 3;
