@@ -14,7 +14,9 @@ them says the runs compute different functions (cause config). Each agent also r
 its own capture on its writer thread and answers again with what it found; from the two
 answers the collector gives the same verdict, live (a "replay" alert) and in `compare`.
 A kernel that rounds through fp16 (test_capture_replay.py's model) is the candidate's
-less accurate op, cause platform, live and in compare.
+less accurate op, cause platform, live and in compare; a rounding-sized change whose
+inputs have moved by the captured step is within rounding in each run, which one run
+alone cannot tell from an error its inputs bring: the verdict needs both files.
 
 When every call both runs make agrees, the calls only one run makes are named (the
 demo's fp16 cast in a block's own code). Twins: nothing is asked of anybody. `--control-listen off`: no zoom, the container stays
@@ -115,9 +117,10 @@ def same_offline(col, exp, live):
                           col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
     rep = json.loads(out.stdout)
     offline = replay_alert(rep["alerts"])
-    keys = ("rule", "severity", "metric", "cause", "tensor", "step", "message", "runs",
+    keys = ("rule", "severity", "metric", "tensor", "step", "message", "runs",
             "baseline_value", "candidate_value", "threshold")
     assert {k: offline[k] for k in keys} == {k: live[k] for k in keys}, (offline, live)
+    assert offline.get("cause") == live.get("cause"), (offline, live)
     # the same id but for the experiment, which compare labels "compare"
     assert offline["id"] == live["id"].replace("/" + exp + "/", "/compare/", 1), (offline, live)
     assert [r["verdict"] for r in rep["replays"]] == [live["metric"]], rep["replays"]
@@ -262,3 +265,26 @@ def test_without_a_control_channel_the_container_stays_the_answer(tmp_path):
     assert all(k["requests_received"] == 0 for k in counters), counters
     fd = [a["tensor"] for a in alerts if a["rule"] == "first_divergence"]
     assert fd == ["blocks.1.mlp"], fmt_alerts(alerts)
+
+
+def test_a_rounding_sized_change_live_needs_both_files_when_the_inputs_moved(tmp_path):
+    """test_capture_replay.py's rounding-sized change (blocks.1.mlp.act's output times
+    1 + 2e-7) with a budget tight enough to name it: by the step both runs capture, the
+    change has moved the weights, so the op's inputs differ. Each run alone is within
+    rounding of float64; whether the op or its inputs make the difference only both
+    files can say: the live verdict says so and keeps the command, and compare agrees."""
+    import test_capture_replay as cr  # pylint: disable=import-outside-toplevel
+    exp = "auto-round"
+    state = seeded_state(cr.Net)
+    cap = tmp_path / "captures"
+    col, alerts, _ = run_live(tmp_path, exp, cr.run_factory(state, cap),
+                              cr.run_factory(state, cap, scale_act=True), cr.batches(STEPS),
+                              ["--birth-ulps", "0.5"])
+    live = replay_alert(alerts)
+    assert (live["tensor"], live["metric"], live.get("cause")) == \
+        ("blocks.1.mlp.act", "needs_both_files", None), live
+    assert live["candidate_value"] <= live["threshold"] and live["baseline_value"] <= live["threshold"]
+    assert "its inputs differ" in live["message"], live["message"]
+    files = live["message"].split("python -m lockstep replay ")[1].split()
+    assert len(files) == 2 and all(os.path.isfile(f) for f in files), live["message"]
+    same_offline(col, exp, live)

@@ -122,8 +122,12 @@ ReplayVerdict JudgeReplays(const ReplayCase& rc) {
   }
   const std::string accurate = "(" + G3(v.ulps_b) + " and " + G3(v.ulps_c) + pair + ", budget " + G3(v.budget) + ")";
   if (b.inputs_digest != c.inputs_digest) {
-    return needs_both("the op is accurate in both runs " + accurate +
-                      " and its inputs differ: whether the op or its inputs make its output differ");
+    v.verdict = "needs_both_files";
+    v.message = "the op is accurate in both runs " + accurate +
+                " and its inputs differ: whether its output's difference is born in the op or comes with its inputs "
+                "needs both files: " +
+                command;
+    return v;
   }
   if (b.output_digest == c.output_digest) {
     v.verdict = "identical";
