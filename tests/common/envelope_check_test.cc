@@ -121,6 +121,26 @@ TEST(EnvelopeCheck, CapsFingerprintKeysAndValues) {
             Reject::kTooLong);
 }
 
+// A capture's own replay (ControlAck.replay, schema minor 6): every string and each
+// settings list capped, so nothing longer reaches the log, FollowUp or compare.
+Bytes ReplayAck(const std::string& file, size_t settings, const std::string& value = "v") {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::KeyValue>> kv;
+  for (size_t i = 0; i < settings; ++i) kv.push_back(wire::CreateKeyValueDirect(fbb, "k", value.c_str()));
+  auto r = wire::CreateSelfReplay(fbb, fbb.CreateString(file), fbb.CreateString("blocks.0/gelu#0"),
+                                  fbb.CreateString("float32"), fbb.CreateString("float32"), 1e-7, 1.0, 16, 0,
+                                  fbb.CreateVector(kv));
+  auto body = wire::CreateControlAck(fbb, 3, wire::AckStatus::Done, 5, fbb.CreateString("capture"), r);
+  return testing::Finish(fbb, At("r", 0, 0), wire::Body::ControlAck, body.Union());
+}
+
+TEST(EnvelopeCheck, CapsASelfReplaysStringsAndSettings) {
+  EXPECT_EQ(Check(ReplayAck(std::string(kMaxTensorNameLength, 'f'), kMaxSelfReplaySettings)).reject, Reject::kNone);
+  EXPECT_EQ(Check(ReplayAck(std::string(kMaxTensorNameLength + 1, 'f'), 1)).reject, Reject::kTooLong);
+  EXPECT_EQ(Check(ReplayAck("/x.pt", kMaxSelfReplaySettings + 1)).reject, Reject::kTooLong);
+  EXPECT_EQ(Check(ReplayAck("/x.pt", 1, std::string(kMaxTensorNameLength + 1, 'v'))).reject, Reject::kTooLong);
+}
+
 TEST(EnvelopeCheck, CapsSamplingPatternsAndPassesStepEnd) {
   const std::string longest(kMaxTensorNameLength, 'p'), too_long(kMaxTensorNameLength + 1, 'p');
   EXPECT_EQ(Check(testing::Sampling(At("r", 0, 0), longest, longest)).reject, Reject::kNone);
