@@ -118,10 +118,16 @@ void WriteMsprobeCsv(const collector::PairReport& r, const std::string& baseline
     for (int i = 0; i < 4; ++i) f.push_back(d[i].second);
     for (int i = 0; i < 4; ++i) f.push_back(Num(npu[i]));
     for (int i = 0; i < 4; ++i) f.push_back(Num(bench[i]));
-    const bool ok = t.status == "ok";
+    // Warning: the tensor drifted past its tolerance, or it is where the first divergence
+    // was born (an op can add error below the drift tolerance: docs/rules.md).
+    const bool born = r.diverged && r.first_divergence.tensor == t.name && r.first_divergence.kind == t.kind &&
+                      r.first_divergence.micro_step == t.micro_step;
+    const bool ok = t.status == "ok" && !born;
     f.push_back("N/A");
     f.push_back(ok ? "pass" : "Warning");
-    f.push_back(ok ? "" : t.metric + " " + Num(t.score) + "x its tolerance at step " + std::to_string(t.worst_step));
+    f.push_back(ok     ? ""
+                : born ? "first divergence: " + r.first_divergence.message
+                       : t.metric + " " + Num(t.score) + "x its tolerance at step " + std::to_string(t.worst_step));
     f.insert(f.end(), {t.kind, std::to_string(t.order), std::to_string(t.worst_step), std::to_string(t.rank), t.status,
                        Num(t.score), Num(t.threshold), t.metric, Num(t.rel_dist), Num(t.cosine),
                        t.stats_only ? "true" : "false", std::to_string(t.first_drift_step)});
