@@ -81,9 +81,11 @@ def run_pair(tmp_path, exp, extra_args=(), cast=False, **change1):
 
 
 def run_live(tmp_path, exp, make_b, make_c, batches_, extra_args=(), asked=True):
-    """run_pair's loop for any pair of runs (test_capture_replay.py's models too)."""
+    """run_pair's loop for any pair of runs (test_capture_replay.py's models too). The
+    collector's /metrics at the end: col.scrape."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    with Collector(tmp_path, list(extra_args), control="--control-listen" not in extra_args) as col:
+    with Collector(tmp_path, list(extra_args), control="--control-listen" not in extra_args,
+                   metrics=True) as col:
         b = make_b(col.endpoint, exp + "-base", "baseline", exp)
         c = make_c(col.endpoint, exp + "-cand", "candidate", exp)
         for s, batch in enumerate(batches_):
@@ -100,6 +102,7 @@ def run_live(tmp_path, exp, make_b, make_c, batches_, extra_args=(), asked=True)
         counters = (b.mon.counters(), c.mon.counters())
         assert b.close() and c.close()
         col.wait_goodbye([exp + "-base", exp + "-cand"])
+        col.scrape = col.metrics_text()
     assert col.proc.returncode == 0, col.stderr()
     return col, col.alerts(), counters
 
@@ -152,6 +155,14 @@ def test_the_collector_zooms_into_the_container_and_names_the_call(tmp_path):
         assert own["dtype"] == "float32" and own["ulps"] < 8 and own["file"] in a[3]["detail"], own
     assert fd[1]["step"] == first
     assert all(k["self_replays"] == 1 and k["self_replays_failed"] == 0 for k in counters), counters
+    # /metrics: 4 requests (zoom, capture; each run), each received, done, and the
+    # captures done again with their replays.
+    for line in ("lockstep_collector_control_requests_total 4",
+                 'lockstep_collector_control_answers_total{status="received"} 4',
+                 'lockstep_collector_control_answers_total{status="done"} 6',
+                 'lockstep_collector_control_answers_total{status="refused"} 0',
+                 "lockstep_collector_control_replays_total 2"):
+        assert "\n" + line + "\n" in col.scrape, (line, col.scrape)
     # The capture: one alert naming both files, which replay reads to a verdict.
     cap = [a for a in alerts if a["rule"] == "capture"]
     assert len(cap) == 1 and cap[0]["severity"] == "info", fmt_alerts(alerts)
