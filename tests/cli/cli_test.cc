@@ -255,13 +255,15 @@ TEST(CollectCli, RecordsUntilSigtermThenInspectShowsIt) {
                                  "\"last_step\":7", "\"role\":\"candidate\""})
     EXPECT_NE(lines[0].find(want_field), std::string::npos) << want_field << " in " << lines[0];
 
-  // A torn copy: read up to the tear, the tear reported on stderr, exit 0.
+  // A torn copy: read up to the tear, the tear reported on stderr, exit 0. The log is
+  // compressed: the tear takes the last block, what one flush wrote (here the messages
+  // of the last burst the collector received, one to all four).
   std::string torn = dir / "torn.lslog";
   fs::copy_file(log, torn);
   fs::resize_file(torn, fs::file_size(torn) - 3);
   r = RunLockstep(dir, {"inspect", torn});
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(Lines(r.out).size(), 3u);
+  EXPECT_LT(Lines(r.out).size(), 4u);
   EXPECT_NE(r.err.find("torn"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("torn.lslog"), std::string::npos) << r.err;
 }

@@ -43,7 +43,9 @@ std::string WriteRun(const std::string& dir, const std::string& run, wire::Role 
                      double factor, const std::string& prefix = "", std::function<bool(int)> drop = nullptr,
                      std::function<double(int)> factor_at = nullptr) {
   std::string path = dir + "/" + run + ".lslog";
-  auto w = LogWriter::Open(path, false);
+  // A small buffer: many compressed blocks, as a collector flushing each burst writes
+  // (damage in the middle then leaves the blocks before it readable).
+  auto w = LogWriter::Open(path, false, 4096);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   StreamBuilder sb(run, "exp", role);
   auto put = [&](const std::vector<uint8_t>& m) {
@@ -284,10 +286,12 @@ TEST(CompareCommand, CorruptOrTruncatedLogExitsThree) {
   { std::ofstream(d + "/cut.lslog", std::ios::binary) << bytes.substr(0, bytes.size() - 7); }
   auto [rc2, out2] = CompareOut({a, d + "/cut.lslog"});
   EXPECT_EQ(rc2, cli::kExitBadInput) << out2;
+  ASSERT_FALSE(Lines(out2).empty());
   EXPECT_NE(Lines(out2)[0].find("is truncated"), std::string::npos) << out2;
   // The baseline damaged instead.
   auto [rc3, out3] = CompareOut({d + "/cut.lslog", b, "--rename-baseline", "cut"});
   EXPECT_EQ(rc3, cli::kExitBadInput) << out3;
+  ASSERT_FALSE(Lines(out3).empty());
   EXPECT_NE(Lines(out3)[0].find("the baseline log"), std::string::npos) << out3;
 }
 

@@ -44,7 +44,7 @@ void RepairChecksums(std::vector<uint8_t>* b) {
   Store32(&f[12], collector::crc32c::Value(f.data(), 12));
   size_t pos = runlog::kFileHeaderBytes;
   while (pos + runlog::kRecordHeaderBytes <= f.size()) {
-    uint32_t len = Load32(&f[pos]);
+    uint32_t len = Load32(&f[pos]) & ~runlog::kBlockFlag;  // a block's is flagged
     if (len == 0 || len > f.size() - pos - runlog::kRecordHeaderBytes) return;
     uint32_t crc = collector::crc32c::Extend(0, &f[pos], 4);
     crc = collector::crc32c::Extend(crc, &f[pos + 8], 8);
@@ -63,19 +63,30 @@ uint64_t Inspect(const MemFile& file, uint64_t file_size) {
   std::string line;
   LogReader::Record rec;
   LogReader::Result res;
-  uint64_t expect_offset = runlog::kFileHeaderBytes;
+  uint64_t expect_offset = runlog::kFileHeaderBytes, block_offset = 0;
   while ((res = (*reader)->Next(&rec)) == LogReader::Result::kRecord) {
-    if (rec.offset != expect_offset || rec.size == 0 ||
-        rec.offset + runlog::kRecordHeaderBytes + rec.size > file_size)
+    if ((*reader)->blocks() > 0) {
+      // The records of a compressed block carry the block's offset, and the block's
+      // length is the reader's: each record lies in a block that starts inside the file
+      // at or after the last one.
+      if (rec.offset < block_offset || rec.offset + runlog::kRecordHeaderBytes > file_size || rec.size == 0)
+        Fail("a record of a block at offset " + std::to_string(rec.offset) + " lies outside the file");
+      expect_offset = UINT64_MAX;  // known again only from offset() at the end
+    } else if (rec.offset != expect_offset || rec.size == 0 ||
+               rec.offset + runlog::kRecordHeaderBytes + rec.size > file_size) {
       Fail("a record at offset " + std::to_string(rec.offset) + " of " + std::to_string(rec.size) +
            " bytes does not follow the previous one inside the file");
-    expect_offset = rec.offset + runlog::kRecordHeaderBytes + rec.size;
+    } else {
+      expect_offset = rec.offset + runlog::kRecordHeaderBytes + rec.size;
+    }
+    block_offset = rec.offset;
     auto env = LogReader::Envelope(rec, runlog::kMaxRecordBytes);
     if (!env.ok()) continue;
     registry.OnMessage(**env, rec.recv_unix_ns, rec.size);
     line.clear();
     fmt.Record(**env, rec.recv_unix_ns, rec.offset, rec.size, &line);
   }
+  if ((*reader)->blocks() > 0) expect_offset = (*reader)->offset();
   if ((*reader)->offset() != expect_offset) Fail("offset() is not the end of the last good record");
   if (res == LogReader::Result::kEnd && expect_offset != file_size)
     Fail("a clean end before the end of the file");

@@ -133,12 +133,14 @@ Msg ReadFile(const fs::path& p) {
   return Msg(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-// A run log of `msgs`, written by the collector's LogWriter.
-Msg RunLog(const fs::path& dir, const std::vector<Msg>& msgs) {
+// A run log of `msgs`, written by the collector's LogWriter: plain records, or zstd
+// blocks of at most `buffer` bytes of records each.
+Msg RunLog(const fs::path& dir, const std::vector<Msg>& msgs, bool compress = false,
+           size_t buffer = 256 << 10) {
   fs::path p = dir / "tmp.lslog";
   fs::remove(p);
   {
-    auto w = collector::LogWriter::Open(p.string(), /*recover=*/false);
+    auto w = collector::LogWriter::Open(p.string(), /*recover=*/false, buffer, compress);
     if (!w.ok()) {
       std::fprintf(stderr, "fuzz_seed_gen: %s\n", w.status().message().c_str());
       std::exit(1);
@@ -198,6 +200,10 @@ int main(int argc, char** argv) {
   WriteFile(out / "runlog" / "bad-length.lslog", bad_len.data(), bad_len.size());
   Msg two = RunLog(out, Interleave({solo, base}));
   WriteFile(out / "runlog" / "two-runs.lslog", two.data(), two.size());
+  // Compressed blocks (the collector's default): several, and one torn.
+  Msg blocks = RunLog(out, Interleave({base, cand}), /*compress=*/true, 2048);
+  WriteFile(out / "runlog" / "blocks.lslog", blocks.data(), blocks.size());
+  WriteFile(out / "runlog" / "blocks-torn.lslog", blocks.data(), blocks.size() - 5);
   std::printf("fuzz_seed_gen: seeds in %s\n", out.c_str());
   return 0;
 }

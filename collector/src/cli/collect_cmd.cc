@@ -98,6 +98,11 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.String("data-dir", &data_dir, "directory of the run logs (created if missing)", "DIR");
   flags.String("ready-file", &ready_file,
                "once listening, write {\"listen\":[bound endpoints],\"pid\":N} here", "FILE");
+  std::string log_compression = "zstd";
+  flags.String("log-compression", &log_compression,
+               "zstd: new run logs are written in compressed blocks (about 3x smaller); none: "
+               "plain records, as lockstep wrote before compression (an existing log keeps its format)",
+               "zstd|none");
   flags.Int("fsync-interval-ms", &fsync_ms, "fsync the run logs this often (0 = after every burst)",
             "MS");
   flags.Int("status-interval-s", &status_s, "log a status line this often (0 = never)", "S");
@@ -205,6 +210,9 @@ int CollectCommand(int argc, const char* const* argv) {
   if (capture != "on" && capture != "off") return Usage("--capture must be on or off, not '" + capture + "'");
   opts.capture_birth = capture == "on";
   opts.ingest.data_dir = data_dir;
+  if (log_compression != "zstd" && log_compression != "none")
+    return Usage("--log-compression must be zstd or none, not '" + log_compression + "'");
+  opts.ingest.compress_logs = log_compression == "zstd";
   opts.ingest.fsync_interval_ms = fsync_ms;
   opts.ingest.max_message_bytes = static_cast<size_t>(max_bytes);
   opts.analysis = std::move(an_opt);

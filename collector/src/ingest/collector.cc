@@ -356,7 +356,7 @@ LogWriter* Collector::Impl::WriterFor(std::string_view run) {
   if (it != writers.end()) return it->second.get();
   std::string path = runlog::LogPathFor(opts.data_dir, run);
   bool known = recovered.find(run) != recovered.end();
-  auto w = LogWriter::Open(path, /*recover=*/!known, opts.write_buffer_bytes);
+  auto w = LogWriter::Open(path, /*recover=*/!known, opts.write_buffer_bytes, opts.compress_logs);
   if (!w.ok()) {
     LogIoError(w.status());
     return nullptr;

@@ -1,12 +1,17 @@
 // On-disk layout of a run log (`<run>.lslog`); docs/runlog.md is the prose version.
 //
-//   file   := header record*
+//   file   := header (record | block)*
 //   header := magic "LKSTPLOG" (8) | u16 format_major | u16 format_minor | u32 crc32c(first 12 bytes)
 //   record := u32 length | u32 crc32c(length | recv_unix_ns | payload) | i64 recv_unix_ns | payload
+//   block  := u32 (length | kBlockFlag) | u32 crc32c(that | recv_unix_ns | zstd) | i64 recv_unix_ns | zstd
 //
 // All integers little-endian. `payload` is one wire::Envelope exactly as received.
-// Records are not padded: readers copy the payload into an aligned buffer before
-// handing it to flatbuffers.
+// `zstd` is one zstd frame whose content is a run of records (as above, each with its
+// own checksum): what the writer had buffered at one flush. `recv_unix_ns` of a block is
+// its first record's. Format 2 files may hold blocks and records; format 1 files (before
+// compression, and what `--log-compression none` still writes) hold records only, and
+// both are read. Records are not padded: readers copy the payload into an aligned
+// buffer before handing it to flatbuffers.
 #ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_FORMAT_H_
 #define LOCKSTEP_COLLECTOR_RUNLOG_LOG_FORMAT_H_
 
@@ -18,8 +23,14 @@
 namespace lockstep::collector::runlog {
 
 inline constexpr char kMagic[8] = {'L', 'K', 'S', 'T', 'P', 'L', 'O', 'G'};
-inline constexpr uint16_t kFormatMajor = 1;
+inline constexpr uint16_t kFormatMajor = 2;       // what a compressing writer creates
+inline constexpr uint16_t kFormatMajorPlain = 1;  // records only; also read
 inline constexpr uint16_t kFormatMinor = 0;
+// Set in a block's length field (lengths are below 2^28: kMaxRecordBytes).
+inline constexpr uint32_t kBlockFlag = 0x80000000u;
+// A block decompresses to at most this: one flush of the writer's buffer, or one record
+// larger than the buffer with its header.
+inline constexpr uint64_t kMaxBlockContentBytes = (256ull << 20) + 16;
 inline constexpr size_t kFileHeaderBytes = 16;
 inline constexpr size_t kRecordHeaderBytes = 16;
 // A record longer than this is "absurd": its length field is taken as corruption.

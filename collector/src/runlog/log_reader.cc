@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <vector>
 
+#include <zstd.h>
+
 #include "lockstep/common/envelope_check.h"
 #include "runlog/crc32c.h"
 #include "runlog/log_format.h"
@@ -65,7 +67,7 @@ StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
   }
   uint16_t major;
   std::memcpy(&major, h + 8, 2);
-  if (major != runlog::kFormatMajor) {
+  if (major != runlog::kFormatMajor && major != runlog::kFormatMajorPlain) {
     std::fclose(f);
     return Status::Corruption("run log '" + path + "' has format version " +
                               std::to_string(major) + ", this lockstep reads version " +
@@ -73,6 +75,7 @@ StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
                               ": use the lockstep that wrote it");
   }
   auto r = std::unique_ptr<LogReader>(new LogReader(path, f));
+  r->major_ = major;
   r->offset_ = runlog::kFileHeaderBytes;
   return r;
 }
@@ -92,6 +95,11 @@ LogReader::Result LogReader::Fail(Result r, std::string why) {
 }
 
 LogReader::Result LogReader::Next(Record* rec) {
+  if (block_size_ > 0) {
+    Result r = NextInBlock(rec);
+    if (r != Result::kEnd) return r;
+    offset_ = block_end_;  // every record of the block is out: the next read is past it
+  }
   uint8_t h[runlog::kRecordHeaderBytes];
   size_t got = std::fread(h, 1, sizeof h, file_);
   if (got == 0 && std::feof(file_)) {
@@ -101,6 +109,8 @@ LogReader::Result LogReader::Next(Record* rec) {
   if (got != sizeof h) return Fail(Result::kTruncated, "torn record header");
   uint32_t len = Load32(h);
   uint32_t want_crc = Load32(h + 4);
+  const bool block = (len & runlog::kBlockFlag) != 0 && major_ != runlog::kFormatMajorPlain;
+  if (block) len &= ~runlog::kBlockFlag;
   if (len == 0 || len > runlog::kMaxRecordBytes)
     return Fail(Result::kCorrupt, "absurd record length " + std::to_string(len));
   if (buf_.size() < len) {
@@ -119,11 +129,64 @@ LogReader::Result LogReader::Next(Record* rec) {
   crc = crc32c::Extend(crc, h + 8, 8);
   crc = crc32c::Extend(crc, buf_.data(), len);
   if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch");
+  if (block) return ReadBlock(h, len) == Result::kRecord ? Next(rec) : Result::kCorrupt;
   rec->data = buf_.data();
   rec->size = len;
   std::memcpy(&rec->recv_unix_ns, h + 8, 8);
   rec->offset = offset_;
   offset_ += sizeof h + len;
+  ++records_;
+  return Result::kRecord;
+}
+
+// buf_ holds a block's checked zstd frame of `len` bytes: decompressed into block_,
+// whose records Next() then hands out. kCorrupt (via Fail) when it does not decompress.
+LogReader::Result LogReader::ReadBlock(const uint8_t* h, uint32_t len) {
+  const unsigned long long content = ZSTD_getFrameContentSize(buf_.data(), len);
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+      content == 0 || content > runlog::kMaxBlockContentBytes)
+    return Fail(Result::kCorrupt, "compressed block of a bad size");
+  if (block_.size() < content) block_.resize(content);
+  const size_t n = ZSTD_decompress(block_.data(), content, buf_.data(), len);
+  if (ZSTD_isError(n) || n != content)
+    return Fail(Result::kCorrupt, std::string("compressed block that does not decompress (") +
+                                      (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short") + ")");
+  // All or nothing: every record inside is checked before the first is handed out, so a
+  // bad one cuts the whole block (what a writer recovering the file cuts too). The
+  // block's checksum held, so a bad record here is a writer's or decompressor's bug.
+  for (size_t pos = 0; pos < n;) {
+    const uint8_t* r = block_.data() + pos;
+    const uint32_t rlen = n - pos >= runlog::kRecordHeaderBytes ? Load32(r) : 0;
+    if (rlen == 0 || rlen > runlog::kMaxRecordBytes || rlen > n - pos - runlog::kRecordHeaderBytes)
+      return Fail(Result::kCorrupt, "bad record inside a compressed block");
+    uint32_t crc = crc32c::Extend(0, r, 4);
+    crc = crc32c::Extend(crc, r + 8, 8);
+    crc = crc32c::Extend(crc, r + runlog::kRecordHeaderBytes, rlen);
+    if (crc != Load32(r + 4)) return Fail(Result::kCorrupt, "checksum mismatch inside a compressed block");
+    pos += runlog::kRecordHeaderBytes + rlen;
+  }
+  block_size_ = n;
+  block_pos_ = 0;
+  block_end_ = offset_ + runlog::kRecordHeaderBytes + len;
+  std::memcpy(&block_recv_, h + 8, 8);
+  ++blocks_;
+  return Result::kRecord;
+}
+
+LogReader::Result LogReader::NextInBlock(Record* rec) {
+  if (block_pos_ >= block_size_) {
+    block_size_ = block_pos_ = 0;
+    return Result::kEnd;
+  }
+  const uint8_t* h = block_.data() + block_pos_;  // checked whole by ReadBlock
+  const uint32_t len = Load32(h);
+  if (buf_.size() < len) buf_.resize(len);
+  std::memcpy(buf_.data(), h + runlog::kRecordHeaderBytes, len);
+  rec->data = buf_.data();
+  rec->size = len;
+  std::memcpy(&rec->recv_unix_ns, h + 8, 8);
+  rec->offset = offset_;
+  block_pos_ += runlog::kRecordHeaderBytes + len;
   ++records_;
   return Result::kRecord;
 }

@@ -10,6 +10,9 @@
 // record reads as kTruncated, and calling Next() again later retries from the same
 // record.
 //
+// A compressed block (log_format.h) is checked and decompressed whole when reached; its
+// records are then handed out one by one, each with the block's file offset.
+//
 // Thread-compatible: one thread per LogReader.
 #ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_READER_H_
 #define LOCKSTEP_COLLECTOR_RUNLOG_LOG_READER_H_
@@ -42,7 +45,7 @@ class LogReader {
     const uint8_t* data = nullptr;  // the envelope bytes; valid until the next Next() call
     uint32_t size = 0;
     int64_t recv_unix_ns = 0;
-    uint64_t offset = 0;  // file offset of the record header
+    uint64_t offset = 0;  // file offset of the record header (of its block, if in one)
   };
 
   // Opens `path` and checks its header. NotFound / IOError when it cannot be read,
@@ -54,14 +57,19 @@ class LogReader {
 
   Result Next(Record* rec);
 
-  // Offset of the next record to read; after kTruncated/kCorrupt, of the bad record
-  // (so everything before it is good and a writer may cut the file there).
+  // Offset of the next record (or block) to read; after kTruncated/kCorrupt, of the bad
+  // one (so everything before it is good and a writer may cut the file there). While
+  // the records of a block are handed out, the block's own offset.
   uint64_t offset() const { return offset_; }
   // Records returned so far.
   uint64_t records() const { return records_; }
   // One sentence describing the last kTruncated/kCorrupt (names the file and offset).
   const std::string& problem() const { return problem_; }
   const std::string& path() const { return path_; }
+  // The file's format major (runlog::kFormatMajor or kFormatMajorPlain).
+  uint16_t format_major() const { return major_; }
+  // Compressed blocks read so far, and their bytes on disk and decompressed.
+  uint64_t blocks() const { return blocks_; }
 
   // Verifies a record's payload as an envelope (size cap, flatbuffers Verifier, file
   // identifier, schema major, run id): Corruption with the reason when it fails. The
@@ -72,12 +80,24 @@ class LogReader {
  private:
   LogReader(std::string path, FILE* f);
   Result Fail(Result r, std::string why);
+  // The next record of the block being handed out (kEnd when it has none left).
+  Result NextInBlock(Record* rec);
+  Result ReadBlock(const uint8_t* h, uint32_t len);
 
   std::string path_;
   FILE* file_ = nullptr;
+  uint16_t major_ = 0;
   uint64_t offset_ = 0;
   uint64_t records_ = 0;
+  uint64_t blocks_ = 0;
   std::vector<uint8_t> buf_;  // operator new storage: aligned for flatbuffers
+  // The decompressed block being handed out: its records are copied into buf_ one at a
+  // time (aligned); block_pos_ is the next one's start, block_end_ the file offset
+  // after the block.
+  std::vector<uint8_t> block_;
+  size_t block_size_ = 0, block_pos_ = 0;
+  uint64_t block_end_ = 0;
+  int64_t block_recv_ = 0;
   std::string problem_;
 };
 

@@ -8,6 +8,11 @@
 // Opening an existing log first scans it (Recover): a torn or corrupt tail is cut with
 // one warning naming the file and offset; every record before it is kept.
 //
+// Compression (the default for a new log): each flush writes what was buffered as one
+// zstd block (log_format.h), or as plain records when that is not smaller. A log of
+// format 1 (plain records only, older lockstep) stays plain when appended to, so the
+// lockstep that wrote it can still read it.
+//
 // Single-threaded: owned and called by the ingest thread only.
 #ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_WRITER_H_
 #define LOCKSTEP_COLLECTOR_RUNLOG_LOG_WRITER_H_
@@ -20,6 +25,8 @@
 
 #include "lockstep/common/status.h"
 #include "runlog/log_reader.h"
+
+struct ZSTD_CCtx_s;  // zstd.h's compression context (ZSTD_CCtx)
 
 namespace lockstep::collector {
 
@@ -41,8 +48,10 @@ class LogWriter {
   // Opens `path` for appending, creating it with a header when missing. With
   // `recover` true an existing file is first scanned by Recover(); pass false only
   // when this process already recovered it. `buffer_bytes` is the flush threshold.
+  // `compress` false: a new log is created in format 1 and holds plain records only.
   static StatusOr<std::unique_ptr<LogWriter>> Open(const std::string& path, bool recover,
-                                                   size_t buffer_bytes = 256 << 10);
+                                                   size_t buffer_bytes = 256 << 10,
+                                                   bool compress = true);
   ~LogWriter();  // Sync()s, best effort
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
@@ -60,9 +69,15 @@ class LogWriter {
   bool dirty() const { return dirty_; }  // written since the last Sync()
   uint64_t size() const { return size_ + buf_.size(); }  // bytes incl. buffered
   const std::string& path() const { return path_; }
+  bool compressing() const { return cctx_ != nullptr; }
+  // Bytes handed to Append() (with record headers) and bytes written for them.
+  uint64_t raw_bytes() const { return raw_bytes_; }
+  uint64_t written_bytes() const { return written_bytes_; }
 
  private:
-  LogWriter(std::string path, int fd, uint64_t size, size_t buffer_bytes);
+  LogWriter(std::string path, int fd, uint64_t size, size_t buffer_bytes, bool compress);
+  // Writes `n` bytes at the end of the file; on failure cuts the file back to size_.
+  Status WriteTail(const uint8_t* p, size_t n);
 
   std::string path_;
   int fd_ = -1;
@@ -72,6 +87,10 @@ class LogWriter {
   uint64_t buffered_records_ = 0;
   uint64_t lost_records_ = 0;
   bool dirty_ = false;
+  ::ZSTD_CCtx_s* cctx_ = nullptr;  // set when this log gets compressed blocks
+  std::vector<uint8_t> zbuf_;           // a block: its header, then the zstd frame
+  int64_t first_recv_ = 0;              // of the first buffered record
+  uint64_t raw_bytes_ = 0, written_bytes_ = 0;
 };
 
 }  // namespace lockstep::collector

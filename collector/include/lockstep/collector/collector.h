@@ -59,6 +59,8 @@ struct CollectorOptions {
   // fdatasync period for the logs; 0 = after every burst of messages.
   int64_t fsync_interval_ms = 1000;
   size_t write_buffer_bytes = 256 << 10;  // per run log
+  // New run logs in zstd blocks (docs/runlog.md); false: plain records (format 1).
+  bool compress_logs = true;
   int receive_hwm = 100000;               // ZMQ_RCVHWM, messages
   bool rebuild_from_logs = true;          // replay existing logs into the registry
   // ZeroMQ CURVE on the ingest socket (docs/security.md): off while secret_key is empty.
