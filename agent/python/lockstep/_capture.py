@@ -35,7 +35,6 @@ import time
 import torch
 
 from lockstep import _capture_file as cf
-from lockstep import _self_replay
 from lockstep._names import call_name, module_name, output_tensors
 from lockstep._watch import _in_backward
 
@@ -346,8 +345,10 @@ class Captures:
                 self.paths.append(path)
             except Exception as e:  # pylint: disable=broad-except  (never into the job)
                 self._warn_write(row, step, e)
-                self._answer(acks, _self_replay.failed(path, row, ValueError(
-                    "the capture could not be written (%s)" % type(e).__name__)))
+                if acks:
+                    from lockstep import _self_replay  # pylint: disable=import-outside-toplevel
+                    self._answer(acks, _self_replay.failed(path, row, ValueError(
+                        "the capture could not be written (%s)" % type(e).__name__)))
                 continue
             del copies  # the replay reads the file back, as `lockstep replay` would
             if acks:
@@ -356,6 +357,8 @@ class Captures:
     def _replay(self, path, row, step):
         """The capture at `path` replayed against float64 of its own settings (a failure
         is counted, warned once and answered with why)."""
+        # Imported here: a job the collector never asks pays nothing for the replay code.
+        from lockstep import _self_replay  # pylint: disable=import-outside-toplevel
         try:
             out = _self_replay.measure(path)
             self.self_replays += 1
