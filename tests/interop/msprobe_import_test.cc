@@ -93,7 +93,8 @@ struct Row {
 
 // Every StepStats record of the log, resolved through its rank's directory; and the
 // Hello's, StepEnd's and Goodbye's counts.
-std::vector<Row> ReadRows(const std::string& path, std::map<std::string, int>* bodies = nullptr) {
+std::vector<Row> ReadRows(const std::string& path, std::map<std::string, int>* bodies = nullptr,
+                          bool stats_only = true) {
   auto r = LogReader::Open(path);
   EXPECT_TRUE(r.ok()) << r.status().message();
   std::vector<Row> rows;
@@ -110,8 +111,10 @@ std::vector<Row> ReadRows(const std::string& path, std::map<std::string, int>* b
       }
     }
     if (const auto* st = e->body_as_StepStats()) {
-      EXPECT_EQ(st->sketch_k(), 0);
-      EXPECT_EQ(st->hist_bins(), 0);
+      if (stats_only) {
+        EXPECT_EQ(st->sketch_k(), 0);
+        EXPECT_EQ(st->hist_bins(), 0);
+      }
       for (const auto* s : *st->stats()) {
         Row row;
         std::tie(row.name, row.kind) = dir.at({e->rank(), s->tensor_id()});
@@ -128,6 +131,8 @@ std::vector<Row> ReadRows(const std::string& path, std::map<std::string, int>* b
   }
   return rows;
 }
+
+std::vector<Row> ReadRowsAnyK(const std::string& path) { return ReadRows(path, nullptr, false); }
 
 const Row* Find(const std::vector<Row>& rows, const std::string& name, const std::string& kind, uint64_t step = 0,
                 uint32_t rank = 0) {
@@ -266,6 +271,45 @@ TEST(MsprobeImport, ARankMissingFromAStep) {
   const std::string root = MakeDump(dir, 2, 2);
   fs::remove_all(root + "/step1/rank1");
   ExpectError(dir, root, root + "/step1/rank1: missing");
+}
+
+// Tensor mode: rows computed from the tensor files (python -m lockstep import-msprobe)
+// replace dump.json's statistics, whole: sketch, histogram, std and counts.
+TEST(MsprobeImport, FullRowsFromTheRowsFolder) {
+  testing::TempDir dir;
+  const std::string root = dir / "dump";
+  std::string x = T("[2, 4]", 1, -1, 0.1, 2);
+  x.insert(x.size() - 1, R"(, "data_name": "Module.fc.Linear.forward.0.output.0.pt")");
+  Write(root + "/step0/rank0/dump.json",
+        R"({"task": "tensor", "level": "L0", "framework": "pytorch", "data": {"Module.fc.Linear.forward.0": )"
+        R"({"input_args": [)" + T("[2, 4]", 1, -1, 0.1, 2) + R"(], "input_kwargs": {}, "output": [)" + x + "]}}}");
+  // numel, min, max, mean, std, l2, absmax, nan, inf, zero, sat, subnormal, limit, sketch[2], hist[3]
+  Write(dir / "rows/step0/rank0/lockstep_rows.json",
+        R"({"sketch_k": 2, "hist_bins": 3, "rows": {"Module.fc.Linear.forward.0.output.0.pt": )"
+        R"([8, -1, 1, 0.1, 0.7, 2, 1, 0, 0, 1, 0, 0, 2, 0.5, -0.25, 1, 2, 5]}})");
+  MsprobeImportOptions o;
+  o.dump_dir = root;
+  o.out_path = dir / "run.lslog";
+  o.rows_dir = dir / "rows";
+  MsprobeImportSummary sum;
+  Status s = ImportMsprobe(o, &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(sum.records, 2u);
+  EXPECT_EQ(sum.full_records, 1u);
+  const auto rows = ReadRowsAnyK(o.out_path);
+  const Row* out = Find(rows, "fc", "Act");
+  const Row* in = Find(rows, "fc", "ActIn");
+  ASSERT_NE(out, nullptr);
+  ASSERT_NE(in, nullptr);
+  EXPECT_FALSE(out->stats_only);
+  EXPECT_EQ(out->std, 0.7);
+  EXPECT_EQ(out->numel, 8u);
+  EXPECT_TRUE(in->stats_only);  // no file: dump.json's statistics
+  // A bad rows file is an error naming it.
+  Write(dir / "rows/step0/rank0/lockstep_rows.json", R"({"sketch_k": 2, "hist_bins": 3, "rows": {"a": [1, 2]}})");
+  s = ImportMsprobe(o, &sum);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("lockstep_rows.json: not a rows file"), std::string::npos) << s.message();
 }
 
 TEST(MsprobeImport, LooksLikeADump) {

@@ -9,6 +9,8 @@ recorded by a real `lockstep collect` (tests/scenarios/scenario_lib.py).
   level; one side's GELU with approximation='tanh' is named at step 0, against a live
   run, between two dumps, and live through `collect --baseline`;
 - compare --format msprobe-csv has msprobe's own header (read from its package);
+- tensor mode: python -m lockstep import-msprobe computes full rows from the dumped
+  tensors (the agent's kernel): bit-identical to a live twin's, sketch and histogram included;
 - a folder that is not a dump, a truncated dump.json, a MindSpore dump: one line, exit 3,
   no file.
 """
@@ -179,6 +181,32 @@ def test_collect_with_an_imported_baseline(msprobe_dumps, tmp_path):
     alerts = [a for a in col.alerts() if a["rule"] == "first_divergence"]
     assert alerts, col.alerts()
     assert (alerts[0]["tensor"], alerts[0]["step"], alerts[0]["runs"]) == ("blocks.0.act", 0, ["gpu-dump", "npu-live"])
+
+
+def test_tensor_mode_full_rows_compare_element_wise(msprobe_dumps, live, tmp_path):
+    """python -m lockstep import-msprobe: rows computed from the dumped tensors by the
+    agent's kernel, so the import compares against a live run with sketch and histogram:
+    the twin's rows are bit-identical, the tanh run's GELU is named at step 0."""
+    root = msprobe_dumps("tensor", "L0", STEPS)
+    log = str(tmp_path / "tensor.lslog")
+    out = subprocess.run([sys.executable, "-m", "lockstep", "import-msprobe", root, "-o", log, "--run", "npu-t"],
+                         capture_output=True, text=True, timeout=240, env=dict(os.environ, LOCKSTEP_BIN=BIN))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "full rows from the tensors" in out.stdout, out.stdout
+    r = rows(log)
+    st = r[(0, 0, "act", "blocks.1.fc2")]
+    assert "stats_only" not in st and st["std"] is not None
+    assert len(st["sketch"]) == 32 and len(st["hist"]) == 16 and sum(st["hist"]) == st["numel"]
+    code, rep = compare_json(log, live["none"])
+    assert code == 0 and rep["alerts"] == [] and rep["statistics_only"] is False, rep["alerts"]
+    by = {(t["name"], t["kind"]): t for t in rep["tensors"]}
+    for key in (("blocks.0.fc1", "act"), ("blocks.1.act", "act_grad"), ("head.weight", "param_grad")):
+        assert by[key]["rel_dist"] == 0 and by[key]["cosine"] == 1, (key, by[key])
+    code, rep = compare_json(log, live["tanh"])
+    fd = rep["first_divergence"]
+    assert (fd["tensor"], fd["kind"], fd["step"]) == ("blocks.0.act", "act", 0), fd
+    gelu = next(t for t in rep["tensors"] if (t["name"], t["kind"]) == ("blocks.0.act", "act"))
+    assert gelu["cosine"] is not None and gelu["cosine"] < 1
 
 
 def test_msprobe_csv_has_msprobes_own_header(msprobe_dumps, live):

@@ -11,6 +11,10 @@
     python -m lockstep replay BASELINE_CAPTURE CANDIDATE_CAPTURE (or one capture folder)
                                    re-runs a captured op in float64 on the CPU and says
                                    which run is wrong (lockstep._replay)
+    python -m lockstep import-msprobe DUMP -o RUN.lslog [--run ID] [--role R] [--experiment E]
+                                   an msprobe tensor dump as a run log with full rows
+                                   computed from its tensors by the agent's kernel
+                                   (lockstep._msprobe_rows, docs/msprobe.md)
 
 doctor exits 0 when _core loads and a collector answers, 1 otherwise. It never imports
 more than it reports on and never waits longer than --timeout per check.
@@ -170,7 +174,32 @@ def main(argv=None):
                    help="the collector's --birth-ulps, to say how far to raise it (default 32)")
     r.add_argument("--birth-gain", type=float, default=8.0,
                    help="the collector's --birth-gain (default 8)")
+    m = sub.add_parser(
+        "import-msprobe", help="an msprobe tensor dump as a run log with full rows",
+        description="Reads the tensors an msprobe dump in tensor mode saved (torch.load with "
+                    "weights_only=True only), computes lockstep's full statistics row of each "
+                    "with the agent's kernel (sketch and histogram included, as a live run's), "
+                    "and writes the run log with `lockstep import msprobe --rows` (names, "
+                    "kinds and layout as that command's; docs/msprobe.md).",
+        epilog="Exit status: that of lockstep import: 0 written, 2 a usage error, 3 the dump "
+               "cannot be imported.")
+    m.add_argument("dump", metavar="DUMP", help="the dump's folder (step<N>/rank<R>/...)")
+    m.add_argument("-o", "--output", required=True, metavar="RUN.lslog", help="the run log to write")
+    m.add_argument("--run", help="the run id (default: the dump folder's name)")
+    m.add_argument("--role", help="baseline (default), candidate, solo or unknown")
+    m.add_argument("--experiment", help="the experiment (default: the run id)")
+    m.add_argument("--sketch-k", type=int, default=32,
+                   help="count-sketch width, as the live runs' (default 32)")
+    m.add_argument("--lockstep", metavar="PATH",
+                   help="the lockstep binary (default: $LOCKSTEP_BIN, else lockstep on PATH)")
     args = p.parse_args(argv)
+    if args.command == "import-msprobe":
+        try:
+            from lockstep import _msprobe_rows  # pylint: disable=import-outside-toplevel
+        except ImportError as e:  # torch missing or broken: nothing to read the tensors with
+            print("lockstep import-msprobe: cannot run: %s" % e)
+            return 2
+        return _msprobe_rows.main(args)
     if args.command == "replay":
         if len(args.captures) > 2:
             p.error("replay takes two capture files or one folder")

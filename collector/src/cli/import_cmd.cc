@@ -13,7 +13,7 @@
 namespace lockstep::cli {
 
 int ImportCommand(int argc, const char* const* argv) {
-  std::string output, run, role = "baseline", experiment;
+  std::string output, run, role = "baseline", experiment, rows;
   FlagSet fs("import", "import msprobe DUMP_DIR -o RUN.lslog [--run ID] [--role ROLE] [--experiment NAME]",
              "Turns another tool's dump into a lockstep run log that inspect, compare, report and collect "
              "--baseline read. Today one format: msprobe (mindstudio-probe) dumps of PyTorch in statistics or "
@@ -28,6 +28,10 @@ int ImportCommand(int argc, const char* const* argv) {
   fs.String("run", &run, "the run id (default: the dump folder's name)", "ID");
   fs.String("role", &role, "the run's role: baseline (default), candidate, solo or unknown", "ROLE");
   fs.String("experiment", &experiment, "the experiment it belongs to (default: the run id)", "NAME");
+  fs.String("rows", &rows,
+            "tensor mode: the full rows python -m lockstep import-msprobe computed from the dumped tensors "
+            "(a folder mirroring the dump's); it passes this itself",
+            "DIR");
   std::vector<std::string> args(argv, argv + argc);
   for (auto& a : args) {
     if (a == "-o") a = "--output";
@@ -64,15 +68,20 @@ int ImportCommand(int argc, const char* const* argv) {
   o.run = run;
   o.role = role;
   o.experiment = experiment;
+  o.rows_dir = rows;
   collector::MsprobeImportSummary sum;
   st = collector::ImportMsprobe(o, &sum);
   if (!st.ok()) return fail(kExitBadInput, st.message());
+  const std::string what = sum.full_records == 0 ? "statistics only"
+                           : sum.full_records == sum.records
+                               ? "full rows from the tensors"
+                               : std::to_string(sum.full_records) + " full rows from the tensors, the rest statistics only";
   std::printf("import: %s: run %s, %llu step(s) x %llu rank(s), %llu records from %llu entries (%s %s, %.1f MB of "
-              "JSON); statistics only\n",
+              "JSON); %s\n",
               output.c_str(), sum.run.c_str(), static_cast<unsigned long long>(sum.steps),
               static_cast<unsigned long long>(sum.ranks), static_cast<unsigned long long>(sum.records),
               static_cast<unsigned long long>(sum.entries), sum.task.c_str(), sum.level.c_str(),
-              sum.json_bytes / 1e6);
+              sum.json_bytes / 1e6, what.c_str());
   return kExitOk;
 }
 

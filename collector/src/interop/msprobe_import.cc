@@ -60,6 +60,59 @@ wire::DType LimitDType(uint8_t code) {
   }
 }
 
+// Full statistics rows of a tensor dump's files, computed by the agent's kernel
+// (`python -m lockstep import-msprobe`, lockstep/_msprobe_rows.py): data_name -> [numel,
+// min, max, mean, std, l2, absmax, nan, inf, zero, sat, subnormal, limit_dtype,
+// sketch[k], hist[bins]].
+struct FullRows {
+  int k = 0, bins = 0;
+  std::unordered_map<std::string, std::vector<double>> rows;
+};
+
+constexpr size_t kRowFields = 13;
+
+Status ReadFullRows(const std::string& path, FullRows* out) {
+  out->rows.clear();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::OK();  // no tensor files in this folder
+  auto js = JsonStream::Open(path);
+  if (!js.ok()) return js.status();
+  auto bad = [&]() { return Status::Corruption(path + ": not a rows file of python -m lockstep import-msprobe"); };
+  Token t;
+  if (Status s = (*js)->Next(&t); !s.ok()) return s;
+  if (t != Token::kBeginObject) return bad();
+  for (;;) {
+    if (Status s = (*js)->Next(&t); !s.ok()) return s;
+    if (t == Token::kEndObject) break;
+    const std::string key = (*js)->text();
+    if (Status s = (*js)->Next(&t); !s.ok()) return s;
+    if ((key == "sketch_k" || key == "hist_bins") && t == Token::kNumber) {
+      (key == "sketch_k" ? out->k : out->bins) = static_cast<int>((*js)->number());
+    } else if (key == "rows" && t == Token::kBeginObject) {
+      for (;;) {
+        if (Status s = (*js)->Next(&t); !s.ok()) return s;
+        if (t == Token::kEndObject) break;
+        std::vector<double>& row = out->rows[(*js)->text()];
+        if (Status s = (*js)->Next(&t); !s.ok()) return s;
+        if (t != Token::kBeginArray) return bad();
+        for (;;) {
+          if (Status s = (*js)->Next(&t); !s.ok()) return s;
+          if (t == Token::kEndArray) break;
+          if (t != Token::kNumber) return bad();
+          row.push_back((*js)->number());
+        }
+      }
+    } else if (Status s = (*js)->Skip(t); !s.ok()) {
+      return s;
+    }
+  }
+  if (out->k < 0 || out->k > kMaxSketchK || out->bins < 0 || out->bins > 255) return bad();
+  for (const auto& [name, row] : out->rows) {
+    if (row.size() != kRowFields + out->k + out->bins) return bad();
+  }
+  return Status::OK();
+}
+
 // One rank's messages: its sequence numbers, tensor ids and directory, and the batch
 // of records of the step being read.
 class RankStream {
@@ -94,10 +147,17 @@ class RankStream {
     return it->second;
   }
 
+  // The full rows of the tensor files of the folder being read (null: none).
+  void SetFullRows(const FullRows* rows) { full_rows_ = rows; }
+
   Status Add(const std::string& name, wire::TensorKind kind, const Tensor& t, uint64_t order,
              const std::string& module_type) {
     const uint32_t ord = static_cast<uint32_t>(std::min<uint64_t>(order, UINT32_MAX));
     const uint32_t id = Id(name, kind, t, ord, module_type);
+    if (full_rows_ != nullptr && !t.data_name.empty()) {
+      const auto it = full_rows_->rows.find(t.data_name);
+      if (it != full_rows_->rows.end()) return AddFull(id, ord, it->second);
+    }
     const uint8_t code = msprobe::DTypeCode(t.dtype);
     // What the dump says of non-finite values: a NaN statistic means the tensor held a
     // NaN, an infinite one an Inf. The counts are lower bounds ("at least one").
@@ -113,6 +173,24 @@ class RankStream {
     return Status::OK();
   }
 
+  // A row the agent's kernel computed from the tensor itself: every field, the sketch
+  // and the histogram, as a live run's.
+  Status AddFull(uint32_t id, uint32_t ord, const std::vector<double>& r) {
+    auto u = [&](size_t i) { return static_cast<uint64_t>(r[i]); };
+    full_.emplace_back(id, 0u, ord, static_cast<wire::DType>(static_cast<uint8_t>(r[12])), static_cast<uint8_t>(0),
+                       static_cast<uint16_t>(0), u(0), r[1], r[2], r[3], r[4], r[5], r[6], u(7), u(8), u(9), u(10),
+                       u(11));
+    for (int i = 0; i < full_rows_->k; ++i) sketch_.push_back(static_cast<float>(r[kRowFields + i]));
+    for (int i = 0; i < full_rows_->bins; ++i) hist_.push_back(static_cast<uint32_t>(r[kRowFields + full_rows_->k + i]));
+    full_k_ = full_rows_->k;
+    full_bins_ = full_rows_->bins;
+    ++step_records_;
+    ++records_;
+    ++full_records_;
+    if (full_.size() >= kBatch) return Flush();
+    return Status::OK();
+  }
+
   Status Flush() {
     if (!dir_.empty()) {
       flatbuffers::FlatBufferBuilder fbb;
@@ -125,6 +203,16 @@ class RankStream {
       auto body = wire::CreateTensorDirectoryDirect(fbb, &infos);
       if (Status s = Send(fbb, wire::Body::TensorDirectory, body.Union()); !s.ok()) return s;
       dir_.clear();
+    }
+    if (!full_.empty()) {
+      flatbuffers::FlatBufferBuilder fbb(1024 + full_.size() * sizeof(wire::TensorStat) + sketch_.size() * 4 +
+                                         hist_.size() * 4);
+      auto body = wire::CreateStepStatsDirect(fbb, step_, &full_, static_cast<uint16_t>(full_k_), &sketch_,
+                                              static_cast<uint8_t>(full_bins_), &hist_);
+      full_.clear();
+      sketch_.clear();
+      hist_.clear();
+      if (Status s = Send(fbb, wire::Body::StepStats, body.Union()); !s.ok()) return s;
     }
     if (stats_.empty()) return Status::OK();
     flatbuffers::FlatBufferBuilder fbb(1024 + stats_.size() * sizeof(wire::TensorStat));
@@ -153,6 +241,7 @@ class RankStream {
   }
 
   uint64_t records() const { return records_; }
+  uint64_t full_records() const { return full_records_; }
 
  private:
   struct DirEntry {
@@ -194,6 +283,14 @@ class RankStream {
   std::unordered_map<uint64_t, uint32_t> ids_;
   std::vector<DirEntry> dir_;
   std::vector<wire::TensorStat> stats_;
+  // Full rows (StepStats with a sketch and histogram): a message of their own, since a
+  // message's records share one sketch width.
+  const FullRows* full_rows_ = nullptr;
+  std::vector<wire::TensorStat> full_;
+  std::vector<float> sketch_;
+  std::vector<uint32_t> hist_;
+  int full_k_ = 0, full_bins_ = 0;
+  uint64_t full_records_ = 0;
 };
 
 // Reads construct.json: {entry: enclosing module's entry, or null}. Missing: empty.
@@ -515,6 +612,7 @@ Status ImportMsprobe(const MsprobeImportOptions& options, MsprobeImportSummary* 
                       std::chrono::system_clock::now().time_since_epoch()).count();
   std::unordered_map<uint32_t, std::unique_ptr<RankStream>> ranks;
   std::unordered_map<std::string, std::string> construct;
+  FullRows full;
   uint64_t last_step = 0;
   for (const auto& part : layout.parts) {
     auto& rs = ranks[part.rank];
@@ -523,6 +621,11 @@ Status ImportMsprobe(const MsprobeImportOptions& options, MsprobeImportSummary* 
       if (Status s = rs->Hello(); !s.ok()) return fail(s);
     }
     if (Status s = ReadConstruct(part.dir + "/construct.json", &construct); !s.ok()) return fail(s);
+    if (!o.rows_dir.empty()) {
+      const std::string rel = fs::path(part.dir).lexically_relative(o.dump_dir).string();
+      if (Status s = ReadFullRows(o.rows_dir + "/" + rel + "/lockstep_rows.json", &full); !s.ok()) return fail(s);
+      rs->SetFullRows(&full);
+    }
     StepReader reader(rs.get(), &construct);
     rs->BeginStep(part.step);
     if (Status s = ReadDump(part.dir + "/dump.json", &reader, &sum, &sum.json_bytes); !s.ok()) return fail(s);
@@ -533,6 +636,7 @@ Status ImportMsprobe(const MsprobeImportOptions& options, MsprobeImportSummary* 
   for (auto& [rank, rs] : ranks) {
     if (Status s = rs->Goodbye(last_step); !s.ok()) return fail(s);
     sum.records += rs->records();
+    sum.full_records += rs->full_records();
   }
   if (Status s = (*log)->Sync(); !s.ok()) return fail(s);
   log->reset();

@@ -27,11 +27,16 @@ struct MsprobeImportOptions {
   std::string run;              // run id; "" = from the dump folder's name
   std::string role = "baseline";  // baseline, candidate, solo, unknown
   std::string experiment;       // "" = the run id
+  // Tensor mode: a folder mirroring the dump's (step<N>/<rank>/lockstep_rows.json) with
+  // the full rows `python -m lockstep import-msprobe` computed from the dumped tensors
+  // (data_name -> row); a tensor with a row there is imported whole, not statistics-only.
+  std::string rows_dir;
 };
 
 struct MsprobeImportSummary {
   std::string run;
   uint64_t steps = 0, ranks = 0, entries = 0, records = 0, json_bytes = 0;
+  uint64_t full_records = 0;  // of `records`, those with full rows (rows_dir)
   std::string task, level;
 };
 
