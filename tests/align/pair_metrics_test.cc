@@ -155,6 +155,42 @@ TEST(PairMetrics, SketchEstimatesDistanceAndCosine) {
   EXPECT_EQ(SketchCosine(z.data(), sx.data(), k, 0, std::sqrt(xx)), 0.0);
 }
 
+// A statistics-only row (an msprobe import: StatFlags::kStatsOnly, std NaN, no sketch)
+// against a live one: judged on l2, mean, absmax and max/min only; no score from the
+// std or sketch it lacks; rel_dist is the lower bound max(rel_l2, rel_mean).
+TEST(PairMetrics, AStatisticsOnlyPairIsJudgedOnWhatBothSidesHave) {
+  StepData bs, cs;
+  cs.sketch = std::vector<float>(4, 1.f);
+  StatRow b = Row(10, 0.1, NAN, 3);
+  b.stats_only = true;
+  b.max = 3, b.min = -2;
+  StatRow c = Row(10, 0.1, 0.9, 3);  // the same tensor, with a std and a sketch
+  c.max = 3, c.min = -2;
+  c.sketch_k = 4;
+  auto e = EvaluatePair(bs, b, cs, c, Tolerance{});
+  EXPECT_TRUE(e.stats_only);
+  EXPECT_EQ(e.score, 0);
+  EXPECT_TRUE(std::isnan(e.rel_std));
+  EXPECT_TRUE(std::isnan(e.cosine));
+  EXPECT_EQ(e.rel_dist, 0);
+  // Without the flag the NaN std on one side is a total disagreement.
+  StatRow full = b;
+  full.stats_only = false;
+  EXPECT_TRUE(std::isinf(EvaluatePair(bs, full, cs, c, Tolerance{}).score));
+  // A moved minimum (absmax unchanged) is seen by rel_err_minmax.
+  c.min = -2.5;
+  e = EvaluatePair(bs, b, cs, c, Tolerance{});
+  EXPECT_EQ(e.dominant, Metric::kMinMax);
+  EXPECT_DOUBLE_EQ(e.rel_minmax, 0.5 / 3);
+  EXPECT_GT(e.score, 1);
+  // The norm and the mean bound the distance from below.
+  c.min = -2;
+  c.l2 = 10.5;
+  c.mean = 0.1 + 0.2;  // rms of b = 10 / sqrt(100) = 1
+  e = EvaluatePair(bs, b, cs, c, Tolerance{});
+  EXPECT_NEAR(e.rel_dist, std::max(0.05, 0.2), 1e-12);
+}
+
 TEST(PairMetrics, HistogramKlIsZeroForEqualAndPositiveOtherwise) {
   uint32_t p[16] = {0, 0, 5, 10, 20, 10, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   uint32_t q[16] = {0, 0, 0, 0, 5, 10, 20, 10, 5, 0, 0, 0, 0, 0, 0, 0};
