@@ -223,6 +223,11 @@ int ReportCommand(int argc, const char* const* argv) {
       return fail(kExitUsage, error + "; compare them with lockstep compare --rename-baseline ID");
   }
   const auto& verdict = cmp.verdict;
+  if (cmp.report.stats_only) {
+    hdr.notes.push_back("statistics only: a run is an import of a statistics dump (msprobe); its tensors are judged "
+                        "on max, min, mean and norm, lower bounds of their distance, without std, sketch or "
+                        "histogram (docs/msprobe.md)");
+  }
   hdr.generated_by = std::string("lockstep ") + LOCKSTEP_VERSION + " report";
   hdr.generated_at = UtcNow();
   hdr.path_b = given_a;
