@@ -146,6 +146,18 @@ TEST_F(ControlChannel, ARequestIsTakenOnceAndAnsweredReceivedThenDone) {
   EXPECT_EQ(agent_->Counters().requests_received, 1u);
 }
 
+// "sample" (the collector's --sample-quiet) is an action the agent knows: taken and
+// handed to the job with its step and stride, not ignored.
+TEST_F(ControlChannel, ASampleRequestIsTakenNotIgnored) {
+  const std::string run = agent_->options().run;
+  auto got = TakeUntil(agent_.get(), &col_, {Request(43, "sample", run)}, 1, milliseconds(10000));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].action, "sample");
+  EXPECT_EQ(got[0].step, 7u);
+  EXPECT_EQ(got[0].steps, 3u);
+  EXPECT_EQ(agent_->Counters().requests_ignored, 0u);
+}
+
 TEST_F(ControlChannel, RequestsForOthersAreNotTakenAndUnknownActionsAreIgnoredAloud) {
   const std::string run = agent_->options().run;
   // The agent is rank 1 of run test-run in experiment exp (TestOptions). Another run,

@@ -155,3 +155,72 @@ def test_with_capture_off_nothing_is_captured_or_replayed(tmp_path):
     assert status == "refused" and "refused" in detail, fake.answers
     assert not got and not list(tmp_path.iterdir())
     assert mon.counters()["self_replays"] == 0
+
+
+def tensor_steps(fake):
+    return sorted({r["step"] for r in fake.records})
+
+
+def test_a_sample_request_records_every_kth_step_from_its_step():
+    """`sample` k from step S: tensors at the steps >= S divisible by k (both runs alike,
+    whatever step each acts at); every step before S; the wire's Sampling says so."""
+    mon, fake = fake_monitor()
+    model = Net()
+    mon.watch(model)
+    train(mon, model, 1)
+    fake.requests = [(1, "sample", "", 4, 5)]
+    train(mon, model, 15)
+    assert fake.answers == ((1, "done", 4, "sample every 5 steps from step 4"),), fake.answers
+    assert tensor_steps(fake) == [0, 1, 2, 3, 5, 10, 15], tensor_steps(fake)
+    assert fake.sampling["every"] == 5, fake.sampling
+    fake.requests = [(2, "sample", "", 17, 1)]  # back to every step, from step 17
+    train(mon, model, 4)
+    assert fake.answers[-1] == (2, "done", 17, "sample every 1 steps from step 17"), fake.answers
+    assert tensor_steps(fake)[-4:] == [15, 17, 18, 19], tensor_steps(fake)
+    assert fake.sampling["every"] == 1, fake.sampling
+    assert mon.counters()["python_errors"] == 0, mon.counters()["last_python_error"]
+    mon.close()
+
+
+def test_a_sample_request_for_a_step_already_past_starts_at_the_next():
+    mon, fake = fake_monitor()
+    model = Net()
+    mon.watch(model)
+    train(mon, model, 6)
+    fake.requests = [(1, "sample", "", 2, 4)]  # taken when step 6 ends
+    train(mon, model, 6)
+    assert fake.answers == ((1, "done", 7, "sample every 4 steps from step 7"),), fake.answers
+    assert tensor_steps(fake) == [0, 1, 2, 3, 4, 5, 6, 8], tensor_steps(fake)
+    mon.close()
+
+
+def test_the_users_every_is_the_floor_of_a_sample_request():
+    """watch(every=2): k=3 becomes 4 (a multiple of 2: only steps the user records), and
+    k=1 gives the user's 2 back, never every step."""
+    mon, fake = fake_monitor()
+    model = Net()
+    mon.watch(model, every=2)
+    train(mon, model, 1)
+    fake.requests = [(1, "sample", "", 2, 3)]
+    train(mon, model, 9)
+    assert fake.answers == (
+        (1, "done", 2, "sample every 4 steps from step 2 (asked 3; watch(every=2) is the floor)"),
+    ), fake.answers
+    assert tensor_steps(fake) == [0, 4, 8], tensor_steps(fake)
+    fake.requests = [(2, "sample", "", 11, 1)]  # taken when step 10 ends
+    train(mon, model, 6)
+    assert fake.answers[-1][1:3] == ("done", 11), fake.answers
+    assert tensor_steps(fake) == [0, 4, 8, 12, 14], tensor_steps(fake)
+    mon.close()
+
+
+def test_a_sample_request_of_zero_steps_is_refused():
+    mon, fake = fake_monitor()
+    model = Net()
+    mon.watch(model)
+    train(mon, model, 1)
+    fake.requests = [(1, "sample", "", 1, 0)]
+    train(mon, model, 3)
+    assert fake.answers[0][1] == "refused" and "from 1 to" in fake.answers[0][3], fake.answers
+    assert tensor_steps(fake) == [0, 1, 2, 3], tensor_steps(fake)
+    mon.close()

@@ -9,7 +9,11 @@ here, between steps, then answers "done" (with what was done) or "refused" (with
   step, so their calls pair), or the step about to start when that one is past;
 - ``capture``: Monitor.capture(target, step); the answer names the file it will write,
   and once it is written the capture's writer thread replays it against float64 and
-  answers again with the result (lockstep._self_replay).
+  answers again with the result (lockstep._self_replay);
+- ``sample``: tensors every ``steps``-th step (step % k == 0, 1 = every step) from the
+  request's step on, or the step about to start when that one is past (both runs record
+  the same steps whatever step they act at); watch(every=N) stays the floor (the stride
+  is rounded up to a multiple of N). The collector's --sample-quiet asks for it.
 
 Runs on the training thread; nothing here raises into the job.
 """
@@ -51,5 +55,16 @@ def _one(monitor, rid, action, target, at, steps, step):
         detail = ("capture %s at step %d into %s" % (target, first, where))[:1000]
         # Once written, the writer thread replays it and answers again with the result.
         caps.answer_after(row, first, rid, detail, monitor._agent.acknowledge_replay)
+        return "done", detail, first
+    if action == "sample":
+        k = int(steps)
+        if k < 1 or k > 2**31 - 1:
+            return "refused", "sample every %d steps: give a number of steps from 1 to 2**31-1" % k, 0
+        if not monitor.enabled or monitor._closed:
+            return "refused", "the monitor is closed", 0
+        first, stride = monitor._sample_from(k, at)
+        detail = "sample every %d steps from step %d" % (stride, first)
+        if stride != k:
+            detail += " (asked %d; watch(every=%d) is the floor)" % (k, monitor._every)
         return "done", detail, first
     return "ignored", "this lockstep agent does not know the action '%s'" % action[:64], 0

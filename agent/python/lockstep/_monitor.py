@@ -236,7 +236,9 @@ class Monitor:
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
         self._step = cfg["start_step"]
-        self._every = 1
+        self._every = 1  # watch(every=): the user's stride, the floor of any other
+        self._sample = None  # the collector's stride (control action "sample"), or None
+        self._sample_pending = []  # (first step, k) asked for, not yet reached
         self._patterns = []  # (include, exclude) of each watch(), for the wire's Sampling
         self._rec.new_step(self._step)
         # What the hooks share with this Monitor; they hold it weakly (lockstep._session).
@@ -287,7 +289,7 @@ class Monitor:
             self._every = every
             self._patterns.append((include, exclude))
             self._send_sampling()
-            sess.active = self._step % every == 0
+            sess.active = self._step % self._stride() == 0
             if self._ident.pending:  # the process group may be up by now
                 self._check_identity(release=False)
             self._fingerprint.add_watch(self.config, model, optimizer, self._user_config,
@@ -434,6 +436,37 @@ class Monitor:
             self._guard.fail("zoom()", e)
         return why
 
+    def _stride(self):
+        """Tensors are recorded at steps divisible by this. The collector's stride is
+        rounded up to a multiple of the user's watch(every=N): it may thin what the user
+        chose to record, never record steps the user left out (docs/python.md
+        "Sampling the collector asks for")."""
+        k, every = self._sample, self._every
+        return every if k is None else -(-k // every) * every
+
+    def _sample_from(self, k, at):
+        """The control action "sample": tensors every k-th step (step % stride == 0)
+        from step `at` (or the next unrecorded step, when that one is past). Returns
+        (first step, stride then)."""
+        first = max(self._next_unrecorded_step(), at)
+        self._sample_pending.append((first, k))
+        self._apply_sampling(self._step)
+        return first, -(-k // self._every) * self._every
+
+    def _apply_sampling(self, step):
+        """The strides asked for whose first step is `step` or earlier take effect
+        (in the order asked); the collector is told the new sampling."""
+        due = [p for p in self._sample_pending if p[0] <= step]
+        if not due:
+            return
+        self._sample_pending = [p for p in self._sample_pending if p[0] > step]
+        before = self._stride()
+        self._sample = due[-1][1]
+        if self._stride() != before:
+            if step == self._step and self._rec.order == 0 and self._rec.micro == 0:
+                self._session.active = step % self._stride() == 0
+            self._send_sampling()
+
     def _next_unrecorded_step(self):
         """This step while nothing of it has been recorded, else the next."""
         rec = self._rec
@@ -579,7 +612,9 @@ class Monitor:
         self._rec.new_step(step)
         if self._tuner is not None:
             self._rec.set_threaded(self._tuner.next_mode())
-        self._session.new_step(self._every, step)
+        if self._sample_pending:
+            self._apply_sampling(step)
+        self._session.new_step(self._stride(), step)
         if self._agent.has_requests():  # the collector asked for something (one load)
             _control.act(self, self._agent.take_requests(), step)
 
@@ -615,7 +650,7 @@ class Monitor:
     def _send_sampling(self):
         """The job's sampling to the collector (schema Sampling, _watch.sampling)."""
         try:  # informational: a failure here must not cut watch() short
-            self._agent.set_sampling(self._every, *sampling(self._patterns, self._watches))
+            self._agent.set_sampling(self._stride(), *sampling(self._patterns, self._watches))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the sampling", e)
 

@@ -37,7 +37,7 @@ constexpr size_t kMaxCountedSteps = 16;
 constexpr int kControlFramesPerPoll = 16;
 constexpr size_t kMaxControlFrameBytes = 8 * 1024;
 constexpr size_t kRememberedRequests = 256;
-bool KnownAction(std::string_view a) { return a == "zoom" || a == "capture"; }
+bool KnownAction(std::string_view a) { return a == "zoom" || a == "capture" || a == "sample"; }
 
 std::string_view Sv(const flatbuffers::String* s) {
   return s == nullptr ? std::string_view() : std::string_view(s->c_str(), s->size());
