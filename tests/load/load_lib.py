@@ -44,7 +44,7 @@ class Collector:
     """`lockstep collect` with a temp data dir, /metrics on a free port, the view feed
     on (as by default) and its log in a file (a pipe nobody reads could block it)."""
 
-    def __init__(self, work_dir):
+    def __init__(self, work_dir, extra_args=()):
         self.data_dir = os.path.join(work_dir, "data")
         self.ready = os.path.join(work_dir, "ready.json")
         self.log_path = os.path.join(work_dir, "collect.log")
@@ -52,7 +52,8 @@ class Collector:
         self.proc = subprocess.Popen(
             [LOCKSTEP, "collect", "--listen", "tcp://127.0.0.1:*", "--data-dir", self.data_dir,
              "--ready-file", self.ready, "--status-interval-s", "10", "--log-level", "info",
-             "--metrics-listen", "127.0.0.1:0", "--view-listen", "tcp://127.0.0.1:*"],
+             "--metrics-listen", "127.0.0.1:0", "--view-listen", "tcp://127.0.0.1:*",
+             *extra_args],
             stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + 20
         while not os.path.exists(self.ready):
