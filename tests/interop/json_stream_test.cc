@@ -87,6 +87,10 @@ TEST(JsonStream, SyntaxErrorsSayWhat) {
   EXPECT_NE(Tokens(R"([1 2])").find("expected ',' or the end of the list"), std::string::npos);
   EXPECT_NE(Tokens(R"({"a": 1} x)").find("text after the end of the document"), std::string::npos);
   EXPECT_NE(Tokens(R"({a: 1})").find("expected a key in quotes"), std::string::npos);
+  // A control character is named by its code: the message stays one line.
+  const std::string ctl = Tokens(std::string("[1, \x01]"));
+  EXPECT_NE(ctl.find("an unexpected character byte 0x01"), std::string::npos) << ctl;
+  EXPECT_EQ(Tokens("[1, \n\n x]").find('\n'), std::string::npos);
 }
 
 TEST(JsonStream, SkipJumpsOverAValue) {

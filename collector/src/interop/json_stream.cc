@@ -5,12 +5,25 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
 
 namespace lockstep::collector {
+namespace {
+
+// A character for a message: itself when printable, else its code ('\n' would break
+// the one-line error).
+std::string CharName(int c) {
+  if (c >= 0x20 && c < 0x7F) return "'" + std::string(1, static_cast<char>(c)) + "'";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "byte 0x%02X", c & 0xFF);
+  return buf;
+}
+
+}  // namespace
 
 const char* JsonTokenName(JsonStream::Token t) {
   switch (t) {
@@ -205,7 +218,7 @@ Status JsonStream::ReadWord(const char* rest, Token t, Token* out) {
   for (const char* p = rest; *p; ++p) {
     const int c = Get();
     if (c < 0) return Truncated();
-    if (c != *p) return Error("an unexpected character '" + std::string(1, static_cast<char>(c)) + "'");
+    if (c != *p) return Error("an unexpected character " + CharName(c));
   }
   if (out != nullptr) *out = t;
   return Status::OK();
@@ -304,7 +317,7 @@ Status JsonStream::Next(Token* t) {
           *t = Token::kNumber;
           return AfterValue();
         }
-        return Error("an unexpected character '" + std::string(1, static_cast<char>(c)) + "'");
+        return Error("an unexpected character " + CharName(c));
     }
   }
 }

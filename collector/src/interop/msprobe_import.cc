@@ -87,7 +87,8 @@ Status ReadFullRows(const std::string& path, FullRows* out) {
     const std::string key = (*js)->text();
     if (Status s = (*js)->Next(&t); !s.ok()) return s;
     if ((key == "sketch_k" || key == "hist_bins") && t == Token::kNumber) {
-      (key == "sketch_k" ? out->k : out->bins) = static_cast<int>((*js)->number());
+      const double v = (*js)->number();
+      (key == "sketch_k" ? out->k : out->bins) = v >= 0 && v <= 4096 ? static_cast<int>(v) : -1;
     } else if (key == "rows" && t == Token::kBeginObject) {
       for (;;) {
         if (Status s = (*js)->Next(&t); !s.ok()) return s;
@@ -176,12 +177,13 @@ class RankStream {
   // A row the agent's kernel computed from the tensor itself: every field, the sketch
   // and the histogram, as a live run's.
   Status AddFull(uint32_t id, uint32_t ord, const std::vector<double>& r) {
-    auto u = [&](size_t i) { return static_cast<uint64_t>(r[i]); };
-    full_.emplace_back(id, 0u, ord, static_cast<wire::DType>(static_cast<uint8_t>(r[12])), static_cast<uint8_t>(0),
+    auto u = [&](size_t i) { return r[i] >= 0 && r[i] < 1.8e19 ? static_cast<uint64_t>(r[i]) : uint64_t{0}; };
+    const uint8_t limit = r[12] >= 0 && r[12] < 256 ? static_cast<uint8_t>(r[12]) : 0;
+    full_.emplace_back(id, 0u, ord, static_cast<wire::DType>(limit), static_cast<uint8_t>(0),
                        static_cast<uint16_t>(0), u(0), r[1], r[2], r[3], r[4], r[5], r[6], u(7), u(8), u(9), u(10),
                        u(11));
     for (int i = 0; i < full_rows_->k; ++i) sketch_.push_back(static_cast<float>(r[kRowFields + i]));
-    for (int i = 0; i < full_rows_->bins; ++i) hist_.push_back(static_cast<uint32_t>(r[kRowFields + full_rows_->k + i]));
+    for (int i = 0; i < full_rows_->bins; ++i) hist_.push_back(static_cast<uint32_t>(std::min<uint64_t>(u(kRowFields + full_rows_->k + i), UINT32_MAX)));
     full_k_ = full_rows_->k;
     full_bins_ = full_rows_->bins;
     ++step_records_;
@@ -520,6 +522,14 @@ class StepReader {
   std::unordered_map<std::string, std::string> ops_;  // API call -> its op name, until its backward
 };
 
+// A value of the file inside a message: control characters would break its one line.
+std::string Printable(std::string s) {
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) c = '?';
+  }
+  return s.size() > 64 ? s.substr(0, 64) + "..." : s;
+}
+
 // One dump.json: its header keys, then "data" through `reader`.
 Status ReadDump(const std::string& path, StepReader* reader, MsprobeImportSummary* sum, uint64_t* bytes) {
   auto opened = JsonStream::Open(path);
@@ -550,12 +560,12 @@ Status ReadDump(const std::string& path, StepReader* reader, MsprobeImportSummar
                                           "imports msprobe's PyTorch dumps");
   }
   if (!framework.empty() && framework != "pytorch") {
-    return Status::InvalidArgument(path + ": framework \"" + framework + "\" is not supported; lockstep imports "
+    return Status::InvalidArgument(path + ": framework \"" + Printable(framework) + "\" is not supported; lockstep imports "
                                           "msprobe's PyTorch dumps");
   }
   if (!data) return Status::Corruption(path + ": not msprobe's dump.json (no \"data\" object)");
   if (!sum->task.empty() && sum->task != "statistics" && sum->task != "tensor") {
-    return Status::InvalidArgument(path + ": task \"" + sum->task + "\" holds no statistics; lockstep imports "
+    return Status::InvalidArgument(path + ": task \"" + Printable(sum->task) + "\" holds no statistics; lockstep imports "
                                           "msprobe's statistics and tensor dumps");
   }
   *bytes += js->offset();

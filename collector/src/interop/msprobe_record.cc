@@ -67,7 +67,9 @@ Status ReadValue(JsonStream* js, Token first, Value* out) {
             if (Status s = js->Next(&t); !s.ok()) return s;
             if (t == Token::kEndArray) break;
             if (t == Token::kNumber) {
-              out->tensor.shape.push_back(static_cast<int64_t>(js->number()));
+              // A dimension out of int64's range (a damaged file) reads as -1: no elements.
+              const double d = js->number();
+              out->tensor.shape.push_back(d >= 0 && d < 9.2e18 ? static_cast<int64_t>(d) : -1);
             } else if (Status s = js->Skip(t); !s.ok()) {
               return s;
             }
