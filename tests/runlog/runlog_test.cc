@@ -73,13 +73,9 @@ std::vector<Bytes> ReadAll(const std::string& path, LogReader::Result* last = nu
   return out;
 }
 
-TEST(RunLog, WriteReadRoundTrip) {
-  testing::TempDir dir;
-  std::string path = dir / "run-a.lslog";
-  auto msgs = SomeMessages(50);
-  // A small buffer forces many flushes, and a message bigger than the buffer.
-  msgs.push_back(testing::Stats(At("run-a", 0, 50), 50, 200));
-  WriteLog(path, msgs, 1024);
+// The log at `path` holds `msgs` as WriteLog wrote them (receive times 1000, 1001, ...)
+// and ends cleanly.
+void ExpectWhatWriteLogWrote(const std::string& path, const std::vector<Bytes>& msgs) {
   LogReader::Result last;
   std::vector<int64_t> recv;
   auto got = ReadAll(path, &last, &recv);
@@ -89,6 +85,16 @@ TEST(RunLog, WriteReadRoundTrip) {
     EXPECT_EQ(got[i], msgs[i]) << i;
     EXPECT_EQ(recv[i], static_cast<int64_t>(1000 + i));
   }
+}
+
+TEST(RunLog, WriteReadRoundTrip) {
+  testing::TempDir dir;
+  std::string path = dir / "run-a.lslog";
+  auto msgs = SomeMessages(50);
+  // A small buffer forces many flushes, and a message bigger than the buffer.
+  msgs.push_back(testing::Stats(At("run-a", 0, 50), 50, 200));
+  WriteLog(path, msgs, 1024);
+  ExpectWhatWriteLogWrote(path, msgs);
   // And each payload verifies as the envelope it was.
   auto r = LogReader::Open(path);
   LogReader::Record rec;
@@ -114,15 +120,7 @@ TEST(RunLog, CompressedBlocksReadBackRecordByRecord) {
   WriteLog(plain, msgs, 8 << 10, /*compress=*/false);
   EXPECT_EQ(MajorOf(path), runlog::kFormatMajor);
   EXPECT_EQ(MajorOf(plain), runlog::kFormatMajorPlain);
-  LogReader::Result last;
-  std::vector<int64_t> recv;
-  auto got = ReadAll(path, &last, &recv);
-  EXPECT_EQ(last, LogReader::Result::kEnd);
-  ASSERT_EQ(got.size(), msgs.size());
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    EXPECT_EQ(got[i], msgs[i]) << i;
-    EXPECT_EQ(recv[i], static_cast<int64_t>(1000 + i));
-  }
+  ExpectWhatWriteLogWrote(path, msgs);
   auto r = LogReader::Open(path);
   LogReader::Record rec;
   uint64_t first_offset = 0, n = 0;
