@@ -126,6 +126,11 @@ int CollectCommand(int argc, const char* const* argv) {
   flags.Int("zoom-steps", &zoom_steps,
             "when the error is born in a module's own code, ask both runs to record every call inside it "
             "for this many steps (docs/rules.md \"Zoomed: the call\"); 0 = never", "N");
+  int64_t sample_quiet = 0;
+  flags.Int("sample-quiet", &sample_quiet,
+            "while a pair's runs agree, ask both to record tensors every K-th step, and every step from the "
+            "moment a drift, trend or incident opens until it resolves (docs/rules.md \"Sampling that follows "
+            "the runs' state\"); 0 = never change how the runs sample", "K");
   std::string capture = "on";
   flags.String("capture", &capture,
                "'on': when the first divergence names an op, ask both runs to save its inputs and output at "
@@ -207,6 +212,9 @@ int CollectCommand(int argc, const char* const* argv) {
   opts.ingest.control_listen = control_listen;
   if (zoom_steps < 0 || zoom_steps > 10000) return Usage("--zoom-steps must be between 0 and 10000");
   opts.zoom_steps = static_cast<uint32_t>(zoom_steps);
+  if (sample_quiet == 1 || sample_quiet < 0 || sample_quiet > 1000000)
+    return Usage("--sample-quiet must be 0 (off) or a number of steps from 2 to 1000000");
+  opts.sample_quiet = static_cast<uint32_t>(sample_quiet);
   if (capture != "on" && capture != "off") return Usage("--capture must be on or off, not '" + capture + "'");
   opts.capture_birth = capture == "on";
   opts.ingest.data_dir = data_dir;

@@ -49,6 +49,9 @@ struct CollectOptions {
   // When the first divergence names an op, both runs capture it at the same upcoming
   // step (Monitor.capture) and a "capture" info alert lists the files.
   bool capture_birth = true;
+  // While a pair's runs agree, both record tensors every `sample_quiet` steps; every
+  // step while one of its incidents is open (service/quiet_sampling.h). 0 = never ask.
+  uint32_t sample_quiet = 0;
 
   int64_t status_interval_s = 10;  // a status line this often while Run()s; 0 = never
   std::string version = "dev";     // shown in log lines, settings files and the report

@@ -138,9 +138,12 @@ Status CollectService::Build(CollectPart* failed) {
   analyzer->SetPairStepObserver([this](const PairCtx& ctx, const PairStepView& v) {
     view_model_->OnPairStep(ctx, v);
     report_recorder_->OnPairStep(ctx, v);
+    if (!replaying_.load(std::memory_order_relaxed)) follow_up_->OnPairStep(ctx);
   });
-  follow_up_ = std::make_unique<FollowUp>(collector_.get(), options_.zoom_steps, options_.capture_birth, clock_,
-                                          [this](alerting::Alert a) { DeliverAlert(std::move(a)); });
+  follow_up_ = std::make_unique<FollowUp>(
+      collector_.get(), options_.zoom_steps, options_.capture_birth, clock_,
+      [this](alerting::Alert a) { DeliverAlert(std::move(a)); }, options_.sample_quiet,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.alerting.incident_resolve_after).count());
   analyzer->SetDivergenceObserver([this](const PairCtx& ctx) {
     if (!replaying_.load()) follow_up_->OnDivergence(ctx);  // a restart's replay: old news
   });
@@ -220,6 +223,7 @@ void CollectService::DeliverAlert(alerting::Alert a) {
     if (replayed_alerts_.fetch_add(1, std::memory_order_relaxed) % 1024 == 1023)
       dispatcher_->Flush(std::chrono::seconds(2));
   }
+  if (!a.replayed && follow_up_) follow_up_->OnAlert(a);  // --sample-quiet: the pair is loud
   view_model_->OnAlert(a);
   metrics_feed_->OnAlert(a);
   report_recorder_->OnAlert(a);

@@ -22,8 +22,11 @@ std::string FileOf(const std::string& detail) {
 
 }  // namespace
 
-FollowUp::FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, const Clock* clock, AlertFn alert)
-    : collector_(collector), zoom_steps_(zoom_steps), capture_(capture), clock_(clock), alert_(std::move(alert)) {}
+FollowUp::FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, const Clock* clock, AlertFn alert,
+                   uint32_t sample_quiet, int64_t resolve_after_ns)
+    : collector_(collector), zoom_steps_(zoom_steps), capture_(capture), clock_(clock), alert_(std::move(alert)) {
+  if (sample_quiet > 1) quiet_ = std::make_unique<QuietSampling>(sample_quiet, resolve_after_ns);
+}
 
 uint64_t FollowUp::NextStep(const PairCtx& ctx) const {
   uint64_t last = 0;
@@ -48,6 +51,70 @@ uint64_t FollowUp::Ask(const PairCtx& ctx, const std::string& run, const char* a
   spec.step = step;
   spec.steps = steps;
   return collector_->Request(std::move(spec));
+}
+
+void FollowUp::AskSample(const PairCtx& ctx, uint32_t k, const std::string& why) {
+  const uint64_t at = NextStep(ctx);
+  if (at == 0) return;
+  const std::string key = PairKey(ctx);
+  sample_of_[Ask(ctx, ctx.baseline, "sample", "", at, k)] = key;
+  sample_of_[Ask(ctx, ctx.candidate, "sample", "", at, k)] = key;
+  spdlog::info("{}: asked runs {} and {} to record tensors every {} from step {} (--sample-quiet)", why,
+               ctx.baseline, ctx.candidate, k == 1 ? std::string("step") : std::to_string(k) + " steps", at);
+}
+
+void FollowUp::OnPairStep(const PairCtx& ctx) {
+  if (!quiet_ || collector_->control_endpoint().empty()) return;
+  const std::string key = PairKey(ctx);
+  const int64_t now = clock_->NowMonotonicNs();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, added] = pair_of_.try_emplace(key);
+  if (added) {
+    it->second.experiment = ctx.experiment;
+    it->second.baseline = ctx.baseline;
+    it->second.candidate = ctx.candidate;
+  }
+  const QuietSampling::State st = quiet_->state(key);
+  bool live = true;
+  if (st == QuietSampling::State::kNew) {
+    // Whether both runs are agents of this collector: read from the registry, at most
+    // once a second for a pair that is not (a recorded --baseline log never becomes one).
+    int64_t& checked = live_checked_ns_[key];
+    if (checked != 0 && now - checked < 1'000'000'000) return;
+    checked = now;
+    live = NextStep(ctx) != 0;
+  }
+  const uint32_t k = quiet_->OnPairStep(key, live, now);
+  if (k == 0) return;
+  AskSample(it->second, k, st == QuietSampling::State::kNew ? "the runs are live agents and agree"
+                                                           : "the pair's incidents resolved");
+}
+
+void FollowUp::OnAlert(const alerting::Alert& a) {
+  if (!quiet_ || a.severity == alerting::Severity::kInfo || a.notification.size() != 0) return;
+  // The pair's own incident, or a numerics incident of either of its runs.
+  const bool divergence = a.incident.rfind("divergence/", 0) == 0;
+  const bool numerics = a.incident.rfind("numerics/", 0) == 0;
+  if (!divergence && !numerics) return;
+  const int64_t now = clock_->NowMonotonicNs();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (divergence && a.runs.size() == 2) {
+    // A pair diverging at its first compared step is not known yet: it must not be
+    // asked to thin at its next.
+    PairCtx ctx;
+    ctx.experiment = a.experiment;
+    ctx.baseline = a.runs[0];
+    ctx.candidate = a.runs[1];
+    pair_of_.try_emplace(PairKey(ctx), ctx);
+  }
+  for (auto& [key, ctx] : pair_of_) {
+    if (ctx.experiment != a.experiment) continue;
+    const bool ours = divergence ? a.runs.size() == 2 && a.runs[0] == ctx.baseline && a.runs[1] == ctx.candidate
+                                 : a.runs.size() == 1 && (a.runs[0] == ctx.baseline || a.runs[0] == ctx.candidate);
+    if (!ours) continue;
+    if (quiet_->OnAlert(key, now) == 1)
+      AskSample(ctx, 1, "rule " + a.rule + " fired at step " + std::to_string(a.step));
+  }
 }
 
 void FollowUp::OnDivergence(const PairCtx& ctx) {
@@ -91,6 +158,18 @@ void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& reque
     if (a.rank == 0 && a.status != "received") rank0 = &a;
   }
   if (rank0 == nullptr) return;
+  if (request.spec.action == "sample") {
+    if (rank0->status == "done") return;
+    spdlog::warn("run {} does not sample as asked: {} ({}); its pair records every step", run, rank0->status,
+                 rank0->detail);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = sample_of_.find(request.id);
+    if (s == sample_of_.end() || !quiet_) return;
+    auto p = pair_of_.find(s->second);
+    if (p != pair_of_.end() && quiet_->OnNotSampled(s->second) == 1)
+      AskSample(p->second, 1, "run " + run + " does not sample");
+    return;
+  }
   if (rank0->status != "done") {
     spdlog::warn("run {} did not {} {}: {} ({})", run, request.spec.action, request.spec.target, rank0->status,
                  rank0->detail);

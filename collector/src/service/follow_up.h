@@ -14,17 +14,25 @@
 //   the logs. Agents older than schema minor 6 send none: the capture alert says that
 //   the verdict needs both files.
 //
-// Each at most once per pair, and only when both runs are live agents of this collector
+// - With --sample-quiet K (`sample_quiet`), both runs record tensors every K-th step while
+//   the pair agrees and every step while one of its incidents is open
+//   (service/quiet_sampling.h says when; action "sample").
+//
+// Zoom and capture at most once per pair, and only when both runs are live agents of this collector
 // (not a recorded --baseline log). The step: two past the later run's last step, so
 // that both act at the same one (a run past it acts at its next).
 //
-// Threads: OnDivergence on the analyzer's thread, OnAnswer on the ingest thread; one
-// mutex between them (a few calls a run).
+// Threads: OnDivergence and OnPairStep on the analyzer's thread, OnAnswer on the ingest
+// thread, OnAlert on whichever delivers the alert (ingest, the analyzer's timer); one
+// mutex between them (held for a map lookup on a compared step; requests are a few a
+// run). None of them calls back into the alert fan-out while holding it.
 #ifndef LOCKSTEP_COLLECTOR_SERVICE_FOLLOW_UP_H_
 #define LOCKSTEP_COLLECTOR_SERVICE_FOLLOW_UP_H_
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -35,6 +43,7 @@
 #include "lockstep/alerting/alert.h"
 #include "lockstep/collector/collector.h"
 #include "rules/detector.h"
+#include "service/quiet_sampling.h"
 
 namespace lockstep::collector {
 
@@ -42,12 +51,19 @@ class FollowUp {
  public:
   using AlertFn = std::function<void(alerting::Alert)>;
   // `collector` outlives this; `zoom_steps` 0 = never zoom; `capture` false = never capture.
-  FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, const Clock* clock, AlertFn alert);
+  // `sample_quiet` 0 = never change how the runs sample; `resolve_after_ns`: when a
+  // pair's incidents resolve (the alerting's incident_resolve_after; 0 = never).
+  FollowUp(Collector* collector, uint32_t zoom_steps, bool capture, const Clock* clock, AlertFn alert,
+           uint32_t sample_quiet = 0, int64_t resolve_after_ns = 0);
 
   // A pair's first divergence fired, or was refined (Analyzer::SetDivergenceObserver).
   void OnDivergence(const PairCtx& ctx);
   // An agent answered a request (CollectorOptions::on_control_answer).
   void OnAnswer(const std::string& run, const ControlRequestState& request);
+  // A compared (pair, rank, step) (Analyzer::SetPairStepObserver): --sample-quiet's clock.
+  void OnPairStep(const PairCtx& ctx);
+  // Every alert the service delivers: a pair's incident raises its runs to every step.
+  void OnAlert(const alerting::Alert& a);
 
  private:
   struct Capture {
@@ -64,6 +80,8 @@ class FollowUp {
   uint64_t NextStep(const PairCtx& ctx) const;
   uint64_t Ask(const PairCtx& ctx, const std::string& run, const char* action, const std::string& target,
                uint64_t step, uint32_t steps);
+  // Both runs of `ctx` sample every `k` steps from the next step both can act at.
+  void AskSample(const PairCtx& ctx, uint32_t k, const std::string& why) ; // mu_ held
 
   Collector* const collector_;
   const uint32_t zoom_steps_;
@@ -74,6 +92,13 @@ class FollowUp {
   std::set<std::string> zoomed_, captured_;              // pair keys asked already
   std::unordered_map<uint64_t, size_t> capture_of_;     // request id -> captures_ index
   std::vector<Capture> captures_;
+  // --sample-quiet: the pairs' states, each pair's context by key (for requests from an
+  // alert or an answer), the sample requests' pairs, and when a pair that was not live
+  // was last looked at (the registry is read at most once a second for it).
+  std::unique_ptr<QuietSampling> quiet_;
+  std::map<std::string, PairCtx> pair_of_;
+  std::unordered_map<uint64_t, std::string> sample_of_;
+  std::unordered_map<std::string, int64_t> live_checked_ns_;
 };
 
 }  // namespace lockstep::collector
