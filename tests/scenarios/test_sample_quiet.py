@@ -5,10 +5,11 @@ every step again from the moment the pair's drift or incident opens.
 
 - Twins: after the switch only the steps divisible by 5 have tensors, the same steps in
   both logs (the wire's Sampling says every 5); scalars stay every step.
-- A candidate whose blocks' output changes from step CHANGE: the first divergence is
-  named at the first sampled step at or after the change, the collector then asks both
-  runs for every step (within a few steps), and compare names the same first divergence
-  from the logs.
+- A candidate whose encoder.layers.1.linear2 output changes from step CHANGE: the first
+  divergence is named at the first sampled step at or after the change, in that op; the
+  collector then asks both runs for every step (within a few steps), and every 5th step
+  again once the incident has been quiet for --incident-resolve-s; compare names the
+  same first divergence and drift alerts from the logs.
 Both runs train the TinyTransformer of scenario_lib in one process, 0.05 s apart per step
 (time for a request's round trip).
 """
@@ -21,6 +22,7 @@ from scenario_lib import Collector, batches, fmt_alerts, make_pair
 
 K = 5
 CHANGE = 21  # the candidate's change starts here: first sampled step at or after it is 25
+STEPS = 60
 
 
 def log_messages(col, run):
@@ -88,9 +90,12 @@ def scale_from_change(factor):
     return prepare
 
 
-def test_a_change_raises_both_runs_to_every_step(tmp_path):
+def test_a_change_raises_both_runs_to_every_step_until_its_incident_resolves(tmp_path):
+    """--incident-resolve-s 1: once no alert has joined the pair's incident for a second,
+    both runs go back to every 5th step."""
     exp = "quiet-change"
-    col, alerts, logs = run_pair(tmp_path, exp, 40, prepare_cand=scale_from_change(1.0005))
+    col, alerts, logs = run_pair(tmp_path, exp, STEPS, ["--incident-resolve-s", "1"],
+                                 prepare_cand=scale_from_change(1.0005))
     fd = [a for a in alerts if a["rule"] == "first_divergence"]
     assert len(fd) >= 1, fmt_alerts(alerts)
     first_sampled = -(-CHANGE // K) * K
@@ -98,19 +103,23 @@ def test_a_change_raises_both_runs_to_every_step(tmp_path):
     assert fd[0]["tensor"].startswith("encoder.layers.1.linear2"), fmt_alerts(alerts)
     assert min(a["step"] for a in alerts) == first_sampled, fmt_alerts(alerts)
     acks = [sample_acks(m) for m in logs]
-    assert acks[0] == acks[1] and len(acks[0]) == 2, acks
-    (quiet_at, quiet), (loud_at, loud) = acks[0]
+    assert acks[0] == acks[1] and len(acks[0]) == 3, acks
+    (quiet_at, quiet), (loud_at, loud), (again_at, again) = acks[0]
     assert quiet == "sample every %d steps from step %d" % (K, quiet_at), acks
     assert loud == "sample every 1 steps from step %d" % loud_at, acks
-    # Detected at a sampled step, then every step from a few steps later.
+    assert again == "sample every %d steps from step %d" % (K, again_at), acks
+    # Detected at a sampled step, then every step from a few steps later, until the
+    # incident has been quiet for a second.
     assert first_sampled < loud_at <= first_sampled + 6, (acks, fmt_alerts(alerts))
+    assert again_at > max(a["step"] for a in alerts if a["rule"] != "replay"), (acks, fmt_alerts(alerts))
     for msgs in logs:
         steps = tensor_steps(msgs)
         want = list(range(quiet_at)) + [s for s in range(quiet_at, loud_at) if s % K == 0] + \
-            list(range(loud_at, 40))
+            list(range(loud_at, again_at)) + [s for s in range(again_at, STEPS) if s % K == 0]
         assert steps == want, steps
-    print("\nfirst divergence at step %d (change from step %d); every step again from step %d"
-          % (fd[0]["step"], CHANGE, loud_at))
+    assert "the pair's incidents resolved: asked runs" in col.stderr(), col.stderr()
+    print("\nfirst divergence at step %d (change from step %d); every step from step %d, every %d "
+          "again from step %d" % (fd[0]["step"], CHANGE, loud_at, K, again_at))
     # compare reads the same logs to the same first divergence.
     out = subprocess.run([col.exe, "compare", "--json", col.log_path(exp + "-base"),
                           col.log_path(exp + "-cand")], capture_output=True, text=True, timeout=60)
