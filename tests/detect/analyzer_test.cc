@@ -330,6 +330,44 @@ TEST(Analyzer, FirstDivergenceNamesEarliestDriftingTensorWithBothValues) {
   EXPECT_EQ(r[0].first_divergence.tensor, "layers.2");
   EXPECT_EQ(r[0].tensors[1].status, "ok");
   EXPECT_EQ(r[0].tensors[2].first_drift_step, 7);
+  EXPECT_EQ(fd->message.find("had no tensors"), std::string::npos) << fd->message;  // every step recorded
+}
+
+// A sampled pair (tensors every 5th step, scalars and StepEnd every step: watch(every=5),
+// --sample-quiet): a change from step 7 is first seen at step 10, and the first
+// divergence says that it may have begun at any of steps 6..9.
+TEST(Analyzer, AnOnsetAfterStepsWithoutTensorsSaysWhereItMayHaveBegun) {
+  Harness h;
+  StreamBuilder b("base", "exp", wire::Role::Baseline), c("cand", "exp", wire::Role::Candidate);
+  b.minor = c.minor = 3;
+  h.Feed(b.Hello());
+  h.Feed(c.Hello());
+  h.Feed(b.Directory(Model()));
+  h.Feed(c.Directory(Model()));
+  const Perturb perturb = [](uint64_t s, int t, std::vector<double>* v) {
+    if (s >= 7 && t >= 2) for (double& x : *v) x *= 1.05;
+  };
+  for (uint64_t s = 0; s < 20; ++s) {
+    FakeScalars sc;
+    sc.loss = 2.0 - 0.001 * s;
+    for (StreamBuilder* sb : {&b, &c}) {
+      const bool sampled = s % 5 == 0;
+      if (sampled) h.Feed(StepMsg(*sb, s, sb == &c ? perturb : nullptr));
+      h.Feed(sb->Scalars(s, sc));
+      h.Feed(sb->StepEnd(s, sampled ? kTensors : 0));
+    }
+  }
+  h.Feed(b.Goodbye(19));
+  h.Feed(c.Goodbye(19));
+  h.an->Finish();
+  const auto* fd = h.First("first_divergence");
+  ASSERT_NE(fd, nullptr) << h.Dump();
+  EXPECT_EQ(fd->step, 10u);
+  EXPECT_EQ(fd->tensor, "layers.2");
+  EXPECT_NE(fd->message.find("; steps 6..9 had no tensors (sampled): the change may have begun at any of them, "
+                             "and this is where it shows first"),
+            std::string::npos)
+      << fd->message;
 }
 
 // Issue 14: a chain of ops layers.0 -> ... -> layers.4, each recording what it received

@@ -141,6 +141,21 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
   }
   onsets_.Observe(v);
   compared_[v.rank] = static_cast<int64_t>(v.step);
+  // Steps without tensors before this one (a sampled run): an onset here may have
+  // begun at any of them, and by now the optimizer has carried it into the weights,
+  // so what this step names is where it shows first (docs/rules.md "Sampling that
+  // follows the runs' state").
+  std::string unseen;
+  auto seen = with_tensors_.find(v.rank);
+  if (seen != with_tensors_.end() && seen->second + 1 < static_cast<int64_t>(v.step))
+    unseen = "; steps " + std::to_string(seen->second + 1) + ".." + std::to_string(v.step - 1) +
+             " had no tensors (sampled): the change may have begun at any of them, and this is where it shows first";
+  for (const MatchedTensor& m : *v.matched) {
+    if (KeyKind(m.c->key) != Kind::kLoss) {
+      with_tensors_[v.rank] = static_cast<int64_t>(v.step);
+      break;
+    }
+  }
   const MatchedTensor* first = nullptr;
   size_t n = 0;
   double worst_ratio = 0;
@@ -161,7 +176,8 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
     if (pending_.empty()) pending_since_ns_ = ctx_->out->Now();
     pending_step_ = static_cast<int64_t>(v.step);
     if (birth != nullptr) {
-      pending_.emplace(v.rank, std::make_pair(birth->order, BirthAlert(v, *birth, n)));
+      auto& born = pending_.emplace(v.rank, std::make_pair(birth->order, BirthAlert(v, *birth, n))).first->second;
+      born.second.message += unseen;
       // Born in a container's own code: which call inside it is for a zoom to find.
       const std::string op = ctx_->names->Name(birth->op);
       if (birth->container && !birth->backward && op.find('/') == std::string::npos) zoom_of_[v.rank] = op;
@@ -175,7 +191,7 @@ void FirstDivergenceDetector::OnPairStep(const PairStepView& v) {
     a.message = "runs " + ctx_->baseline + " and " + ctx_->candidate + " part ways: first divergent tensor " +
                 a.message;
     if (n > 1) a.message += "; " + std::to_string(n) + " tensors drift at this step";
-    a.message += "; cause: " + a.cause + " (" + why + ")";
+    a.message += "; cause: " + a.cause + " (" + why + ")" + unseen;
     pending_.emplace(v.rank, std::make_pair(first->c->order, std::move(a)));
   }
   Decide(false);

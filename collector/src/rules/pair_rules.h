@@ -109,6 +109,9 @@ class FirstDivergenceDetector : public PairDetector {
   bool fired_ = false;
   RankOnsets onsets_;
   std::map<uint32_t, int64_t> compared_;  // rank -> last step compared
+  // rank -> the last step compared with tensors (not only the loss): a sampled run
+  // (watch(every=), --sample-quiet) has steps between with none, where an onset hides.
+  std::map<uint32_t, int64_t> with_tensors_;
   // The earliest onset not yet decided: its step, and per rank drifting at it the
   // alert as it would be sent and its first tensor's execution order.
   int64_t pending_step_ = -1;
