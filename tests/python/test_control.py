@@ -5,7 +5,9 @@ past starts at the next one; an unknown module is refused with why; an unknown a
 ignored; a step without requests never asks for them; the derived control endpoint.
 A capture the collector asked for is replayed by the capture's writer thread and
 answered a second time with the result (lockstep._self_replay); a replay that fails is
-counted and answered with why; with capture off nothing is captured or replayed."""
+counted and answered with why; with capture off nothing is captured or replayed.
+A sample request sets the stride from its step (steps divisible by k; the next step when
+past), with watch(every=N) as its floor; k = 0 is refused."""
 import threading
 import warnings
 
