@@ -120,7 +120,7 @@ int CollectCommand(int argc, const char* const* argv) {
                "tcp://127.0.0.1:* picks a free port, 'off' serves none", "ENDPOINT");
   std::string control_listen = "auto";
   flags.String("control-listen", &control_listen,
-               "ZeroMQ endpoint where agents take the collector's requests (zoom, capture; docs/design.md "
+               "ZeroMQ endpoint where agents take the collector's requests (zoom, capture, sample; docs/design.md "
                "\"The control channel\"); 'auto' is the --listen port + 2 (6202), 'off' serves none", "ENDPOINT");
   int64_t zoom_steps = 2;
   flags.Int("zoom-steps", &zoom_steps,
