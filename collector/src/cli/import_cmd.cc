@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/output_flag.h"
 #include "interop/msprobe_import.h"
 #include "lockstep/common/flags.h"
 #include "lockstep/common/wire.h"
@@ -32,13 +33,7 @@ int ImportCommand(int argc, const char* const* argv) {
             "tensor mode: the full rows python -m lockstep import-msprobe computed from the dumped tensors "
             "(a folder mirroring the dump's); it passes this itself",
             "DIR");
-  std::vector<std::string> args(argv, argv + argc);
-  for (auto& a : args) {
-    if (a == "-o") a = "--output";
-  }
-  std::vector<const char*> av;
-  for (const auto& a : args) av.push_back(a.c_str());
-  Status st = fs.Parse(static_cast<int>(av.size()), av.data());
+  Status st = ParseWithShortOutput(&fs, argc, argv);
   if (fs.help_requested()) {
     std::printf("%s", fs.Help().c_str());
     return kExitOk;

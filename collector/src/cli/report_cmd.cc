@@ -18,6 +18,7 @@
 #include "cli/dump_inputs.h"
 #include "cli/align_flags.h"
 #include "cli/commands.h"
+#include "cli/output_flag.h"
 #include "lockstep/common/flags.h"
 #include "cli/offline_pair.h"
 #include "cli/rule_flags.h"
@@ -141,13 +142,7 @@ int ReportCommand(int argc, const char* const* argv) {
   fs.Int("max-columns", &max_cols, "step columns of the heatmap (more steps are merged, worst cell kept)");
   fs.Int("max-tensors", &max_tensors, "tensors in the heatmap (the table lists every tensor)");
   AddRuleFlags(&fs, &opt.rules);
-  std::vector<std::string> args(argv, argv + argc);
-  for (auto& a : args) {
-    if (a == "-o") a = "--output";
-  }
-  std::vector<const char*> av;
-  for (const auto& a : args) av.push_back(a.c_str());
-  Status st = fs.Parse(static_cast<int>(av.size()), av.data());
+  Status st = ParseWithShortOutput(&fs, argc, argv);
   if (fs.help_requested()) {
     std::printf("%s", fs.Help().c_str());
     return kExitOk;
