@@ -129,7 +129,7 @@ LogReader::Result LogReader::Next(Record* rec) {
   crc = crc32c::Extend(crc, h + 8, 8);
   crc = crc32c::Extend(crc, buf_.data(), len);
   if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch");
-  if (block) return ReadBlock(h, len) == Result::kRecord ? Next(rec) : Result::kCorrupt;
+  if (block) return ReadBlock(len) == Result::kRecord ? Next(rec) : Result::kCorrupt;
   rec->data = buf_.data();
   rec->size = len;
   std::memcpy(&rec->recv_unix_ns, h + 8, 8);
@@ -141,7 +141,7 @@ LogReader::Result LogReader::Next(Record* rec) {
 
 // buf_ holds a block's checked zstd frame of `len` bytes: decompressed into block_,
 // whose records Next() then hands out. kCorrupt (via Fail) when it does not decompress.
-LogReader::Result LogReader::ReadBlock(const uint8_t* h, uint32_t len) {
+LogReader::Result LogReader::ReadBlock(uint32_t len) {
   const unsigned long long content = ZSTD_getFrameContentSize(buf_.data(), len);
   if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
       content == 0 || content > runlog::kMaxBlockContentBytes)
@@ -168,7 +168,6 @@ LogReader::Result LogReader::ReadBlock(const uint8_t* h, uint32_t len) {
   block_size_ = n;
   block_pos_ = 0;
   block_end_ = offset_ + runlog::kRecordHeaderBytes + len;
-  std::memcpy(&block_recv_, h + 8, 8);
   ++blocks_;
   return Result::kRecord;
 }

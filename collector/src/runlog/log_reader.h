@@ -68,7 +68,7 @@ class LogReader {
   const std::string& path() const { return path_; }
   // The file's format major (runlog::kFormatMajor or kFormatMajorPlain).
   uint16_t format_major() const { return major_; }
-  // Compressed blocks read so far, and their bytes on disk and decompressed.
+  // Compressed blocks read so far.
   uint64_t blocks() const { return blocks_; }
 
   // Verifies a record's payload as an envelope (size cap, flatbuffers Verifier, file
@@ -82,7 +82,7 @@ class LogReader {
   Result Fail(Result r, std::string why);
   // The next record of the block being handed out (kEnd when it has none left).
   Result NextInBlock(Record* rec);
-  Result ReadBlock(const uint8_t* h, uint32_t len);
+  Result ReadBlock(uint32_t len);
 
   std::string path_;
   FILE* file_ = nullptr;
@@ -97,7 +97,6 @@ class LogReader {
   std::vector<uint8_t> block_;
   size_t block_size_ = 0, block_pos_ = 0;
   uint64_t block_end_ = 0;
-  int64_t block_recv_ = 0;
   std::string problem_;
 };
 
