@@ -192,22 +192,16 @@ void FollowUp::OnAnswer(const std::string& run, const ControlRequestState& reque
     const int64_t now = clock_->NowUnixNs();
     if (!c.told) {
       c.told = true;
-      alerting::Alert a;
-      a.rule = "capture";
-      a.severity = alerting::Severity::kInfo;
-      a.experiment = c.experiment;
-      a.runs = {c.baseline, c.candidate};
-      a.step = c.step;
-      a.tensor = c.target;
-      a.kind = "act";
-      a.metric = "capture";
       ReplayCase rc;
+      rc.experiment = c.experiment;
       rc.baseline = c.baseline;
       rc.candidate = c.candidate;
       rc.row = c.target;
       rc.step = c.step;
       rc.file_b = c.file_b;
       rc.file_c = c.file_c;
+      alerting::Alert a = OpInfoAlert(rc, "capture");
+      a.metric = "capture";
       a.message = CaptureMessage(rc, c.minor_b, c.minor_c);
       a.first_seen_unix_ns = now;
       a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);

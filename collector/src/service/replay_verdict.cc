@@ -155,15 +155,20 @@ std::string CaptureMessage(const ReplayCase& rc, uint16_t minor_b, uint16_t mino
          "python -m lockstep replay " + rc.file_b + " " + rc.file_c;
 }
 
-alerting::Alert ReplayAlert(const ReplayCase& rc, const ReplayVerdict& v, int64_t now_unix_ns) {
+alerting::Alert OpInfoAlert(const ReplayCase& rc, const char* rule) {
   alerting::Alert a;
-  a.rule = "replay";
+  a.rule = rule;
   a.severity = alerting::Severity::kInfo;
   a.experiment = rc.experiment;
   a.runs = {rc.baseline, rc.candidate};
   a.step = rc.step;
   a.tensor = rc.row;
   a.kind = "act";
+  return a;
+}
+
+alerting::Alert ReplayAlert(const ReplayCase& rc, const ReplayVerdict& v, int64_t now_unix_ns) {
+  alerting::Alert a = OpInfoAlert(rc, "replay");
   a.metric = v.verdict;
   a.cause = v.cause;
   a.baseline_value = v.ulps_b;

@@ -69,6 +69,9 @@ std::string CaptureMessage(const ReplayCase& rc, uint16_t minor_b, uint16_t mino
 
 // The info alert (rule "replay") that puts the verdict on the pair's incident: metric =
 // the verdict, baseline/candidate values = their ULPs, threshold = the budget.
+// An info alert `rule` about rc's op: its runs, step and row (the capture and replay
+// alerts); the caller fills the metric, message and id.
+alerting::Alert OpInfoAlert(const ReplayCase& rc, const char* rule);
 alerting::Alert ReplayAlert(const ReplayCase& rc, const ReplayVerdict& v, int64_t now_unix_ns);
 
 // The ops both logs' rank 0 replayed at one step (the latest answer of each), in the
