@@ -16,7 +16,7 @@ identical, so any difference lockstep reports comes from that one operator:
     NaN -- lockstep should warn about the overflow before the NaN appears.
 
 Usage: train.py --role baseline|candidate --run NAME --experiment NAME --endpoint EP
-                [--steps N] [--fp16-block I] [--ramp-start S]
+                [--steps N] [--fp16-block I] [--ramp-start S] [--device cpu|cuda]
 """
 import argparse
 import math
@@ -102,12 +102,15 @@ def main():
     p.add_argument("--ramp-start", type=int, default=150)
     p.add_argument("--ramp-rate", type=float, default=0.055)
     p.add_argument("--progress", type=int, default=0, help="print a line every N steps (0 = never)")
+    p.add_argument("--device", default="cpu",
+                   help="where the model trains (cuda: the agent's device path and fused kernel); "
+                        "the data is drawn on the CPU either way, so both devices see the same batches")
     args = p.parse_args()
 
     torch.set_num_threads(1)
     lockstep.seed_all(1234, deterministic=True)
     fp16_block = args.fp16_block if args.role == "candidate" else -1
-    model = TinyTransformer(fp16_block=fp16_block)
+    model = TinyTransformer(fp16_block=fp16_block).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(99)
 
@@ -117,6 +120,7 @@ def main():
     t0 = time.time()
     for step in range(args.steps):
         x, y, amp = batch(step, args, gen)
+        x, y = x.to(args.device), y.to(args.device)
         out = model(x)
         loss = F.mse_loss(out, y) / (amp * amp)
         loss.backward()

@@ -7,9 +7,11 @@ entropy on random tokens. One model per configuration trains with each kind's ho
 attached for its step and removed after it, kinds in a fresh random order each round
 (as torch_overhead_bench.py), each step timed between two torch.cuda.synchronize():
   plain    no hooks;
-  triton   Monitor.watch (every module output, output gradient and parameter gradient,
-           every step, default options, a real `lockstep collect` when LOCKSTEP_BIN is
-           set), LOCKSTEP_STATS_KERNEL=triton: the fused kernel where it is available;
+  triton   Monitor.watch (every module output, input, output gradient and parameter
+           gradient, every step, default options, a real `lockstep collect` when
+           LOCKSTEP_BIN is set), LOCKSTEP_STATS_KERNEL=triton: the fused kernel where it is
+           available;
+  triton_no_act_in  the same with kind act_in off;
   torch    the same Monitor options with LOCKSTEP_STATS_KERNEL=torch: the torch path
            (_torch_stats, what NPU and ROCm jobs run);
   foreach  for scale: the same hook points handing the same tensors to
@@ -33,6 +35,8 @@ BENCH gpu_stats_hbm_fraction           bytes of the tensors given to the statist
                                        device-to-device copy bandwidth measured in this run
                                        (2 x bytes / time of a 1 GiB copy: it reads and
                                        writes), GPT-2 bf16 (target >= 0.6)
+BENCH gpu_<model>_overhead_ratio_no_act_in  the triton ratio with kind act_in off (what
+                                       each module received is then not recorded)
 BENCH gpu_<model>_torch_overhead_ratio   the torch path's ratio (as gpu_*_overhead_ratio)
 BENCH gpu_<model>_foreach_norm_ratio     the foreach reference's ratio
 BENCH gpu_<model>_extra_mem_mb           peak GPU memory of a triton step minus that of a
@@ -67,6 +71,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _triton_stats  # noqa: E402
+from lockstep._watch import DEFAULT_KINDS  # noqa: E402
 from bench_util import attach_hooks, launches_per_step, start_collector  # noqa: E402
 import model_zoo  # noqa: E402
 
@@ -148,15 +153,17 @@ class Config:
         self.x, self.y = model_zoo.lm_batch(shape["vocab"], batch, shape["seq"], DEVICE)
         kw = dict(endpoint=endpoint, _force_device_path=SMOKE)
         self.mons = {k: lockstep.Monitor(run="gpu-model-%s-%s" % (name, k), **kw)
-                     for k in ("triton", "torch", "every10")}
+                     for k in ("triton", "triton_no_act_in", "torch", "every10")}
         self.foreach = ForeachRef()
-        self.kernel_env = {"triton": "triton", "every10": "triton", "torch": "torch"}
+        self.kernel_env = {"triton": "triton", "triton_no_act_in": "triton", "every10": "triton",
+                           "torch": "torch"}
         self.capture = None  # a list: the tensor batches given to the statistics
 
     def attach(self, kind):
         if kind in self.mons:
             mon = self.mons[kind]
-            mon.watch(self.model, every=10 if kind == "every10" else 1)
+            kinds = [k for k in DEFAULT_KINDS if k != "act_in" or kind != "triton_no_act_in"]
+            mon.watch(self.model, every=10 if kind == "every10" else 1, kinds=kinds)
             return [mon._watches.pop()]  # removed again after the step
         if kind == "foreach":
             return attach_hooks(self.model, self.foreach)
@@ -294,11 +301,12 @@ def emit(name, value, unit):
 
 
 def run_overhead(cfg, out):
-    kinds = ["plain", "triton", "torch", "foreach"]
+    kinds = ["plain", "triton", "triton_no_act_in", "torch", "foreach"]
     t = cfg.rounds(kinds, ROUNDS, WARMUP)
     med = {k: round(statistics.median(v) * 1e3, 2) for k, v in t.items()}
     print("%s: step medians ms %s; kernel %s" % (cfg.name, med, kernel_state()))
     out["gpu_%s_overhead_ratio" % cfg.name] = ratio_median(t, "triton")
+    out["gpu_%s_overhead_ratio_no_act_in" % cfg.name] = ratio_median(t, "triton_no_act_in")
     out["gpu_%s_torch_overhead_ratio" % cfg.name] = ratio_median(t, "torch")
     out["gpu_%s_foreach_norm_ratio" % cfg.name] = ratio_median(t, "foreach")
     out["gpu_%s_extra_mem_mb" % cfg.name] = cfg.peak_mb("triton") - cfg.peak_mb("plain")
