@@ -139,7 +139,6 @@ def test_self_check_rejects_a_raising_kernel_and_the_sketch_beyond_tolerance(mon
     def boom(ts, k, bins):
         raise RuntimeError("no such intrinsic")
     monkeypatch.setattr(trs, "fused_stats", boom)
-    monkeypatch.setitem(trs._state, "hist", False)  # no second try without tl.histogram
     with pytest.warns(RuntimeWarning, match="no such intrinsic"):
         assert not trs._self_check(cpu, 32, 16)
     trs._reset_for_tests()
@@ -151,23 +150,6 @@ def test_self_check_rejects_a_raising_kernel_and_the_sketch_beyond_tolerance(mon
     monkeypatch.setattr(trs, "fused_stats", sketch_off)
     with pytest.warns(RuntimeWarning, match=r"sketch\[5\]"):
         assert not trs._self_check(cpu, 32, 16)
-
-
-def test_self_check_falls_back_to_counting_by_comparisons(monkeypatch):
-    """A kernel whose tl.histogram variant miscounts but whose comparison variant agrees
-    passes the self-check with the comparison variant, and says so once."""
-    cpu = torch.device("cpu")
-
-    def hist_wrong(ts, k, bins):
-        rows = tst.device_stats(ts, k, bins)
-        if trs._state["hist"]:
-            rows[:, K0 + k + 2] += 1
-        return rows
-    monkeypatch.setattr(trs, "fused_stats", hist_wrong)
-    monkeypatch.setitem(trs._state, "hist", True)
-    with pytest.warns(RuntimeWarning, match=r"tl.histogram failed .*hist\[2\]"):
-        assert trs._self_check(cpu, 32, 16)
-    assert trs.disabled_reason() is None and trs._state["hist"] is False
 
 
 def test_compare_rows_tolerances():
@@ -473,7 +455,7 @@ def test_pipeline_skips_statistics_during_cuda_graph_capture():
     pipe.add(y, 1, 0, 0, False)
     pipe.end_step(0, {})
     assert pipe.drain(time.monotonic() + 10)
-    (step, rows, _micros, ids, _orders, _grad_sq, _scalars), = shipped
+    (step, rows, _micros, ids, _orders, _grad_sq, _scalars, _flags), = shipped
     assert step == 0 and rows.shape[0] == 1 and list(ids) == [1]
     assert rows[0, C["numel"]] == 1000
 
@@ -488,7 +470,7 @@ def test_pipeline_skips_statistics_during_cuda_graph_capture():
 # moments, merges and bit decoding, value for value. It cannot check
 # (docs/statistics.md, "Under Triton's interpreter"): compilation and code generation,
 # warps and registers, the GPU's own arithmetic (fused multiply-adds, the order of its
-# float32 block reductions, denormal flushing), tl.histogram's GPU lowering, speed, and
+# float32 block reductions, denormal flushing), speed, and
 # a tensor over 2^31 elements (4 GiB of bf16 and hours in the interpreter: the 64-bit
 # index arithmetic is checked instead with tile tables placed beyond 2^31, 2^32 and
 # 2^40, below). The interpreter's own bf16/fp8 -> fp32 conversion is not exact (it loses
@@ -546,39 +528,34 @@ def interpreted_kernels():
 
 @pytest.fixture
 def interp(interpreted_kernels):
-    """The interpreted kernels, tl.histogram on (as on a GPU's first try)."""
+    """The interpreted kernels."""
     assert trs._build_kernels() == interpreted_kernels
-    assert trs._state["hist"] is True  # (fresh_state reset it)
     yield
 
 
 def _interp_cases(dtype):
-    """The GPU test's cases at the interpreter's sizes (~37 k elements; the multi-tile
-    tensor spans 2 tiles at K = 32, 3 at K = 17)."""
-    return _cases(dtype, big_n=16384 + 1001, mat_rows=33)
+    """The GPU test's cases at the interpreter's sizes (the multi-tile tensor spans 2
+    tiles at K = 32 and at K = 17)."""
+    return _cases(dtype, big_n=trs._layout(32)[3] + 1001, mat_rows=33)
 
 
 def _interp_configs():
-    """Every dtype at the default configuration, each other sketch shape (K not a power
-    of two, sketch and histogram off, the widest K) once, and the variant that counts
-    by comparisons (the self-check's second try where tl.histogram fails on a GPU):
-    `widen` depends on the dtype only, the lane layout on K only."""
-    out = [(dt, 32, 16, True) for dt in _gpu_dtypes()]
-    out += [(torch.float32, 17, 16, True), (torch.bfloat16, 0, 0, True),
-            (out[-1][0], 256, 16, True), (torch.float16, 32, 16, False)]
-    return [pytest.param(*c, id="%s-K%d-bins%d%s" % (str(c[0]).split(".")[-1], c[1], c[2],
-                                                        "" if c[3] else "-comparisons"))
+    """Every dtype at the default configuration and each other sketch shape (K not a
+    power of two, sketch and histogram off, the widest K) once: `widen` depends on the
+    dtype only, the lane layout on K only."""
+    out = [(dt, 32, 16) for dt in _gpu_dtypes()]
+    out += [(torch.float32, 17, 16), (torch.bfloat16, 0, 0), (out[-1][0], 256, 16)]
+    return [pytest.param(*c, id="%s-K%d-bins%d" % (str(c[0]).split(".")[-1], c[1], c[2]))
             for c in out]
 
 
 @INTERPRETER
-@pytest.mark.parametrize("dtype,k,bins,hist", _interp_configs())
+@pytest.mark.parametrize("dtype,k,bins", _interp_configs())
 def test_interpreted_kernel_equals_torch_path_host_kernel_and_reference(interp, dtype, k,
-                                                                        bins, hist):
+                                                                        bins):
     """The GPU test above, on CPU tensors: specials, limits, zeros, subnormals, empty,
     multi-tile, views, against the torch path, the host kernel and (at K = 32) the
     float64 reference."""
-    trs._state["hist"] = hist
     cpu = _interp_cases(dtype)
     _check_kernel_rows(cpu, cpu, k, bins, reference=(k, bins) == (32, 16))
 
@@ -667,9 +644,9 @@ def test_interpreted_kernel_decodes_every_fp8_code(interp, name):
 
 
 @INTERPRETER
-def test_interpreted_self_check_passes_with_tl_histogram_and_no_warning(interp):
-    """The self-check production runs on a GPU's first use, here on the CPU: it passes,
-    keeps the tl.histogram variant, and warns nothing. (NumPy's 'overflow encountered
+def test_interpreted_self_check_passes_and_warns_nothing(interp):
+    """The self-check production runs on a GPU's first use, here on the CPU: it passes
+    and warns nothing. (NumPy's 'overflow encountered
     in cast' comes from the interpreter rounding a sketch bucket of +-3e38 values to
     float32: Inf on the wire, as the torch path gives; docs/statistics.md.)"""
     with warnings.catch_warnings(record=True) as caught:
@@ -679,7 +656,7 @@ def test_interpreted_self_check_passes_with_tl_histogram_and_no_warning(interp):
             if not (w.category is RuntimeWarning and "overflow encountered in cast"
                     in str(w.message))]
     assert not ours, ours
-    assert trs._state["hist"] is True and trs.disabled_reason() is None
+    assert trs.disabled_reason() is None
 
 
 @INTERPRETER
@@ -724,7 +701,7 @@ def _launch_at(x, first_index, k):
     code, sat, min_normal = tst.limits(x.dtype)
     kern["tile"][(ntiles,)](x, tab, tab[4:], part, trs._pattern_words(x.device), float(sat),
                             float(min_normal), K=k, KL=kl, KP=kp, NB=nb, ITERS=trs.ITERS,
-                            PW=pw, SKETCH=True, USE_HIST=True, FMT=0)
+                            PW=pw, SKETCH=True, FMT=0)
     fin = torch.tensor([0, total, 0, ntiles], dtype=torch.int64)
     out = torch.empty((1, tst.row_width(k, 16)), dtype=torch.float64)
     kern["finish"][(1,)](part, fin, out, float(code), K=k, KP=kp, BINS=True, PW=pw,
@@ -778,7 +755,7 @@ for arch in (90, 80):  # sm_80: only the formats whose loads differ by architect
         if arch == 80 and str(dtype) not in ("torch.bfloat16", "torch.float8_e4m3fn"):
             continue
         cs = dict(K=32, KL=kl, KP=kp, NB=nb, ITERS=trs.ITERS, PW=pw, SKETCH=True,
-                  USE_HIST=True, FMT=fmt)
+                  FMT=fmt)
         sig = {"base": ptrs[as_int or dtype], "tab": "*i64", "tiles": "*i64", "part": "*fp64",
                "pat": "*i32", "SAT": "fp32", "MINN": "fp32"}
         jobs.append((str(dtype), kern.tile_kernel, sig, cs, trs.NUM_WARPS))
@@ -802,7 +779,7 @@ print(json.dumps(out))
                     "stack)")
 def test_kernels_compile_for_sm80_and_sm90_without_a_gpu(tmp_path):
     """Triton's own compiler, down to a cubin through the ptxas it ships, for an H100
-    (sm_90: the tile kernel for every dtype it reads, K = 32 with tl.histogram, and the
+    (sm_90: the tile kernel for every dtype it reads, K = 32, and the
     finishing kernel) and an A100 (sm_80: bf16 and fp8 e4m3fn, whose loads differ). No GPU is needed to compile; this catches
     what the interpreter cannot (types the code generator refuses, a tl op without a
     lowering, an fp8 conversion an architecture lacks: before the kernel decoded fp8

@@ -48,10 +48,104 @@ def widen(raw, FMT: tl.constexpr):
 
 
 @triton.jit
+def load_wide(ptrs, mask, FMT: tl.constexpr):
+    """widen() of the elements at `ptrs`; NaN where `mask` is off (the tile kernel counts
+    those lanes as NaN and takes them off the NaN count at the end)."""
+    if FMT == 0:
+        raw = tl.load(ptrs, mask=mask, other=float("nan"))
+    elif FMT == 1:
+        raw = tl.load(ptrs, mask=mask, other=0x7FC0)   # a bf16 NaN, loaded as int16
+    else:
+        raw = tl.load(ptrs, mask=mask, other=0x7F)     # NaN in e4m3fn and in e5m2
+    return widen(raw, FMT)
+
+
+@triton.jit
+def lanes(start, blk, j, K: tl.constexpr, SKETCH: tl.constexpr):
+    """(o, p, flip) of the sketch blocks `blk` of a tile starting at element `start`:
+    lane j reads block offset o = (j - r(b)) mod K, so lane j is bucket j; p is the
+    block's sign pattern and flip its sign bit (docs/statistics.md). Without a sketch,
+    lane j reads offset j."""
+    if SKETCH:
+        b = start // K + blk                # global block index, int64
+        lo = b - ((b >> 32) << 32)
+        h1 = mix32(lo ^ 0x1B873593 ^ mix32(b >> 32))
+        r = ((h1 * K) >> 32).to(tl.int32)
+        h2 = mix32(h1 ^ 0x6A09E667)
+        p = (h2 >> 24).to(tl.int32)
+        flip = ((h2 >> 23) & 1).to(tl.int32)
+        o = j - r
+        o = tl.where(o < 0, o + K, o)
+    else:
+        o = j + blk * 0
+        p = blk * 0
+        flip = blk * 0
+    return o, p, flip
+
+
+@triton.jit
+def load_block(ptr, rem, start, blk, j, K: tl.constexpr, KL: tl.constexpr,
+               SKETCH: tl.constexpr, FMT: tl.constexpr):
+    """The elements of sketch blocks `blk` ([NB, 1]) of a tile, lane j holding bucket j,
+    NaN past the tile's `rem` elements and in the padding lanes; with (o, p, flip)."""
+    o, p, flip = lanes(start, blk, j, K, SKETCH)
+    idx = blk * KL + o
+    x = load_wide(ptr + idx, (j < KL) & (idx < rem), FMT)
+    return x, o, p, flip
+
+
+@triton.jit
+def accumulate(x, o, p, flip, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
+               KP: tl.constexpr, SKETCH: tl.constexpr):
+    """One block of elements into the per-slot accumulators (see tile_kernel)."""
+    ex = (x.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    fin = ex != 255
+    xs = tl.where(fin, x, 0.0)
+    ax = tl.abs(xs)
+    vmin = tl.minimum(vmin, tl.where(fin, x, float("inf")))
+    vmax = tl.maximum(vmax, tl.where(fin, x, float("-inf")))
+    # the log2 bin of |x| from its exponent bits (0: zero; 1: subnormal or tiny)
+    hb = tl.minimum(tl.maximum(((ex - 87) >> 2) + 2, 1), 15)
+    hb = tl.where(ax == 0.0, 0, hb)
+    one = tl.where(fin, 1 << ((hb & 3) << 3), 0)
+    q = hb >> 2
+    w0 += tl.where(q == 0, one, 0)
+    w1 += tl.where(q == 1, one, 0)
+    w2 += tl.where(q == 2, one, 0)
+    w3 += tl.where(q == 3, one, 0)
+    w4 += tl.where(fin, 0, tl.where(x != x, 1, 1 << 8)) \
+        + tl.where(ax >= SAT, 1 << 16, 0) + tl.where((ax < MINN) & (ax != 0.0), 1 << 24, 0)
+    d = tl.where(fin, x.to(tl.float64), c) - c
+    s1 += d
+    s2 += d * d
+    if SKETCH:
+        if KP <= 32:
+            word = tl.load(pat + p * 8)                   # [NB, 1]: bits 0..31
+            bit = (word >> o) & 1
+        else:
+            word = tl.load(pat + p * 8 + (o >> 5))        # [NB, KP]
+            bit = (word >> (o & 31)) & 1
+        neg = (bit ^ flip) != 0
+        sk += tl.where(neg, -xs, xs).to(tl.float64)
+    return vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk
+
+
+@triton.jit
 def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
                 K: tl.constexpr, KL: tl.constexpr, KP: tl.constexpr, NB: tl.constexpr,
                 ITERS: tl.constexpr, PW: tl.constexpr, SKETCH: tl.constexpr,
-                USE_HIST: tl.constexpr, FMT: tl.constexpr):
+                FMT: tl.constexpr):
+    """One tile: ITERS (a multiple of 4, at most 255) iterations of NB sketch blocks (one
+    per row) of KL lanes.
+    Every statistic accumulates per slot (row, lane) in registers across the iterations,
+    with no reduction across the block until the tile's end (a reduction per iteration
+    costs barriers and shared-memory round trips that a memory-bound pass cannot pay):
+    min and max; the counts in 8-bit fields of int32 words (bins 0..15 in four words;
+    NaN, Inf, saturated, subnormal in a fifth), exact since a slot sees at most ITERS
+    (<= 255) elements; the finite count; and, in float64, the sums of d = x - c and d^2
+    around a shift c per slot (the slot's first element, or the first block's mean where
+    that is not finite: sums of deviations, not of values, so the variance keeps its
+    digits when the mean is large against the spread), and the sketch's signed sums."""
     pid = tl.program_id(0)
     g = tl.load(tiles + pid)                # tensor of this tile (int64)
     off = tl.load(tab + g * 4)              # its element offset from `base`
@@ -65,96 +159,78 @@ def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
     j = tl.arange(0, KP)[None, :]           # lane = bucket
     bl = tl.arange(0, NB)[:, None]          # block within the iteration
     c32 = tl.arange(0, 32)
-    tn = tl.zeros([], tl.float64)           # finite count, sum, M2, sum of squares
-    ts = tl.zeros([], tl.float64)
-    tm2 = tl.zeros([], tl.float64)
-    tq = tl.zeros([], tl.float64)
-    tmn = tl.full([], float("inf"), tl.float32)
-    tmx = tl.full([], float("-inf"), tl.float32)
-    tsat = tl.zeros([], tl.int32)
-    tsub = tl.zeros([], tl.int32)
+    # the shift: each slot's first element (finite), else the first block's mean
+    x, o, p, flip = load_block(ptr, rem, start, bl, j, K, KL, SKETCH, FMT)
+    fin = (x == x) & (tl.abs(x) != float("inf"))
+    mean0 = tl.sum(tl.sum(tl.where(fin, x, 0.0).to(tl.float64), axis=1), axis=0) / \
+        tl.maximum(tl.sum(tl.sum(fin.to(tl.float64), axis=1), axis=0), 1.0)
+    c = tl.where(fin, x.to(tl.float64), mean0.to(tl.float32).to(tl.float64))
+    vmin = tl.full([NB, KP], float("inf"), tl.float32)
+    vmax = tl.full([NB, KP], float("-inf"), tl.float32)
+    w0 = tl.zeros([NB, KP], tl.int32)       # bins 0..3, 8 bits each
+    w1 = tl.zeros([NB, KP], tl.int32)       # bins 4..7
+    w2 = tl.zeros([NB, KP], tl.int32)       # bins 8..11
+    w3 = tl.zeros([NB, KP], tl.int32)       # bins 12..15
+    w4 = tl.zeros([NB, KP], tl.int32)       # NaN, Inf, saturated, subnormal
+    s1 = tl.zeros([NB, KP], tl.float64)     # sum of d
+    s2 = tl.zeros([NB, KP], tl.float64)     # sum of d^2
+    sk = tl.zeros([NB, KP], tl.float64)     # signed sums: lane j is bucket j
+    # Four blocks a trip, all loaded before any is used: the loads of one slot are in
+    # flight together while the accumulators stay one set per slot (blocks past the
+    # tile load as NaN and are taken off below).
+    iters = tl.cdiv(tl.cdiv(rem, BLOCK), 4) * 4
+    for it in range(0, iters, 4):
+        xa, oa, pa, fa = load_block(ptr, rem, start, it * NB + bl, j, K, KL, SKETCH, FMT)
+        xb, ob, pb, fb = load_block(ptr, rem, start, (it + 1) * NB + bl, j, K, KL, SKETCH, FMT)
+        xc, oc, pc, fc = load_block(ptr, rem, start, (it + 2) * NB + bl, j, K, KL, SKETCH, FMT)
+        xd, od, pd, fd = load_block(ptr, rem, start, (it + 3) * NB + bl, j, K, KL, SKETCH, FMT)
+        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
+            xa, oa, pa, fa, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
+            KP, SKETCH)
+        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
+            xb, ob, pb, fb, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
+            KP, SKETCH)
+        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
+            xc, oc, pc, fc, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
+            KP, SKETCH)
+        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
+            xd, od, pd, fd, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
+            KP, SKETCH)
+    # the tile's totals: one reduction per statistic
     tcls = tl.zeros([32], tl.int32)
-    tsk = tl.zeros([KP], tl.float64)
-    for it in range(0, tl.cdiv(rem, BLOCK)):
-        blk = it * NB + bl                  # [NB, 1] int32
-        if SKETCH:
-            b = start // K + blk            # global block index, int64
-            lo = b - ((b >> 32) << 32)
-            h1 = mix32(lo ^ 0x1B873593 ^ mix32(b >> 32))
-            r = ((h1 * K) >> 32).to(tl.int32)
-            h2 = mix32(h1 ^ 0x6A09E667)
-            p = (h2 >> 24).to(tl.int32)
-            flip = ((h2 >> 23) & 1).to(tl.int32)
-            o = j - r
-            o = tl.where(o < 0, o + K, o)   # lane j holds block offset (j - r) mod K
-        else:
-            o = j + bl * 0
-        idx = blk * KL + o
-        valid = (j < KL) & (idx < rem)
-        x = widen(tl.load(ptr + idx, mask=valid, other=0), FMT)
-        isnan = x != x
-        ax = tl.abs(x)
-        isinf = ax == float("inf")
-        fin = valid & (x == x) & (ax != float("inf"))
-        x0 = tl.where(fin, x, 0.0)
-        # classes: log2 bin of |x| from the exponent bits, NaN, Inf; 31 = not an element
-        e = ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-        hb = tl.minimum(tl.maximum(2 + ((e + 40) >> 2), 1), 15)
-        hb = tl.where(x == 0.0, 0, hb)
-        cls = tl.where(isnan, 16, tl.where(isinf, 17, hb))
-        cls = tl.where(valid, cls, 31)
-        if USE_HIST:
-            h = tl.histogram(tl.reshape(cls, [NB * KP], can_reorder=True), 32)
-        else:
-            h = tl.zeros([32], tl.int32)
-            for c in tl.static_range(18):
-                cnt = tl.sum(tl.sum((cls == c).to(tl.int32), axis=1), axis=0)
-                h = tl.where(c32 == c, cnt, h)
-        tcls += h
-        nb = tl.sum(tl.where(c32 < 16, h, 0), axis=0).to(tl.float64)
-        tsat += tl.sum(tl.sum((fin & (ax >= SAT)).to(tl.int32), axis=1), axis=0)
-        tsub += tl.sum(tl.sum((fin & (x != 0.0) & (ax < MINN)).to(tl.int32), axis=1),
-                       axis=0)
-        mn = tl.min(tl.min(tl.where(fin, x, float("inf")), axis=1), axis=0)
-        mx = tl.max(tl.max(tl.where(fin, x, float("-inf")), axis=1), axis=0)
-        tmn = tl.minimum(tmn, mn)
-        tmx = tl.maximum(tmx, mx)
-        # moments, after scaling the block by a power of two s (exact) so that
-        # |x s| < 2: float32 sums of rows of K lanes, float64 across rows, unscaled
-        bmax = tl.maximum(-mn, mx)
-        bmax = tl.where(bmax > 0.0, bmax, 1.0)
-        eb = ((bmax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-        kk = tl.minimum(tl.maximum(eb + 1, -126), 126)
-        s = ((127 - kk) << 23).to(tl.float32, bitcast=True)        # 2^-kk, normal
-        inv = ((1023 + kk).to(tl.int64) << 52).to(tl.float64, bitcast=True)  # 2^kk
-        xs = x0 * s
-        sx = tl.sum(tl.sum(xs, axis=1).to(tl.float64), axis=0) * inv
-        m32 = (sx / tl.maximum(nb, 1.0)).to(tl.float32)  # a first mean, in float32
-        d = tl.where(fin, xs - m32 * s, 0.0)
-        d1 = tl.sum(tl.sum(d, axis=1).to(tl.float64), axis=0) * inv
-        d2 = tl.sum(tl.sum(d * d, axis=1).to(tl.float64), axis=0) * (inv * inv)
-        qb = tl.sum(tl.sum(xs * xs, axis=1).to(tl.float64), axis=0) * (inv * inv)
-        # corrected two-pass: the block's sum and mean from m32 and the small deviations
-        # (a float32 row sum of large values is off by ~1e-7 of them; d's sums are not)
-        sb = m32.to(tl.float64) * nb + d1
-        mb = sb / tl.maximum(nb, 1.0)
-        m2b = tl.maximum(d2 - d1 * d1 / tl.maximum(nb, 1.0), 0.0)
-        # Chan: merge the block's (n, sum, M2) into the tile's
-        delta = mb - ts / tl.maximum(tn, 1.0)
-        w = tl.where((tn > 0) & (nb > 0), tn * nb / tl.maximum(tn + nb, 1.0), 0.0)
-        tm2 = tm2 + m2b + delta * delta * w
-        ts = ts + sb
-        tn = tn + nb
-        tq = tq + qb
-        if SKETCH:
-            if KP <= 32:
-                word = tl.load(pat + p * 8)                   # [NB, 1]: bits 0..31
-                bit = (word >> o) & 1
-            else:
-                word = tl.load(pat + p * 8 + (o >> 5))        # [NB, KP]
-                bit = (word >> (o & 31)) & 1
-            neg = (bit ^ flip) != 0
-            tsk += tl.sum(tl.where(neg, -xs, xs), axis=0).to(tl.float64) * inv
+    for f in tl.static_range(4):
+        tcls = tl.where(c32 == f, tl.sum(tl.sum((w0 >> (8 * f)) & 0xFF, axis=1), axis=0), tcls)
+        tcls = tl.where(c32 == 4 + f, tl.sum(tl.sum((w1 >> (8 * f)) & 0xFF, axis=1), axis=0),
+                        tcls)
+        tcls = tl.where(c32 == 8 + f, tl.sum(tl.sum((w2 >> (8 * f)) & 0xFF, axis=1), axis=0),
+                        tcls)
+        tcls = tl.where(c32 == 12 + f, tl.sum(tl.sum((w3 >> (8 * f)) & 0xFF, axis=1), axis=0),
+                        tcls)
+    masked = iters * (NB * KP) - rem        # lanes loaded as NaN that are no element
+    tcls = tl.where(c32 == 16, tl.sum(tl.sum(w4 & 0xFF, axis=1), axis=0) - masked, tcls)
+    tcls = tl.where(c32 == 17, tl.sum(tl.sum((w4 >> 8) & 0xFF, axis=1), axis=0), tcls)
+    tsat = tl.sum(tl.sum((w4 >> 16) & 0xFF, axis=1), axis=0)
+    tsub = tl.sum(tl.sum((w4 >> 24) & 0xFF, axis=1), axis=0)
+    # per slot: n_i finite elements, mean m_i = c_i + s1_i / n_i, M2_i = s2_i - s1_i^2 / n_i;
+    # merged over the slots (Chan): M2 = sum M2_i + sum n_i (m_i - mean)^2
+    ni = ((w0 & 0xFF) + ((w0 >> 8) & 0xFF) + ((w0 >> 16) & 0xFF) + ((w0 >> 24) & 0xFF)
+          + (w1 & 0xFF) + ((w1 >> 8) & 0xFF) + ((w1 >> 16) & 0xFF) + ((w1 >> 24) & 0xFF)
+          + (w2 & 0xFF) + ((w2 >> 8) & 0xFF) + ((w2 >> 16) & 0xFF) + ((w2 >> 24) & 0xFF)
+          + (w3 & 0xFF) + ((w3 >> 8) & 0xFF) + ((w3 >> 16) & 0xFF) + ((w3 >> 24) & 0xFF)
+          ).to(tl.float64)
+    has = ni > 0
+    nd = tl.maximum(ni, 1.0)
+    si = tl.where(has, c * ni + s1, 0.0)    # the slot's sum of x
+    tn = tl.sum(tl.sum(ni, axis=1), axis=0)
+    ts = tl.sum(tl.sum(si, axis=1), axis=0)
+    mean = ts / tl.maximum(tn, 1.0)
+    dm = tl.where(has, si / nd - mean, 0.0)
+    m2i = tl.where(has, tl.maximum(s2 - s1 * s1 / nd, 0.0), 0.0)
+    tm2 = tl.sum(tl.sum(m2i + ni * dm * dm, axis=1), axis=0)
+    # sum of x^2 = sum (c + d)^2, per slot
+    tq = tl.sum(tl.sum(tl.where(has, s2 + 2.0 * c * s1 + ni * c * c, 0.0), axis=1), axis=0)
+    tmn = tl.min(tl.min(vmin, axis=1), axis=0)
+    tmx = tl.max(tl.max(vmax, axis=1), axis=0)
     row = part + pid.to(tl.int64) * PW
     tl.store(row + 0, ts)
     tl.store(row + 1, tm2)
@@ -166,7 +242,8 @@ def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
     tl.store(row + 7, tn)
     tl.store(row + 8 + c32, tcls.to(tl.float64))
     if SKETCH:
-        tl.store(row + 40 + tl.arange(0, KP), tsk)
+        tl.store(row + 40 + tl.arange(0, KP), tl.sum(sk, axis=0))
+
 
 @triton.jit
 def finish_kernel(part, tab, out, CODE,

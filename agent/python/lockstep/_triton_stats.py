@@ -20,15 +20,19 @@ The kernel (one launch per dtype group, no atomics, fixed reduction order):
     over blocks (no scatter, no one-hot over buckets);
   * each element widened exactly to float32: fp32 / fp16 by conversion, bf16 and fp8
     loaded as integers and decoded from their bits (``_triton_kernels.widen``);
-  * per iteration: the finite values' min / max, a 32-class histogram (``tl.histogram``;
-    classes 0..15 the log2 bins, 16 NaN, 17 Inf), the saturation / subnormal counts by
-    comparison against the limit dtype's thresholds, and the moments of the block in
-    registers, after an exact power-of-two scaling of the block (so that sums and
-    squares neither overflow nor underflow; float32 sums of rows of K lanes, float64
-    across rows, unscaled): a first mean m (rounded to float32), then ``sum d``,
-    ``sum d^2`` with ``d = x - m`` (the corrected two-pass form: the block's sum is
-    ``m n + sum d``) and ``sum x^2``; blocks merge into the tile with Chan's parallel
-    formula in float64;
+  * every statistic accumulates per slot (row, lane) in registers over the tile's
+    iterations, and is reduced across the block once, at the tile's end: the finite
+    values' min / max; 20 counts in 8-bit fields of int32 words (the 16 log2 bins, NaN,
+    Inf, and the saturation / subnormal counts by comparison against the limit dtype's
+    thresholds; a slot sees at most ITERS <= 255 elements, so the fields never carry);
+    and in float64 the sums of ``d = x - c`` and ``d^2`` around a shift ``c`` per slot
+    (its first element), the sketch's signed sums likewise; at the tile's end the slots'
+    means and ``M2 = sum d^2 - (sum d)^2 / n`` merge with Chan's parallel formula.
+    Masked lanes (past a tensor's end, the padding lanes of K < KP) load as NaN and
+    are taken off the NaN count. Four blocks are loaded per loop trip before any is
+    used, so that a thread has several loads in flight (measured on an H200: one
+    reduction across the block per iteration held the first version to 4 % of the
+    copy bandwidth, docs/performance.md);
   * each tile writes one float64 partial row ``[tiles, PW]``; a second kernel (one
     program per tensor) adds its tiles in fixed order, merges their moments (Chan: the
     variance needs no second read of the data) and writes the final row.
@@ -71,15 +75,15 @@ for _name, _fmt in (("float8_e4m3fn", 2), ("float8_e5m2", 3)):
     if getattr(torch, _name, None) is not None:
         _FORMATS[getattr(torch, _name)] = (_fmt, torch.uint8)
 
-ITERS = 8          # iterations per tile: a tile is ITERS * NB * K elements (16384 at K=32)
-LANES = 2048       # elements (padded lanes) per iteration
-NUM_WARPS = 4
-FINISH_TILES = 32  # tiles per step of the finishing kernel
+ITERS = 64         # iterations per tile (a multiple of 4, <= 255): 65536 elements at K=32
+LANES = 1024       # elements (padded lanes) per iteration: 4 slots a thread at 8 warps
+NUM_WARPS = 8
+FINISH_TILES = 64  # tiles per step of the finishing kernel
 _SCALARS = 8       # partial row: S, M2, Q, min, max, sat, sub, n_finite
 _CLASSES = 32      # then 32 class counts (0..15 histogram, 16 NaN, 17 Inf), then sketch
 
 _lock = threading.Lock()
-_state = {"triton": None, "disabled": None, "checked": {}, "warned": set(), "hist": True}
+_state = {"triton": None, "disabled": None, "checked": {}, "warned": set()}
 _kernels = {}
 
 
@@ -135,7 +139,7 @@ def disabled_reason():
 
 def _reset_for_tests():
     with _lock:
-        _state.update(disabled=None, checked={}, warned=set(), hist=True)
+        _state.update(disabled=None, checked={}, warned=set())
 
 
 def available(device=None, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS):
@@ -320,7 +324,7 @@ def fused_stats(tensors, sketch_k=_ts.DEFAULT_SKETCH_K, hist_bins=_ts.HIST_BINS)
             kern["tile"][(n_tiles,)](
                 base, tab, tab[g * 4:], part, pat, float(sat), float(min_normal),
                 K=sketch_k, KL=kl, KP=kp, NB=nb, ITERS=ITERS, PW=pw, SKETCH=sketch,
-                USE_HIST=_state["hist"], FMT=fmt, num_warps=NUM_WARPS)
+                FMT=fmt, num_warps=NUM_WARPS)
         kern["finish"][(g,)](part, tab, out, float(code), K=sketch_k, KP=kp,
                              BINS=hist_bins > 0, PW=pw, W=width, TC=FINISH_TILES,
                              SKETCH=sketch, num_warps=4)
@@ -405,9 +409,7 @@ def _row_disagreements(g, w, sketch_k, hist_bins):
 
 def _self_check(device, sketch_k, hist_bins):
     """Runs the check tensors through the kernel and the torch path; True when they
-    agree. Where the kernel with tl.histogram raises or disagrees, the variant that
-    counts by comparisons is tried once (and kept if it agrees). Otherwise (or on any
-    exception) turns the kernel off with one warning."""
+    agree. Otherwise (or on any exception) turns the kernel off with one warning."""
     old = None
     if device.type == "cuda" and hasattr(torch.cuda, "get_sync_debug_mode"):
         old = torch.cuda.get_sync_debug_mode()
@@ -416,24 +418,13 @@ def _self_check(device, sketch_k, hist_bins):
         ts = check_tensors(device)
         with torch.no_grad():
             want = _ts.device_stats(ts, sketch_k, hist_bins).cpu().numpy()
-
-            def attempt():
-                try:
-                    got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
-                except Exception as e:  # pylint: disable=broad-except
-                    return "it raised %s: %s" % (type(e).__name__, e)
+            try:
+                got = _mixed_stats(ts, sketch_k, hist_bins).cpu().numpy()
                 bad = compare_rows(got, want, sketch_k, hist_bins, limit=3)
-                return None if bad is None else \
+                problem = None if bad is None else \
                     "it disagreed with the torch statistics at %s" % bad
-            problem = attempt()
-            if problem is not None and _state["hist"]:
-                _state["hist"] = False  # without tl.histogram
-                second = attempt()
-                if second is None:
-                    _warn_once(("hist",), "the fused statistics kernel with tl.histogram "
-                               "failed its self-check (%s); it counts by comparisons "
-                               "instead." % problem)
-                problem = second
+            except Exception as e:  # pylint: disable=broad-except
+                problem = "it raised %s: %s" % (type(e).__name__, e)
         if problem is not None:
             disable("self-check: " + problem)
             return False
