@@ -17,6 +17,7 @@ Without CUDA it prints a note and exits 0.
 import collections
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -79,9 +80,7 @@ def main():
         return 0
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out_dir, exist_ok=True)
-    tmp = os.path.join(out_dir, "profile-collector")
-    os.makedirs(tmp, exist_ok=True)
-    proc, endpoint = start_collector(tmp)
+    proc, endpoint = start_collector(tempfile.mkdtemp(prefix="lockstep-gpu-profile-"))
     cfg = gmb.Config("gpt2_bf16", model_zoo.GPT2, model_zoo.GPT2_SMALL, 8, True, endpoint)
     for _ in range(WARMUP):
         cfg.step("plain")
