@@ -38,7 +38,7 @@ def main():
         return 0
     own = (trs.LANES, trs.NUM_WARPS, trs.ITERS)
     shapes = [tuple(int(v) for v in a.split(",")) for a in sys.argv[1:]] or \
-        [own, (1024, 4, 64), (2048, 8, 64), (512, 4, 64)]
+        [own, (512, 4, 64), (1024, 16, 64), (2048, 8, 64), (2048, 16, 64)]
     n = 1 << 30
     a = torch.empty(n, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)

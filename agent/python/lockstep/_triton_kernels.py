@@ -6,13 +6,11 @@ import triton.language as tl
 
 
 @triton.jit
-def mix32(v):  # int64 in [0, 2^32): docs/statistics.md's mix32, products < 2^63
+def mix32(v):  # uint32: docs/statistics.md's mix32, its products mod 2^32 by wrapping
     v = v ^ (v >> 16)
     v = v * 0x045D9F3B
-    v = v - ((v >> 32) << 32)
     v = v ^ (v >> 16)
     v = v * 0x045D9F3B
-    v = v - ((v >> 32) << 32)
     return v ^ (v >> 16)
 
 
@@ -61,16 +59,17 @@ def load_wide(ptrs, mask, FMT: tl.constexpr):
 
 
 @triton.jit
-def lanes(start, blk, j, K: tl.constexpr, SKETCH: tl.constexpr):
-    """(o, p, flip) of the sketch blocks `blk` of a tile starting at element `start`:
-    lane j reads block offset o = (j - r(b)) mod K, so lane j is bucket j; p is the
-    block's sign pattern and flip its sign bit (docs/statistics.md). Without a sketch,
-    lane j reads offset j."""
+def lanes(lo0, mh0, mh1, blk, j, K: tl.constexpr, SKETCH: tl.constexpr):
+    """(o, p, flip) of sketch blocks lo0 + blk of a tile (lo0: the low 32 bits of the
+    tile's first global block index; mh0, mh1: mix32 of its high 32 bits and of that
+    plus one, for the blocks past a 2^32 boundary): lane j reads block offset
+    o = (j - r(b)) mod K, so lane j is bucket j; p is the block's sign pattern and flip
+    its sign bit (docs/statistics.md), in 32-bit arithmetic. Without a sketch, lane j
+    reads offset j."""
     if SKETCH:
-        b = start // K + blk                # global block index, int64
-        lo = b - ((b >> 32) << 32)
-        h1 = mix32(lo ^ 0x1B873593 ^ mix32(b >> 32))
-        r = ((h1 * K) >> 32).to(tl.int32)
+        lo = lo0 + blk.to(tl.uint32)        # wraps past a 2^32 boundary
+        h1 = mix32(lo ^ 0x1B873593 ^ tl.where(lo < lo0, mh1, mh0))
+        r = ((h1.to(tl.uint64) * K) >> 32).to(tl.int32)
         h2 = mix32(h1 ^ 0x6A09E667)
         p = (h2 >> 24).to(tl.int32)
         flip = ((h2 >> 23) & 1).to(tl.int32)
@@ -84,18 +83,18 @@ def lanes(start, blk, j, K: tl.constexpr, SKETCH: tl.constexpr):
 
 
 @triton.jit
-def load_block(ptr, rem, start, blk, j, K: tl.constexpr, KL: tl.constexpr,
+def load_block(ptr, rem, lo0, mh0, mh1, blk, j, K: tl.constexpr, KL: tl.constexpr,
                SKETCH: tl.constexpr, FMT: tl.constexpr):
     """The elements of sketch blocks `blk` ([NB, 1]) of a tile, lane j holding bucket j,
     NaN past the tile's `rem` elements and in the padding lanes; with (o, p, flip)."""
-    o, p, flip = lanes(start, blk, j, K, SKETCH)
+    o, p, flip = lanes(lo0, mh0, mh1, blk, j, K, SKETCH)
     idx = blk * KL + o
     x = load_wide(ptr + idx, (j < KL) & (idx < rem), FMT)
     return x, o, p, flip
 
 
 @triton.jit
-def accumulate(x, o, p, flip, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
+def accumulate(x, o, p, flip, pat, c, SAT, MINN, vmin, vmax, lo, hi, w4, s1, s2, sk,
                KP: tl.constexpr, SKETCH: tl.constexpr):
     """One block of elements into the per-slot accumulators (see tile_kernel)."""
     ex = (x.to(tl.int32, bitcast=True) >> 23) & 0xFF
@@ -104,18 +103,17 @@ def accumulate(x, o, p, flip, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4,
     ax = tl.abs(xs)
     vmin = tl.minimum(vmin, tl.where(fin, x, float("inf")))
     vmax = tl.maximum(vmax, tl.where(fin, x, float("-inf")))
-    # the log2 bin of |x| from its exponent bits (0: zero; 1: subnormal or tiny)
+    # the log2 bin of |x| from its exponent bits (0: zero; 1: subnormal or tiny), one
+    # 4-bit field of lo (bins 0..7) or hi (8..15)
     hb = tl.minimum(tl.maximum(((ex - 87) >> 2) + 2, 1), 15)
     hb = tl.where(ax == 0.0, 0, hb)
-    one = tl.where(fin, 1 << ((hb & 3) << 3), 0)
-    q = hb >> 2
-    w0 += tl.where(q == 0, one, 0)
-    w1 += tl.where(q == 1, one, 0)
-    w2 += tl.where(q == 2, one, 0)
-    w3 += tl.where(q == 3, one, 0)
+    one = 1 << ((hb & 7) << 2)
+    lo += tl.where(fin & (hb < 8), one, 0)
+    hi += tl.where(fin & (hb >= 8), one, 0)
     w4 += tl.where(fin, 0, tl.where(x != x, 1, 1 << 8)) \
         + tl.where(ax >= SAT, 1 << 16, 0) + tl.where((ax < MINN) & (ax != 0.0), 1 << 24, 0)
-    d = tl.where(fin, x.to(tl.float64), c) - c
+    x64 = xs.to(tl.float64)
+    d = tl.where(fin, x64 - c, 0.0)
     s1 += d
     s2 += d * d
     if SKETCH:
@@ -126,8 +124,21 @@ def accumulate(x, o, p, flip, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4,
             word = tl.load(pat + p * 8 + (o >> 5))        # [NB, KP]
             bit = (word >> (o & 31)) & 1
         neg = (bit ^ flip) != 0
-        sk += tl.where(neg, -xs, xs).to(tl.float64)
-    return vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk
+        sk += tl.where(neg, -x64, x64)
+    return vmin, vmax, lo, hi, w4, s1, s2, sk
+
+
+@triton.jit
+def bytesum(w):
+    """The sum of the four 8-bit fields of int32 words."""
+    v = (w & 0x00FF00FF) + ((w >> 8) & 0x00FF00FF)
+    return (v & 0xFFFF) + ((v >> 16) & 0xFFFF)
+
+
+@triton.jit
+def field_total(w, f: tl.constexpr):
+    """The sum over a block of 8-bit field f of int32 words."""
+    return tl.sum(tl.sum((w >> (8 * f)) & 0xFF, axis=1), axis=0)
 
 
 @triton.jit
@@ -140,9 +151,9 @@ def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
     Every statistic accumulates per slot (row, lane) in registers across the iterations,
     with no reduction across the block until the tile's end (a reduction per iteration
     costs barriers and shared-memory round trips that a memory-bound pass cannot pay):
-    min and max; the counts in 8-bit fields of int32 words (bins 0..15 in four words;
+    min and max; the counts in 8-bit fields of int32 words (the bins in four words;
     NaN, Inf, saturated, subnormal in a fifth), exact since a slot sees at most ITERS
-    (<= 255) elements; the finite count; and, in float64, the sums of d = x - c and d^2
+    (<= 255) elements; and, in float64, the sums of d = x - c and d^2
     around a shift c per slot (the slot's first element, or the first block's mean where
     that is not finite: sums of deviations, not of values, so the variance keeps its
     digits when the mean is large against the spread), and the sketch's signed sums."""
@@ -159,65 +170,80 @@ def tile_kernel(base, tab, tiles, part, pat, SAT, MINN,
     j = tl.arange(0, KP)[None, :]           # lane = bucket
     bl = tl.arange(0, NB)[:, None]          # block within the iteration
     c32 = tl.arange(0, 32)
+    if SKETCH:  # the tile's first global block index, split for 32-bit hashing
+        first_block = start // K
+        lo0 = (tl.zeros([1, 1], tl.int64) + (first_block & 0xFFFFFFFF)).to(tl.uint32)
+        hi0 = (tl.zeros([1, 1], tl.int64) + (first_block >> 32)).to(tl.uint32)
+        mh0 = mix32(hi0)
+        mh1 = mix32(hi0 + 1)
+    else:
+        lo0 = tl.zeros([1, 1], tl.uint32)
+        mh0 = lo0
+        mh1 = lo0
     # the shift: each slot's first element (finite), else the first block's mean
-    x, o, p, flip = load_block(ptr, rem, start, bl, j, K, KL, SKETCH, FMT)
+    x, o, p, flip = load_block(ptr, rem, lo0, mh0, mh1, bl, j, K, KL, SKETCH, FMT)
     fin = (x == x) & (tl.abs(x) != float("inf"))
     mean0 = tl.sum(tl.sum(tl.where(fin, x, 0.0).to(tl.float64), axis=1), axis=0) / \
         tl.maximum(tl.sum(tl.sum(fin.to(tl.float64), axis=1), axis=0), 1.0)
     c = tl.where(fin, x.to(tl.float64), mean0.to(tl.float32).to(tl.float64))
     vmin = tl.full([NB, KP], float("inf"), tl.float32)
     vmax = tl.full([NB, KP], float("-inf"), tl.float32)
-    w0 = tl.zeros([NB, KP], tl.int32)       # bins 0..3, 8 bits each
-    w1 = tl.zeros([NB, KP], tl.int32)       # bins 4..7
-    w2 = tl.zeros([NB, KP], tl.int32)       # bins 8..11
-    w3 = tl.zeros([NB, KP], tl.int32)       # bins 12..15
+    b0 = tl.zeros([NB, KP], tl.int32)       # bins 0, 2, 4, 6 in 8-bit fields
+    b1 = tl.zeros([NB, KP], tl.int32)       # bins 1, 3, 5, 7
+    b2 = tl.zeros([NB, KP], tl.int32)       # bins 8, 10, 12, 14
+    b3 = tl.zeros([NB, KP], tl.int32)       # bins 9, 11, 13, 15
     w4 = tl.zeros([NB, KP], tl.int32)       # NaN, Inf, saturated, subnormal
     s1 = tl.zeros([NB, KP], tl.float64)     # sum of d
     s2 = tl.zeros([NB, KP], tl.float64)     # sum of d^2
     sk = tl.zeros([NB, KP], tl.float64)     # signed sums: lane j is bucket j
     # Four blocks a trip, all loaded before any is used: the loads of one slot are in
     # flight together while the accumulators stay one set per slot (blocks past the
-    # tile load as NaN and are taken off below).
+    # tile load as NaN and are taken off below). The bins count in 4-bit fields for 12
+    # blocks, then move to the 8-bit ones (one field per bin needs no compare per bin).
     iters = tl.cdiv(tl.cdiv(rem, BLOCK), 4) * 4
-    for it in range(0, iters, 4):
-        xa, oa, pa, fa = load_block(ptr, rem, start, it * NB + bl, j, K, KL, SKETCH, FMT)
-        xb, ob, pb, fb = load_block(ptr, rem, start, (it + 1) * NB + bl, j, K, KL, SKETCH, FMT)
-        xc, oc, pc, fc = load_block(ptr, rem, start, (it + 2) * NB + bl, j, K, KL, SKETCH, FMT)
-        xd, od, pd, fd = load_block(ptr, rem, start, (it + 3) * NB + bl, j, K, KL, SKETCH, FMT)
-        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
-            xa, oa, pa, fa, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
-            KP, SKETCH)
-        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
-            xb, ob, pb, fb, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
-            KP, SKETCH)
-        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
-            xc, oc, pc, fc, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
-            KP, SKETCH)
-        vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk = accumulate(
-            xd, od, pd, fd, pat, c, SAT, MINN, vmin, vmax, w0, w1, w2, w3, w4, s1, s2, sk,
-            KP, SKETCH)
+    for t0 in range(0, iters, 12):
+        lo = tl.zeros([NB, KP], tl.int32)   # bins 0..7 in 4-bit fields
+        hi = tl.zeros([NB, KP], tl.int32)   # bins 8..15
+        for it in range(t0, tl.minimum(t0 + 12, iters), 4):
+            xa, oa, pa, fa = load_block(ptr, rem, lo0, mh0, mh1, it * NB + bl, j, K, KL,
+                                        SKETCH, FMT)
+            xb, ob, pb, fb = load_block(ptr, rem, lo0, mh0, mh1, (it + 1) * NB + bl, j, K,
+                                        KL, SKETCH, FMT)
+            xc, oc, pc, fc = load_block(ptr, rem, lo0, mh0, mh1, (it + 2) * NB + bl, j, K,
+                                        KL, SKETCH, FMT)
+            xd, od, pd, fd = load_block(ptr, rem, lo0, mh0, mh1, (it + 3) * NB + bl, j, K,
+                                        KL, SKETCH, FMT)
+            vmin, vmax, lo, hi, w4, s1, s2, sk = accumulate(
+                xa, oa, pa, fa, pat, c, SAT, MINN, vmin, vmax, lo, hi, w4, s1, s2, sk, KP,
+                SKETCH)
+            vmin, vmax, lo, hi, w4, s1, s2, sk = accumulate(
+                xb, ob, pb, fb, pat, c, SAT, MINN, vmin, vmax, lo, hi, w4, s1, s2, sk, KP,
+                SKETCH)
+            vmin, vmax, lo, hi, w4, s1, s2, sk = accumulate(
+                xc, oc, pc, fc, pat, c, SAT, MINN, vmin, vmax, lo, hi, w4, s1, s2, sk, KP,
+                SKETCH)
+            vmin, vmax, lo, hi, w4, s1, s2, sk = accumulate(
+                xd, od, pd, fd, pat, c, SAT, MINN, vmin, vmax, lo, hi, w4, s1, s2, sk, KP,
+                SKETCH)
+        b0 += lo & 0x0F0F0F0F
+        b1 += (lo >> 4) & 0x0F0F0F0F
+        b2 += hi & 0x0F0F0F0F
+        b3 += (hi >> 4) & 0x0F0F0F0F
     # the tile's totals: one reduction per statistic
     tcls = tl.zeros([32], tl.int32)
     for f in tl.static_range(4):
-        tcls = tl.where(c32 == f, tl.sum(tl.sum((w0 >> (8 * f)) & 0xFF, axis=1), axis=0), tcls)
-        tcls = tl.where(c32 == 4 + f, tl.sum(tl.sum((w1 >> (8 * f)) & 0xFF, axis=1), axis=0),
-                        tcls)
-        tcls = tl.where(c32 == 8 + f, tl.sum(tl.sum((w2 >> (8 * f)) & 0xFF, axis=1), axis=0),
-                        tcls)
-        tcls = tl.where(c32 == 12 + f, tl.sum(tl.sum((w3 >> (8 * f)) & 0xFF, axis=1), axis=0),
-                        tcls)
+        tcls = tl.where(c32 == 2 * f, field_total(b0, f), tcls)
+        tcls = tl.where(c32 == 2 * f + 1, field_total(b1, f), tcls)
+        tcls = tl.where(c32 == 8 + 2 * f, field_total(b2, f), tcls)
+        tcls = tl.where(c32 == 9 + 2 * f, field_total(b3, f), tcls)
     masked = iters * (NB * KP) - rem        # lanes loaded as NaN that are no element
-    tcls = tl.where(c32 == 16, tl.sum(tl.sum(w4 & 0xFF, axis=1), axis=0) - masked, tcls)
-    tcls = tl.where(c32 == 17, tl.sum(tl.sum((w4 >> 8) & 0xFF, axis=1), axis=0), tcls)
-    tsat = tl.sum(tl.sum((w4 >> 16) & 0xFF, axis=1), axis=0)
-    tsub = tl.sum(tl.sum((w4 >> 24) & 0xFF, axis=1), axis=0)
+    tcls = tl.where(c32 == 16, field_total(w4, 0) - masked, tcls)
+    tcls = tl.where(c32 == 17, field_total(w4, 1), tcls)
+    tsat = field_total(w4, 2)
+    tsub = field_total(w4, 3)
     # per slot: n_i finite elements, mean m_i = c_i + s1_i / n_i, M2_i = s2_i - s1_i^2 / n_i;
     # merged over the slots (Chan): M2 = sum M2_i + sum n_i (m_i - mean)^2
-    ni = ((w0 & 0xFF) + ((w0 >> 8) & 0xFF) + ((w0 >> 16) & 0xFF) + ((w0 >> 24) & 0xFF)
-          + (w1 & 0xFF) + ((w1 >> 8) & 0xFF) + ((w1 >> 16) & 0xFF) + ((w1 >> 24) & 0xFF)
-          + (w2 & 0xFF) + ((w2 >> 8) & 0xFF) + ((w2 >> 16) & 0xFF) + ((w2 >> 24) & 0xFF)
-          + (w3 & 0xFF) + ((w3 >> 8) & 0xFF) + ((w3 >> 16) & 0xFF) + ((w3 >> 24) & 0xFF)
-          ).to(tl.float64)
+    ni = (bytesum(b0) + bytesum(b1) + bytesum(b2) + bytesum(b3)).to(tl.float64)
     has = ni > 0
     nd = tl.maximum(ni, 1.0)
     si = tl.where(has, c * ni + s1, 0.0)    # the slot's sum of x
