@@ -51,14 +51,21 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, tanh_gelu=False):
+    def __init__(self, tanh_gelu=False, gelu_grad_scale=None):
         super().__init__()
         self.fc1 = nn.Linear(D, 2 * D)
         self.fc2 = nn.Linear(2 * D, D)
         self.approximate = "tanh" if tanh_gelu else "none"
+        self.gelu_grad_scale = gelu_grad_scale
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+        h = F.gelu(self.fc1(x), approximate=self.approximate)
+        if self.gelu_grad_scale is not None and h.requires_grad:
+            # A backward that differs while the forward is the same (a platform's GELU
+            # backward kernel): what the gelu call passes on is scaled, what it received
+            # is not (this hook runs after the one that records what it received).
+            h.register_hook(lambda g: g * self.gelu_grad_scale)
+        return self.fc2(h)
 
 
 class Block(nn.Module):
@@ -67,7 +74,7 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(D)
         self.attn = Attention(change.get("softmax_fp16", False))
         self.ln2 = nn.LayerNorm(D)
-        self.mlp = Mlp(change.get("tanh_gelu", False))
+        self.mlp = Mlp(change.get("tanh_gelu", False), change.get("gelu_grad_scale"))
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -131,6 +138,34 @@ def test_zoom_names_the_gelu_call_in_the_mlps_own_code(tmp_path):
     assert fd["tensor"] == "blocks.1.mlp/gelu#0" and fd["step"] == 0, fmt_alerts(alerts)
     offline = [a for a in rep["alerts"] if a["rule"] == "first_divergence"]
     assert [(a["tensor"], a["step"]) for a in offline] == [(fd["tensor"], fd["step"])]
+
+
+def test_zoom_names_the_call_whose_backward_differs(tmp_path):
+    """The gradients the zoomed calls receive are recorded (act_grad rows of the call), so
+    a backward born in a container's own code is refined to the call."""
+    _, _, rep = pair(tmp_path / "plain", "zoom-bwd-off", None, gelu_grad_scale=1.01)
+    ops = births_at(rep)
+    assert born(ops)[:1] == ["blocks.1.mlp"] and ops[0]["pass"] == "backward", ops[:4]
+
+    alerts, col, rep = pair(tmp_path / "zoomed", "zoom-bwd", "blocks.1.mlp", gelu_grad_scale=1.01)
+    ops = births_at(rep)
+    assert born(ops)[:1] == ["blocks.1.mlp/gelu#0"] and ops[0]["pass"] == "backward", ops[:4]
+    assert "blocks.1.mlp" not in born(ops), ops[:4]
+    fd = first_divergence(alerts)
+    assert (fd["tensor"], fd["step"]) == ("blocks.1.mlp/gelu#0", 0), fmt_alerts(alerts)
+    assert "the backward of blocks.1.mlp/gelu#0" in fd["message"], fd["message"]
+    offline = [a for a in rep["alerts"] if a["rule"] == "first_divergence"]
+    assert [(a["tensor"], a["step"]) for a in offline] == [(fd["tensor"], fd["step"])]
+    # the gradient each call received: act_grad rows of the zoomed steps only
+    out = subprocess.run([col.exe, "inspect", col.log_path("zoom-bwd-base")],
+                         capture_output=True, text=True, timeout=60, check=True)
+    grads = set()
+    for line in out.stdout.splitlines():
+        msg = json.loads(line)
+        if msg["type"] == "StepStats":
+            grads |= {(msg["body"]["step"], s["name"]) for s in msg["body"]["stats"]
+                      if s.get("name") == "blocks.1.mlp/gelu#0" and s.get("kind") == "act_grad"}
+    assert {st for st, _ in grads} == set(range(ZOOM_STEPS)), grads
 
 
 @pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,

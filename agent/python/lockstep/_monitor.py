@@ -426,7 +426,7 @@ class Monitor:
             if at is not None:
                 first = max(first, at)
             _zoom.zoom_of(self._zooms, self._session, found[0], found[1], module, first,
-                          first + steps - 1)
+                          first + steps - 1, self._records_kind("act_grad"))
             return None
         except ValueError as e:
             why = str(e)
@@ -435,6 +435,10 @@ class Monitor:
             why = "%s: %s" % (type(e).__name__, e)
             self._guard.fail("zoom()", e)
         return why
+
+    def _records_kind(self, kind):
+        """Whether one of the watches records `kind`."""
+        return any(kind in w.kinds for w in self._watches)
 
     def _stride(self):
         """Tensors are recorded at steps divisible by this. The collector's stride is
@@ -489,7 +493,8 @@ class Monitor:
                 if not _zoom.available():
                     raise ValueError("capture(%r) needs a zoom, which needs torch >= 1.13"
                                      % name)
-                return _zoom.zoom_of(self._zooms, self._session, root, module, path, at, at)
+                return _zoom.zoom_of(self._zooms, self._session, root, module, path, at, at,
+                                     self._records_kind("act_grad"))
 
             return caps.request(name, step, self._next_unrecorded_step(),
                                 lambda path: _capture.find_module(self._watches, path),

@@ -14,19 +14,25 @@ birth point, names the call.
 Cost: outside the zoomed module and steps nothing changes and nothing is paid. During
 the zoom the module's forward runs under a TorchFunctionMode (torch >= 1.13), its
 submodules carry two hooks that count how deep the call is, and each recorded call costs
-what a module's hooks cost. Forward only: gradients of the calls are not recorded, and a
-forward run again inside backward (activation checkpointing) records nothing new.
+what a module's hooks cost. Where the watch records ``act_grad``, the gradient each call's
+output receives in backward is recorded too (``act_grad`` rows of the call's name), so that
+the birth rule can name the call whose backward passes on a differing gradient while the
+one it received agrees. A forward run again inside backward (activation checkpointing)
+records nothing new.
 Hooks and the mode run on the training thread under the GIL; nothing here raises into
 the job (lockstep._guard).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from lockstep import _session
 from lockstep._config import safe_repr
 from lockstep._names import call_name, input_names, output_tensors
 from lockstep._recorder import KIND
-from lockstep._watch import _in_backward
+from lockstep._watch import _grad_hook, _in_backward
 
 try:  # torch >= 1.13
     from torch.overrides import TorchFunctionMode as _Mode
@@ -63,14 +69,15 @@ def check_args(module, steps):
                          "this torch is %s" % torch.__version__)
 
 
-def zoom_of(zooms, session, root, module, name, first, last):
+def zoom_of(zooms, session, root, module, name, first, last, grads=True):
     """The Zoom of `module` (called `name`) in `zooms` widened to cover steps [first,
-    last], or a new one appended there."""
+    last], or a new one appended there; `grads`: record the calls' output gradients."""
     for z in zooms:
         if z.module is module:
             z.first, z.last = min(z.first, first), max(z.last, last)
+            z.grads = z.grads or grads
             return z
-    z = Zoom(session, root, module, name, first, last)
+    z = Zoom(session, root, module, name, first, last, grads)
     zooms.append(z)
     return z
 
@@ -78,8 +85,9 @@ def zoom_of(zooms, session, root, module, name, first, last):
 class Zoom:
     """One zoom: `module` (called `name` in the run's rows) for steps [first, last]."""
 
-    def __init__(self, session, root, module, name, first, last):
+    def __init__(self, session, root, module, name, first, last, grads=True):
         self._session_ref = session.ref
+        self.grads = grads
         self.rec = session.rec
         self.root = root
         self.module = module
@@ -155,6 +163,9 @@ class Zoom:
             rec.record(item_name, _ACT_IN, t.detach())
         for suffix, t in items:
             rec.record(op + suffix, _ACT, t.detach())
+            if self.grads and t.requires_grad:
+                _grad_hook(t, functools.partial(_session.act_grad_hook, self._session_ref,
+                                                op + suffix))
         self.recorded += 1
         if self.capture is not None:
             self.capture(op, func, args, kwargs, out, rng)
