@@ -4,6 +4,11 @@
 #include <stdexcept>
 #include <string>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
 #include <gtest/gtest.h>
 
 #include "http_get.h"
@@ -65,6 +70,60 @@ TEST(MetricsServer, PageHandlerServesOtherPathsWithTheirQuery) {
   EXPECT_EQ(HttpRequest(server->address(), "/nope").status, 404);
   EXPECT_EQ(HttpRequest(server->address(), "/metrics").body, "m\n");  // never asked of the page
   EXPECT_EQ(seen, "/nope");
+}
+
+TEST(MetricsServer, ActionHandlerTakesPostsWithTheirQueryFromLoopback) {
+  MetricsServerHandlers h;
+  h.render = [] { return std::string("m\n"); };
+  std::string seen;
+  h.action = [&seen](std::string_view target, std::string* reply) {
+    seen = std::string(target);
+    *reply = target.substr(0, 5) == "/zoom" ? "asked" : "not found";
+    return target.substr(0, 5) == "/zoom" ? 200 : 404;
+  };
+  auto server = StartOrDie(std::move(h));
+  auto r = HttpRequest(server->address(), "/zoom?experiment=a%20b&module=m", http::verb::post);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "asked\n");
+  EXPECT_EQ(seen, "/zoom?experiment=a%20b&module=m");
+  EXPECT_EQ(HttpRequest(server->address(), "/x", http::verb::post).status, 404);
+  EXPECT_EQ(HttpRequest(server->address(), "/metrics").body, "m\n");  // GETs as before
+}
+
+// A non-loopback address of this machine, or "" when it has none (an isolated sandbox).
+std::string OwnNonLoopbackIpv4() {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string out;
+  for (ifaddrs* i = all; i != nullptr && out.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    char buf[INET_ADDRSTRLEN];
+    auto* in = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf) != nullptr) out = buf;
+  }
+  freeifaddrs(all);
+  return out;
+}
+
+TEST(MetricsServer, PostsFromAnotherAddressAreForbiddenWhateverTheBind) {
+  const std::string own = OwnNonLoopbackIpv4();
+  if (own.empty()) GTEST_SKIP() << "this machine has no non-loopback IPv4 address";
+  MetricsServerHandlers h;
+  h.render = [] { return std::string("m\n"); };
+  int actions = 0;
+  h.action = [&actions](std::string_view, std::string* reply) {
+    ++actions;
+    *reply = "asked";
+    return 200;
+  };
+  auto server = StartOrDie(std::move(h), "0.0.0.0:0");
+  const std::string port = server->address().substr(server->address().rfind(':') + 1);
+  auto r = HttpRequest(own + ":" + port, "/zoom?experiment=x&module=m", http::verb::post);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("only from its own machine"), std::string::npos) << r.body;
+  EXPECT_EQ(HttpRequest(own + ":" + port, "/metrics").status, 200);  // reads are served
+  EXPECT_EQ(HttpRequest("127.0.0.1:" + port, "/zoom?x", http::verb::post).status, 200);
+  EXPECT_EQ(actions, 1);
 }
 
 TEST(MetricsServer, RenderExceptionIsA500AndServingGoesOn) {

@@ -15,6 +15,7 @@ int AlertTestCommand(int argc, const char* const* argv);  // alert_test_cmd.cc
 int KeygenCommand(int argc, const char* const* argv);  // keygen_cmd.cc
 int ReportCommand(int argc, const char* const* argv);  // report_cmd.cc
 int ImportCommand(int argc, const char* const* argv);  // import_cmd.cc
+int ZoomCommand(int argc, const char* const* argv);  // zoom_cmd.cc
 
 }  // namespace lockstep::cli
 

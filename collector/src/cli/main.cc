@@ -22,6 +22,8 @@ constexpr Command kCommands[] = {
      "align two recorded runs offline and print the first divergence and a per-tensor table"},
     {"report", lockstep::cli::ReportCommand,
      "write the comparison of two recorded runs as one self-contained HTML page"},
+    {"zoom", lockstep::cli::ZoomCommand,
+     "ask a running collector to have both runs record each call inside one module"},
     {"inspect", lockstep::cli::InspectCommand, "print a recorded run log as JSON lines"},
     {"import", lockstep::cli::ImportCommand,
      "turn another tool's dump (msprobe) into a run log that every command reads"},

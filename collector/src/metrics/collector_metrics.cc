@@ -396,13 +396,15 @@ void CollectorMetrics::RenderRates(TextWriter& w, const CollectorCounters& count
 
 StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(
     const std::string& listen, MetricsSources sources,
-    std::function<bool(std::string_view, std::string*, std::string*)> page) {
+    std::function<bool(std::string_view, std::string*, std::string*)> page,
+    std::function<int(std::string_view, std::string*)> action) {
   auto m = std::make_shared<CollectorMetrics>(sources);
   m->Tick();  // the rate window starts now
   MetricsServerHandlers h;
   h.render = [m] { return m->Render(); };
   h.tick = [m] { m->Tick(); };
   h.page = std::move(page);
+  h.action = std::move(action);
   return MetricsServer::Start(listen, std::move(h));
 }
 

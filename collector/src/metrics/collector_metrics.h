@@ -83,10 +83,12 @@ class CollectorMetrics {
 // one) and serves CollectorMetrics over HTTP on its own thread, ticking it every
 // second. InvalidArgument for a malformed address, Unavailable when it cannot bind;
 // each one sentence naming --metrics-listen.
-// `page`, when given, answers the other GET paths (MetricsServerHandlers::page).
+// `page`, when given, answers the other GET paths (MetricsServerHandlers::page); `action`,
+// when given, the POSTs from this machine (MetricsServerHandlers::action).
 StatusOr<std::unique_ptr<MetricsServer>> StartCollectorMetrics(
     const std::string& listen, MetricsSources sources,
-    std::function<bool(std::string_view, std::string*, std::string*)> page = nullptr);
+    std::function<bool(std::string_view, std::string*, std::string*)> page = nullptr,
+    std::function<int(std::string_view, std::string*)> action = nullptr);
 
 }  // namespace lockstep::collector::metrics
 

@@ -107,13 +107,29 @@ class MetricsServer::Impl {
   }
 
   // The session needs these.
-  std::string Respond(const http::request<http::string_body>& req, http::status* status,
-                      std::string* content_type) {
+  std::string Respond(const http::request<http::string_body>& req, bool loopback_peer,
+                      http::status* status, std::string* content_type) {
     std::string_view target(req.target().data(), req.target().size());
     const std::string_view full_target = target;
     target = target.substr(0, target.find('?'));
     const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
     *content_type = "text/plain; charset=utf-8";
+    if (req.method() == http::verb::post && handlers_.action) {
+      if (!loopback_peer) {
+        *status = http::status::forbidden;
+        return "this collector takes actions (POST) only from its own machine\n";
+      }
+      try {
+        std::string reply;
+        *status = static_cast<http::status>(handlers_.action(full_target, &reply));
+        if (reply.empty() || reply.back() != '\n') reply += '\n';
+        return reply;
+      } catch (const std::exception& e) {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        *status = http::status::internal_server_error;
+        return std::string("the action failed: ") + e.what() + "\n";
+      }
+    }
     if (handlers_.page && get && target != "/metrics") {
       try {
         std::string body;
@@ -213,7 +229,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto req = parser_->release();
     http::status status;
     std::string type;
-    std::string body = server_->Respond(req, &status, &type);
+    std::string body = server_->Respond(req, LoopbackPeer(), &status, &type);
     res_.emplace(status, req.version());
     res_->set(http::field::server, "lockstep");
     res_->set(http::field::content_type, type);
@@ -232,6 +248,18 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       self->Read();
     });
+  }
+
+  // Whether the client connects from this machine (127.0.0.0/8, ::1, or an IPv4
+  // loopback address mapped into IPv6).
+  bool LoopbackPeer() {
+    boost::system::error_code ec;
+    auto peer = stream_.socket().remote_endpoint(ec);
+    if (ec) return false;
+    auto a = peer.address();
+    if (a.is_v6() && a.to_v6().is_v4_mapped())
+      return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).is_loopback();
+    return a.is_loopback();
   }
 
   void Close() {

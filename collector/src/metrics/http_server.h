@@ -4,6 +4,10 @@
 //   GET /metrics  -> 200, Content-Type text/plain; version=0.0.4, body = render()
 //   GET /         -> 200, one line pointing at /metrics (or handlers.page's answer)
 //   other GETs    -> handlers.page's answer, when given
+//   POST          -> handlers.action's answer, when given, and only from a loopback
+//                    peer (403 otherwise): a POST acts on the training jobs (a zoom),
+//                    so it is taken from this machine alone, whatever address the
+//                    server listens on
 //   anything else -> 404 (405 for a method other than GET/HEAD on a known path)
 //
 // Connections are kept alive (Prometheus reuses them) and closed after 10 s without
@@ -35,6 +39,9 @@ struct MetricsServerHandlers {
   // Optional: any other GET path (`target` with its query), e.g. the live report
   // (report/live_report.h). True: 200 with `body` of `content_type`; false: 404.
   std::function<bool(std::string_view target, std::string* content_type, std::string* body)> page;
+  // Optional: POST `target` (with its query) from a loopback peer; returns the HTTP
+  // status (200, or 4xx with `reply` one line saying why), `reply` a text/plain body.
+  std::function<int(std::string_view target, std::string* reply)> action;
 };
 
 class MetricsServer {

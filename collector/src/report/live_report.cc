@@ -15,19 +15,6 @@ namespace lockstep::collector {
 
 namespace {
 
-// The value of `key` in a query string, percent-decoded ("" when absent).
-std::string QueryValue(std::string_view query, std::string_view key) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    std::string_view kv = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const size_t eq = kv.find('=');
-    if (kv.substr(0, eq) != key || eq == std::string_view::npos) continue;
-    return UrlDecode(kv.substr(eq + 1));
-  }
-  return "";
-}
-
 std::string UtcNow() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};

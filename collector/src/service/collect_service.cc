@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "lockstep/common/url_encoding.h"
+
 #include "rules/detection_settings.h"
 #include "detect/live_analyzer.h"
 #include "lockstep/alerting/dispatcher.h"
@@ -199,7 +201,8 @@ Status CollectService::Build(CollectPart* failed) {
         {collector_.get(), live_.get(), dispatcher_.get(), metrics_feed_.get()},
         [report_src](std::string_view target, std::string* type, std::string* body) {
           return ServeLiveReport(report_src, target, type, body);
-        });
+        },
+        [this](std::string_view target, std::string* reply) { return Act(target, reply); });
     if (m.ok()) {
       metrics_server_ = std::move(*m);
       spdlog::info("Prometheus metrics at http://{}/metrics, the live report at http://{}/",
@@ -340,6 +343,33 @@ Status CollectService::Teardown(bool last_status_line) {
 }
 
 std::string CollectService::view_endpoint() const { return view_pub_ ? view_pub_->endpoint() : ""; }
+
+int CollectService::Act(std::string_view target, std::string* reply) {
+  const size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  const std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  if (path != "/zoom") {
+    *reply = "not found: this collector takes POST /zoom?experiment=NAME&module=MODULE[&steps=N]";
+    return 404;
+  }
+  const std::string experiment = QueryValue(query, "experiment"), module = QueryValue(query, "module");
+  const std::string steps_text = QueryValue(query, "steps");
+  uint32_t steps = 2;
+  if (!steps_text.empty()) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(steps_text.c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > 10000) {
+      *reply = "steps=" + steps_text + " is not valid: give an integer from 1 to 10000";
+      return 400;
+    }
+    steps = static_cast<uint32_t>(v);
+  }
+  if (experiment.empty() || module.empty()) {
+    *reply = "POST /zoom needs experiment= and module= (a module's name in the rows, e.g. blocks.1.attn)";
+    return 400;
+  }
+  return follow_up_->ZoomByHand(experiment, module, steps, reply);
+}
 
 std::string CollectService::metrics_address() const {
   return metrics_server_ ? metrics_server_->address() : "";

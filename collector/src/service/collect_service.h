@@ -58,6 +58,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "runlog/log_replay.h"
 #include "lockstep/alerting/alert.h"
@@ -166,6 +167,9 @@ class CollectService {
   Status Teardown(bool last_status_line);
   // The one alert fan-out: every alert of the analyzer and of the collector goes here.
   void DeliverAlert(alerting::Alert a);
+  // A POST from this machine on the HTTP port (metrics::MetricsServerHandlers::action):
+  // /zoom?experiment=NAME&module=MODULE[&steps=N], `lockstep zoom`.
+  int Act(std::string_view target, std::string* reply);
   void OnLogHealth(bool failing, const std::string& message);
 
   CollectOptions options_;

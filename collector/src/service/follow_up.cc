@@ -117,6 +117,47 @@ void FollowUp::OnAlert(const alerting::Alert& a) {
   }
 }
 
+int FollowUp::ZoomByHand(const std::string& experiment, const std::string& module, uint32_t steps,
+                         std::string* reply) {
+  if (collector_->control_endpoint().empty()) {
+    *reply = "this collector has no control channel (--control-listen off): it cannot ask the runs for anything";
+    return 409;
+  }
+  std::vector<std::string> runs;
+  uint64_t last = 0;
+  bool known = false;
+  for (const RankInfo& r : collector_->registry().Snapshot()) {
+    if (r.experiment != experiment) continue;
+    known = true;
+    if (r.goodbye) continue;
+    last = std::max(last, r.last_step);
+    if (std::find(runs.begin(), runs.end(), r.run) == runs.end()) runs.push_back(r.run);
+  }
+  if (!known) {
+    *reply = "no run of experiment '" + experiment + "' has spoken to this collector";
+    return 404;
+  }
+  std::string names;
+  for (const std::string& r : runs) names += (names.empty() ? "" : ", ") + r;
+  if (runs.size() < 2) {
+    *reply = "experiment '" + experiment + "' has " + std::to_string(runs.size()) + " live run(s) here" +
+             (names.empty() ? std::string() : " (" + names + ")") +
+             ": a zoom needs both runs of a pair, whose calls pair by name";
+    return 409;
+  }
+  // Both act at the same step: two past the latest run's last step (as NextStep).
+  const uint64_t at = last + 2;
+  PairCtx ctx;
+  ctx.experiment = experiment;
+  for (const std::string& r : runs) Ask(ctx, r, "zoom", module, at, steps);
+  *reply = "asked runs " + names + " to zoom into " + module + " from step " + std::to_string(at) + " (" +
+           std::to_string(steps) + (steps == 1 ? " step" : " steps") +
+           "); each answers on the wire, and refuses a module it does not have (lockstep inspect RUN_LOG shows "
+           "the answers as ControlAck)";
+  spdlog::info("lockstep zoom: {}", *reply);
+  return 200;
+}
+
 void FollowUp::OnDivergence(const PairCtx& ctx) {
   if (ctx.outcome == nullptr || collector_->control_endpoint().empty()) return;
   const PairOutcome& o = *ctx.outcome;

@@ -18,6 +18,8 @@
 //   the pair agrees and every step while one of its incidents is open
 //   (service/quiet_sampling.h says when; action "sample").
 //
+// - `lockstep zoom EXPERIMENT MODULE` zooms by hand (ZoomByHand), any module, any time.
+//
 // Zoom and capture at most once per pair, and only when both runs are live agents of this collector
 // (not a recorded --baseline log). The step: two past the later run's last step, so
 // that both act at the same one (a run past it acts at its next).
@@ -64,6 +66,12 @@ class FollowUp {
   void OnPairStep(const PairCtx& ctx);
   // Every alert the service delivers: a pair's incident raises its runs to every step.
   void OnAlert(const alerting::Alert& a);
+  // `lockstep zoom` (POST /zoom on the collector's HTTP port, any thread): every live run
+  // of `experiment` zooms into `module` for `steps` steps from the next step all of them
+  // can act at, whatever the rules found. Returns the HTTP status (200; 404 no run of
+  // that experiment here; 409 fewer than two live runs, or no control channel) and
+  // `reply`, one line for the user.
+  int ZoomByHand(const std::string& experiment, const std::string& module, uint32_t steps, std::string* reply);
 
  private:
   struct Capture {

@@ -1,6 +1,7 @@
 // Percent-encoding for URL query components (RFC 3986): one implementation for the
 // places that build or read a query string (the live report's links and its
-// ?experiment= parameter, the DingTalk sink's signed webhook URL).
+// ?experiment= parameter, the collector's POST /zoom, the DingTalk sink's signed
+// webhook URL).
 #ifndef LOCKSTEP_COMMON_URL_ENCODING_H_
 #define LOCKSTEP_COMMON_URL_ENCODING_H_
 
@@ -52,6 +53,20 @@ inline std::string UrlDecode(std::string_view s) {
     }
   }
   return out;
+}
+
+// The value of `key` in a query string ("a=1&b=2", without the '?'), decoded; "" when
+// absent.
+inline std::string QueryValue(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos || kv.substr(0, eq) != key) continue;
+    return UrlDecode(kv.substr(eq + 1));
+  }
+  return "";
 }
 
 }  // namespace lockstep
