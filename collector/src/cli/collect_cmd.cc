@@ -82,6 +82,34 @@ int CreateFailure(CollectPart part, const Status& s) {
   }
 }
 
+// "20G", "512M", "64K", "1T" or plain bytes (powers of 1024); false when it is none.
+bool ParseSize(const std::string& text, uint64_t* out) {
+  if (text.empty() || text.size() > 24) return false;
+  size_t i = 0;
+  uint64_t v = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (v > (UINT64_MAX - 9) / 10) return false;
+    v = v * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  if (i == 0) return false;
+  int shift = 0;
+  if (i < text.size()) {
+    switch (text[i] == 'k' ? 'K' : text[i]) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      case 'T': shift = 40; break;
+      default: return false;
+    }
+    ++i;
+    if (i < text.size() && (text[i] == 'B' || text[i] == 'b')) ++i;  // 20GB
+    if (i != text.size()) return false;
+  }
+  if (shift > 0 && v > (UINT64_MAX >> shift)) return false;
+  *out = v << shift;
+  return true;
+}
+
 }  // namespace
 
 int CollectCommand(int argc, const char* const* argv) {
@@ -103,6 +131,22 @@ int CollectCommand(int argc, const char* const* argv) {
                "zstd: new run logs are written in compressed blocks (about 3x smaller); none: "
                "plain records, as lockstep wrote before compression (an existing log keeps its format)",
                "zstd|none");
+  std::string segment_size = "64M", max_disk = "0";
+  int64_t retain_steps = 2000, thin_every = 100;
+  flags.String("segment-size", &segment_size,
+               "close a run's log into a numbered segment (<run>.lslog.000001, ...) once it holds this much, "
+               "so that retention can thin the closed ones (docs/runlog.md \"Segments and retention\"); "
+               "0 = one file per run and no retention", "SIZE");
+  flags.Int("retain-steps", &retain_steps,
+            "retention: every step of a run's last N steps stays in full; older closed segments are thinned",
+            "N");
+  flags.Int("thin-every", &thin_every,
+            "retention: outside the window and the incidents' neighbourhoods, the tensor statistics of every "
+            "K-th step are kept and the other steps keep their scalars (loss, lr, grad norm) only; 1 = thin nothing",
+            "K");
+  flags.String("max-disk", &max_disk,
+               "retention: when the run logs use more than this (e.g. 20G), thin closed segments oldest first "
+               "whatever the window; still more is a collector_disk alert, never a stop; 0 = no limit", "SIZE");
   flags.Int("fsync-interval-ms", &fsync_ms, "fsync the run logs this often (0 = after every burst)",
             "MS");
   flags.Int("status-interval-s", &status_s, "log a status line this often (0 = never)", "S");
@@ -221,6 +265,21 @@ int CollectCommand(int argc, const char* const* argv) {
   if (log_compression != "zstd" && log_compression != "none")
     return Usage("--log-compression must be zstd or none, not '" + log_compression + "'");
   opts.ingest.compress_logs = log_compression == "zstd";
+  uint64_t segment_bytes = 0, max_disk_bytes = 0;
+  if (!ParseSize(segment_size, &segment_bytes) || (segment_bytes != 0 && segment_bytes < (64u << 10)))
+    return Usage("--segment-size must be 0 (off) or a size of at least 64K, like 64M or 1G, not '" + segment_size + "'");
+  if (!ParseSize(max_disk, &max_disk_bytes))
+    return Usage("--max-disk must be 0 (no limit) or a size like 20G, 500M or 1T, not '" + max_disk + "'");
+  if (retain_steps < 1 || retain_steps > 1'000'000'000)
+    return Usage("--retain-steps must be a number of steps from 1 to 1000000000");
+  if (thin_every < 1 || thin_every > 1'000'000'000)
+    return Usage("--thin-every must be a number of steps from 1 (thin nothing) to 1000000000");
+  if (max_disk_bytes > 0 && segment_bytes == 0)
+    return Usage("--max-disk needs segments: --segment-size 0 turns retention off");
+  opts.ingest.segment_bytes = thin_every > 1 || max_disk_bytes > 0 ? segment_bytes : 0;
+  opts.retention.retain_steps = static_cast<uint64_t>(retain_steps);
+  opts.retention.thin_every = static_cast<uint64_t>(thin_every);
+  opts.retention.max_disk_bytes = max_disk_bytes;
   opts.ingest.fsync_interval_ms = fsync_ms;
   opts.ingest.max_message_bytes = static_cast<size_t>(max_bytes);
   opts.analysis = std::move(an_opt);

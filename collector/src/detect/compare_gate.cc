@@ -95,6 +95,7 @@ StatusOr<LogScan> ScanLog(const std::string& path) {
     if (res != LogReader::Result::kEnd) scan.problem = (*r)->problem();
     break;
   }
+  scan.thinned = LogReader::DescribeThinning((*r)->thinned());
   return scan;
 }
 
@@ -281,6 +282,11 @@ GateVerdict JudgeCompare(const PairReport& r, const LogScan& base, const LogScan
                     (r.ranks > 1 ? ", " + StepsTimesRanks(v.steps_compared, r.ranks) : std::string()) +
                     "); tensor names shared: " + std::to_string(v.tensors_shared) + " (baseline " +
                     std::to_string(v.tensors_baseline) + ", candidate " + std::to_string(v.tensors_candidate) + ")");
+  // A log thinned by retention says so: the verdict over those steps rests on the steps
+  // kept in full and on every step's scalars (docs/runlog.md "Segments and retention").
+  for (const auto& [scan, role] : {std::pair{&base, "baseline"}, std::pair{&cand, "candidate"}}) {
+    if (!scan->thinned.empty()) v.lines.push_back(std::string(role) + " log: " + scan->thinned);
+  }
   return v;
 }
 

@@ -37,6 +37,8 @@ struct LogScan {
   bool corrupt = false;                        // a bad record: nothing after it was read
   bool truncated = false;                      // the file ends inside a record
   std::string problem;                         // the reader's sentence for either
+  // What retention thinned in it (LogReader::DescribeThinning); "" when nothing was.
+  std::string thinned;
   // Rank 0's replays of its own captures (ControlAck.replay), with the step each
   // capture was taken at and when the answer was sent, in log order.
   struct Replay {

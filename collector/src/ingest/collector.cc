@@ -22,6 +22,7 @@
 #include "ingest/run_claims.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
+#include "runlog/segments.h"
 #include "runlog/log_writer.h"
 #include "lockstep/common/control_endpoint.h"
 #include "lockstep/common/thread_name.h"
@@ -317,13 +318,12 @@ void Collector::Impl::PublishControl() {
 Status Collector::Impl::Rebuild() {
   std::error_code ec;
   uint64_t files = 0, messages = 0, skipped = 0;
-  for (const auto& entry : fs::directory_iterator(opts.data_dir, ec)) {
-    const fs::path& p = entry.path();
-    std::error_code type_ec;  // not the listing's: an entry that cannot be stat-ed is skipped
-    if (p.extension() != runlog::kLogSuffix || !entry.is_regular_file(type_ec)) continue;
-    std::string run = p.stem().string();
-    if (!IsValidRunId(run)) continue;
-    auto rec = LogWriter::Recover(p.string(), [&](const LogReader::Record& r) {
+  if (!fs::is_directory(opts.data_dir, ec))
+    return Status::IOError("cannot list the data dir '" + opts.data_dir + "': " +
+                           (ec ? ec.message() : std::string("not a directory")));
+  for (const std::string& run : runlog::ListRunLogs(opts.data_dir)) {
+    const std::string head = runlog::LogPathFor(opts.data_dir, run);
+    auto count = [&](const LogReader::Record& r) {
       EnvelopeCheck c = CheckEnvelope(r.data, r.size, runlog::kMaxRecordBytes);
       if (c.reject != Reject::kNone) {
         ++skipped;
@@ -331,7 +331,23 @@ Status Collector::Impl::Rebuild() {
       }
       registry.OnMessage(*c.env, r.recv_unix_ns, r.size);
       ++messages;
-    });
+    };
+    // Closed segments first (complete: never cut), then the open file, whose torn tail
+    // is cut. A collector killed while it rotated left no open file: a new one is made.
+    for (const auto& seg : runlog::ListSegments(head)) {
+      auto sr = LogReader::OpenFile(seg.path);
+      if (!sr.ok()) {
+        spdlog::error("{} (skipped)", sr.status().message());
+        continue;
+      }
+      LogReader::Record r;
+      while ((*sr)->Next(&r) == LogReader::Result::kRecord) count(r);
+    }
+    if (!fs::exists(head, ec)) {
+      auto w = LogWriter::Open(head, /*recover=*/false, 4096, opts.compress_logs);
+      if (!w.ok()) spdlog::error("{} (skipped)", w.status().message());
+    }
+    auto rec = LogWriter::Recover(head, count);
     if (!rec.ok()) {
       // Not fatal: this run's new messages will fail to open the same file and be
       // counted as log errors, the other runs go on.
@@ -341,8 +357,6 @@ Status Collector::Impl::Rebuild() {
     recovered.emplace(run, true);
     ++files;
   }
-  if (ec)
-    return Status::IOError("cannot list the data dir '" + opts.data_dir + "': " + ec.message());
   n.rebuilt.store(messages, std::memory_order_relaxed);
   if (files > 0)
     spdlog::info("rebuilt the registry from {} run logs in {} ({} messages{})", files,
@@ -361,6 +375,7 @@ LogWriter* Collector::Impl::WriterFor(std::string_view run) {
     LogIoError(w.status());
     return nullptr;
   }
+  (*w)->SetSegmentBytes(opts.segment_bytes);
   return writers.emplace(std::string(run), std::move(*w)).first->second.get();
 }
 

@@ -38,6 +38,29 @@ inline constexpr size_t kRecordHeaderBytes = 16;
 inline constexpr uint32_t kMaxRecordBytes = 256u << 20;
 inline constexpr std::string_view kLogSuffix = ".lslog";
 
+// Segments (docs/runlog.md "Segments and retention"): a collector started with a segment
+// size closes the run's log when it outgrows it by renaming it to
+// "<run>.lslog.<NNNNNN>" (six or more digits, numbered from 1) and starts a new
+// "<run>.lslog". A run's log is its closed segments in number order, then the open one;
+// readers read them as one log. A log without segments is one file, as before.
+inline constexpr int kSegmentDigits = 6;
+// A thinning note (a thinned segment's first entry, after the header): the length field
+// holds kNoteFlag | the note's bytes; its checksum covers the length field, recv_unix_ns
+// (0) and the note. The note's bytes: u64 first_step | u64 last_step | u32 every |
+// u32 reserved (0) | u64 full_steps | u64 dropped_messages (kThinNoteBytes). Readers do
+// not hand it out as a record; they collect it (LogReader::thinned()).
+inline constexpr uint32_t kNoteFlag = 0x40000000u;
+inline constexpr uint32_t kThinNoteBytes = 40;
+inline constexpr std::string_view kKeepSuffix = ".keep";  // incident neighbourhoods
+
+// "<log_path>.<NNNNNN>": the closed segment number `n` of the log at `log_path`.
+inline std::string SegmentPathFor(const std::string& log_path, uint64_t n) {
+  std::string digits = std::to_string(n);
+  if (digits.size() < static_cast<size_t>(kSegmentDigits))
+    digits.insert(0, static_cast<size_t>(kSegmentDigits) - digits.size(), '0');
+  return log_path + "." + digits;
+}
+
 // "<data_dir>/<run_id>.lslog". The caller has checked IsValidRunId(run_id).
 inline std::string LogPathFor(const std::string& data_dir, std::string_view run_id) {
   std::string p = data_dir;

@@ -13,6 +13,7 @@
 #include "lockstep/common/envelope_check.h"
 #include "runlog/crc32c.h"
 #include "runlog/log_format.h"
+#include "runlog/segments.h"
 
 namespace lockstep::collector {
 namespace {
@@ -40,7 +41,7 @@ std::string DirectoryMessage(const std::string& path) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
+StatusOr<FILE*> LogReader::OpenOne(const std::string& path, uint16_t* major_out) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     int e = errno;
@@ -74,9 +75,34 @@ StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
                               std::to_string(runlog::kFormatMajor) +
                               ": use the lockstep that wrote it");
   }
-  auto r = std::unique_ptr<LogReader>(new LogReader(path, f));
+  *major_out = major;
+  return f;
+}
+
+StatusOr<std::unique_ptr<LogReader>> LogReader::OpenFile(const std::string& path) {
+  uint16_t major = 0;
+  auto f = OpenOne(path, &major);
+  if (!f.ok()) return f.status();
+  auto r = std::unique_ptr<LogReader>(new LogReader(path, *f));
   r->major_ = major;
   r->offset_ = runlog::kFileHeaderBytes;
+  return r;
+}
+
+StatusOr<std::unique_ptr<LogReader>> LogReader::Open(const std::string& path) {
+  std::vector<runlog::Segment> segs = runlog::ListSegments(path);
+  const std::string first = segs.empty() ? path : segs.front().path;
+  auto r = OpenFile(first);
+  if (!r.ok()) {
+    // The open file missing while segments exist: a collector killed while it rotated.
+    return r.status();
+  }
+  (*r)->chain_ = true;
+  (*r)->log_path_ = path;
+  (*r)->at_head_ = segs.empty();
+  for (size_t i = 1; i < segs.size(); ++i) (*r)->pending_.push_back(segs[i].path);
+  (*r)->last_segment_ = segs.empty() ? 0 : segs.back().number;
+  if (!segs.empty()) (*r)->pending_.push_back(path);
   return r;
 }
 
@@ -94,7 +120,110 @@ LogReader::Result LogReader::Fail(Result r, std::string why) {
   return r;
 }
 
+void LogReader::SwitchTo(std::string path, FILE* f, uint16_t major) {
+  std::fclose(file_);
+  file_ = f;
+  path_ = std::move(path);
+  major_ = major;
+  offset_ = runlog::kFileHeaderBytes;
+  block_size_ = block_pos_ = 0;
+}
+
+bool LogReader::OpenNextOrHead() {
+  while (!pending_.empty()) {
+    // About to open the open file: a rotation since the listing put segments before it.
+    if (pending_.size() == 1 && pending_.front() == log_path_) {
+      auto more = runlog::ListSegments(log_path_, last_segment_);
+      if (!more.empty()) {
+        pending_.clear();
+        for (auto& sg : more) pending_.push_back(sg.path);
+        pending_.push_back(log_path_);
+        last_segment_ = more.back().number;
+      }
+    }
+    const std::string next = pending_.front();
+    uint16_t major = 0;
+    auto f = OpenOne(next, &major);
+    if (!f.ok()) {
+      // A segment is never removed; the open file may be missing for a moment (the
+      // rotation renames it before creating the next one): retried at the next Next().
+      if (next == log_path_) return false;
+      pending_.erase(pending_.begin());
+      continue;
+    }
+    pending_.erase(pending_.begin());
+    SwitchTo(next, *f, major);
+    at_head_ = next == log_path_;
+    if (at_head_) {
+      // Opened the open file: a rotation between the listing and the open would hide the
+      // segment it made behind it, so list once more (that segment is not this file).
+      struct stat mine;
+      if (::fstat(::fileno(file_), &mine) == 0) {
+        auto more = runlog::ListSegments(log_path_, last_segment_);
+        std::vector<std::string> before;
+        for (auto& sg : more) {
+          struct stat st;
+          last_segment_ = sg.number;
+          if (::stat(sg.path.c_str(), &st) == 0 && st.st_ino == mine.st_ino && st.st_dev == mine.st_dev)
+            continue;
+          before.push_back(sg.path);
+        }
+        if (!before.empty()) {
+          before.push_back(log_path_);
+          pending_ = std::move(before);
+          return OpenNextOrHead();
+        }
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+bool LogReader::Advance() {
+  if (!chain_) return false;
+  if (!at_head_) return OpenNextOrHead();
+  // At the end of the open file: has the collector renamed it into a segment?
+  struct stat mine, now;
+  if (::fstat(::fileno(file_), &mine) != 0) return false;
+  if (::stat(log_path_.c_str(), &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev)
+    return false;  // still the open file: nothing more yet
+  auto more = runlog::ListSegments(log_path_, last_segment_);
+  bool found = false;
+  for (auto& sg : more) {
+    struct stat st;
+    last_segment_ = sg.number;
+    if (!found && ::stat(sg.path.c_str(), &st) == 0 && st.st_ino == mine.st_ino && st.st_dev == mine.st_dev) {
+      found = true;  // this file, now closed
+      continue;
+    }
+    pending_.push_back(sg.path);
+  }
+  if (!found && more.empty() && ::stat(log_path_.c_str(), &now) != 0) return false;
+  pending_.push_back(log_path_);
+  at_head_ = false;
+  return OpenNextOrHead();
+}
+
 LogReader::Result LogReader::Next(Record* rec) {
+  for (;;) {
+    Result r = NextInFile(rec);
+    if (r != Result::kEnd) return r;
+    if (at_head_ && chain_) {
+      // The rename comes after the rotated file's last write: once it is seen, what
+      // this file holds is complete, so read it to its end before leaving it.
+      struct stat mine, now;
+      if (::fstat(::fileno(file_), &mine) != 0) return r;
+      if (::stat(log_path_.c_str(), &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev)
+        return r;
+      Result again = NextInFile(rec);
+      if (again != Result::kEnd) return again;
+    }
+    if (!Advance()) return Result::kEnd;
+  }
+}
+
+LogReader::Result LogReader::NextInFile(Record* rec) {
   if (block_size_ > 0) {
     Result r = NextInBlock(rec);
     if (r != Result::kEnd) return r;
@@ -109,6 +238,24 @@ LogReader::Result LogReader::Next(Record* rec) {
   if (got != sizeof h) return Fail(Result::kTruncated, "torn record header");
   uint32_t len = Load32(h);
   uint32_t want_crc = Load32(h + 4);
+  if ((len & ~runlog::kBlockFlag) == (runlog::kNoteFlag | runlog::kThinNoteBytes)) {
+    uint8_t note[runlog::kThinNoteBytes];
+    if (std::fread(note, 1, sizeof note, file_) != sizeof note)
+      return Fail(Result::kTruncated, "torn thinning note");
+    uint32_t crc = crc32c::Extend(0, h, 4);
+    crc = crc32c::Extend(crc, h + 8, 8);
+    crc = crc32c::Extend(crc, note, sizeof note);
+    if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch in a thinning note");
+    ThinNote t;
+    std::memcpy(&t.first_step, note, 8);
+    std::memcpy(&t.last_step, note + 8, 8);
+    std::memcpy(&t.every, note + 16, 4);
+    std::memcpy(&t.full_steps, note + 24, 8);
+    std::memcpy(&t.dropped_messages, note + 32, 8);
+    thinned_.push_back(t);
+    offset_ += sizeof h + sizeof note;
+    return NextInFile(rec);
+  }
   const bool block = (len & runlog::kBlockFlag) != 0 && major_ != runlog::kFormatMajorPlain;
   if (block) len &= ~runlog::kBlockFlag;
   if (len == 0 || len > runlog::kMaxRecordBytes)
@@ -129,7 +276,7 @@ LogReader::Result LogReader::Next(Record* rec) {
   crc = crc32c::Extend(crc, h + 8, 8);
   crc = crc32c::Extend(crc, buf_.data(), len);
   if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch");
-  if (block) return ReadBlock(len) == Result::kRecord ? Next(rec) : Result::kCorrupt;
+  if (block) return ReadBlock(len) == Result::kRecord ? NextInFile(rec) : Result::kCorrupt;
   rec->data = buf_.data();
   rec->size = len;
   std::memcpy(&rec->recv_unix_ns, h + 8, 8);
@@ -188,6 +335,34 @@ LogReader::Result LogReader::NextInBlock(Record* rec) {
   block_pos_ += runlog::kRecordHeaderBytes + len;
   ++records_;
   return Result::kRecord;
+}
+
+std::string LogReader::DescribeThinning(const std::vector<ThinNote>& notes) {
+  // Contiguous ranges with the same rule are said once: a long run's log is many
+  // segments, each with its note.
+  std::vector<ThinNote> merged;
+  for (const ThinNote& t : notes) {
+    if (!merged.empty() && merged.back().every == t.every && t.first_step <= merged.back().last_step + 1 &&
+        t.last_step + 1 >= merged.back().first_step) {
+      ThinNote& m = merged.back();
+      m.first_step = std::min(m.first_step, t.first_step);
+      m.last_step = std::max(m.last_step, t.last_step);
+      m.full_steps += t.full_steps;
+      m.dropped_messages += t.dropped_messages;
+      continue;
+    }
+    merged.push_back(t);
+  }
+  std::string out;
+  for (const ThinNote& m : merged) {
+    if (!out.empty()) out += "; ";
+    out += "steps " + std::to_string(m.first_step) + "-" + std::to_string(m.last_step) +
+           " thinned by retention: every " + std::to_string(m.every) +
+           "th step and incident neighbourhoods in full (" + std::to_string(m.full_steps) +
+           " steps), the others' tensor statistics dropped (" + std::to_string(m.dropped_messages) +
+           " messages, their scalars kept)";
+  }
+  return out;
 }
 
 StatusOr<const wire::Envelope*> LogReader::Envelope(const Record& rec, size_t max_bytes) {

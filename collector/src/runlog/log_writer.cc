@@ -12,6 +12,7 @@
 
 #include "runlog/crc32c.h"
 #include "runlog/log_format.h"
+#include "runlog/segments.h"
 
 namespace lockstep::collector {
 namespace {
@@ -68,7 +69,7 @@ StatusOr<LogWriter::Recovery> LogWriter::Recover(const std::string& path,
     }
     return rec;
   }
-  auto reader = LogReader::Open(path);
+  auto reader = LogReader::OpenFile(path);  // only the open file: segments are closed
   if (!reader.ok()) return reader.status();
   LogReader::Record r;
   LogReader::Result res;
@@ -118,7 +119,67 @@ StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& path, bo
     if (::pread(fd, h, sizeof h, 0) == static_cast<ssize_t>(sizeof h)) std::memcpy(&major, h + 8, 2);
     compress = major == runlog::kFormatMajor;
   }
-  return std::unique_ptr<LogWriter>(new LogWriter(path, fd, size, buffer_bytes, compress));
+  auto w = std::unique_ptr<LogWriter>(new LogWriter(path, fd, size, buffer_bytes, compress));
+  auto segs = runlog::ListSegments(path);
+  if (!segs.empty()) w->last_segment_ = segs.back().number;
+  return w;
+}
+
+// fsync of the directory holding `path`, so that a rename in it survives a power loss.
+static Status SyncDirOf(const std::string& path) {
+  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  if (dir.empty()) dir = path.find('/') == 0 ? "/" : ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Errno("cannot open the directory of", path);
+  const int rc = ::fsync(dfd);
+  ::close(dfd);
+  if (rc != 0) return Errno("cannot fsync the directory of", path);
+  return Status::OK();
+}
+
+Status LogWriter::OpenHead() {
+  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot open", path_);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    Status s = Errno("cannot stat", path_);
+    ::close(fd);
+    return s;
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) {
+    uint8_t h[runlog::kFileHeaderBytes];
+    FileHeader(h, cctx_ != nullptr || plain_major_ == runlog::kFormatMajor ? runlog::kFormatMajor
+                                                                           : runlog::kFormatMajorPlain);
+    if (!WriteAll(fd, h, sizeof h)) {
+      Status s = Errno("cannot write the header of", path_);
+      ::close(fd);
+      return s;
+    }
+    size = sizeof h;
+  }
+  fd_ = fd;
+  size_ = size;
+  return Status::OK();
+}
+
+// The order makes a kill at any point safe: the file is synced before it is named a
+// segment (a closed segment is complete), and the rename is atomic (the records are
+// under one of the two names, never both, never neither). Killed after the rename and
+// before the new open file exists, the log is its segments alone: readers and the
+// next collector's start-up accept that (segments.h ListRunLogs).
+Status LogWriter::Rotate() {
+  if (::fdatasync(fd_) != 0) return Errno("cannot fsync", path_);
+  const std::string seg = runlog::SegmentPathFor(path_, last_segment_ + 1);
+  if (::rename(path_.c_str(), seg.c_str()) != 0) return Errno("cannot rename into a segment", path_);
+  ++last_segment_;
+  ::close(fd_);
+  fd_ = -1;
+  size_ = 0;
+  dirty_ = false;
+  Status s = SyncDirOf(path_);
+  Status o = OpenHead();  // on failure the next write tries again (WriteTail)
+  return s.ok() ? o : s;
 }
 
 LogWriter::LogWriter(std::string path, int fd, uint64_t size, size_t buffer_bytes, bool compress)
@@ -138,7 +199,7 @@ LogWriter::LogWriter(std::string path, int fd, uint64_t size, size_t buffer_byte
 LogWriter::~LogWriter() {
   Status s = Sync();
   if (!s.ok()) spdlog::error("{}", s.message());
-  ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);
   ZSTD_freeCCtx(cctx_);
 }
 
@@ -178,6 +239,7 @@ Status LogWriter::Append(const uint8_t* payload, uint32_t n, int64_t recv_unix_n
 }
 
 Status LogWriter::WriteTail(const uint8_t* p, size_t n) {
+  if (fd_ < 0) LOCKSTEP_RETURN_IF_ERROR(OpenHead());
   if (!WriteAll(fd_, p, n)) {
     Status s = Errno("cannot append to", path_);
     // Cut whatever part of the batch made it, so the file ends on a record boundary
@@ -225,12 +287,33 @@ Status LogWriter::Flush() {
   }
   buffered_records_ = 0;
   dirty_ = true;
+  if (segment_bytes_ > 0 && size_ >= segment_bytes_) {
+    // The records are written: a failed rotation only leaves the open file longer.
+    Status r = Rotate();
+    if (!r.ok()) spdlog::warn("{}; the run log goes on in one file", r.message());
+  }
+  return Status::OK();
+}
+
+Status LogWriter::AppendNote(const uint8_t* note, uint32_t n) {
+  LOCKSTEP_RETURN_IF_ERROR(Flush());
+  uint8_t h[runlog::kRecordHeaderBytes] = {};
+  const uint32_t field = runlog::kNoteFlag | n;
+  std::memcpy(h, &field, 4);
+  uint32_t crc = crc32c::Extend(0, h, 4);
+  crc = crc32c::Extend(crc, h + 8, 8);
+  crc = crc32c::Extend(crc, note, n);
+  std::memcpy(h + 4, &crc, 4);
+  std::vector<uint8_t> all(h, h + sizeof h);
+  all.insert(all.end(), note, note + n);
+  LOCKSTEP_RETURN_IF_ERROR(WriteTail(all.data(), all.size()));
+  dirty_ = true;
   return Status::OK();
 }
 
 Status LogWriter::Sync() {
   LOCKSTEP_RETURN_IF_ERROR(Flush());
-  if (!dirty_) return Status::OK();
+  if (!dirty_ || fd_ < 0) return Status::OK();
   if (::fdatasync(fd_) != 0) return Errno("cannot fsync", path_);
   dirty_ = false;
   return Status::OK();

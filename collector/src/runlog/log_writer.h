@@ -13,6 +13,11 @@
 // format 1 (plain records only, older lockstep) stays plain when appended to, so the
 // lockstep that wrote it can still read it.
 //
+// Segments (log_format.h): with SetSegmentBytes(n), a flush that leaves the file at n
+// bytes or more closes it: fdatasync, rename to "<run>.lslog.<NNNNNN>", fsync of the
+// directory, and a new open file. Closed segments are never written again by the
+// writer (retention may rewrite them: runlog/retention.h).
+//
 // Single-threaded: owned and called by the ingest thread only.
 #ifndef LOCKSTEP_COLLECTOR_RUNLOG_LOG_WRITER_H_
 #define LOCKSTEP_COLLECTOR_RUNLOG_LOG_WRITER_H_
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "lockstep/common/status.h"
+#include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 
 struct ZSTD_CCtx_s;  // zstd.h's compression context (ZSTD_CCtx)
@@ -63,6 +69,10 @@ class LogWriter {
   Status Append(const uint8_t* payload, uint32_t n, int64_t recv_unix_ns);
   Status Flush();
   Status Sync();  // Flush() + fdatasync()
+  // Closes the file into a segment once it holds `bytes` (0 = never, the default).
+  void SetSegmentBytes(uint64_t bytes) { segment_bytes_ = bytes; }
+  // Writes a thinning note (log_format.h) after what was appended; retention only.
+  Status AppendNote(const uint8_t* note, uint32_t n);
 
   uint64_t lost_records() const { return lost_records_; }
   bool has_buffered() const { return !buf_.empty(); }
@@ -78,6 +88,8 @@ class LogWriter {
   LogWriter(std::string path, int fd, uint64_t size, size_t buffer_bytes, bool compress);
   // Writes `n` bytes at the end of the file; on failure cuts the file back to size_.
   Status WriteTail(const uint8_t* p, size_t n);
+  Status OpenHead();  // (re)creates the open file at path_ with its header
+  Status Rotate();
 
   std::string path_;
   int fd_ = -1;
@@ -91,6 +103,9 @@ class LogWriter {
   std::vector<uint8_t> zbuf_;           // a block: its header, then the zstd frame
   int64_t first_recv_ = 0;              // of the first buffered record
   uint64_t raw_bytes_ = 0, written_bytes_ = 0;
+  uint64_t segment_bytes_ = 0;
+  uint64_t last_segment_ = 0;  // the highest segment number of this log
+  uint16_t plain_major_ = runlog::kFormatMajorPlain;  // a new open file's format without cctx_
 };
 
 }  // namespace lockstep::collector

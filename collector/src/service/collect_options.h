@@ -11,6 +11,7 @@
 #include "lockstep/alerting/options.h"
 #include "lockstep/collector/collector.h"
 #include "lockstep/common/clock.h"
+#include "runlog/retention.h"
 
 namespace lockstep::collector {
 
@@ -52,6 +53,11 @@ struct CollectOptions {
   // While a pair's runs agree, both record tensors every `sample_quiet` steps; every
   // step while one of its incidents is open (service/quiet_sampling.h). 0 = never ask.
   uint32_t sample_quiet = 0;
+
+  // Retention of long runs' logs (runlog/retention.h, docs/runlog.md "Segments and
+  // retention"): on when `ingest.segment_bytes` > 0. `retention.data_dir` and
+  // `retention.on_alert` are set by the service.
+  RetentionOptions retention;
 
   int64_t status_interval_s = 10;  // a status line this often while Run()s; 0 = never
   std::string version = "dev";     // shown in log lines, settings files and the report

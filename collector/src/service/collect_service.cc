@@ -19,6 +19,7 @@
 #include "metrics/metrics_feed.h"
 #include "report/live_report.h"
 #include "report/report_recorder.h"
+#include "runlog/retention.h"
 #include "view/view_model.h"
 #include "view/view_publisher.h"
 
@@ -122,6 +123,17 @@ Status CollectService::Build(CollectPart* failed) {
   }
   collector_ = std::move(*c);
 
+  if (options_.ingest.segment_bytes > 0) {
+    RetentionOptions r = options_.retention;
+    r.data_dir = options_.ingest.data_dir;
+    // On the retention thread, which starts after every part exists (Start()).
+    r.on_alert = [this](const std::string& metric, const std::string& message) {
+      OnRetentionProblem(metric, message);
+    };
+    r.progress = [this](const std::string& experiment, uint64_t* step) { return Progress(experiment, step); };
+    retention_ = std::make_unique<Retention>(std::move(r));
+  }
+
   auto d = alerting::Dispatcher::Create(options_.alerting);
   if (!d.ok()) {
     *failed = CollectPart::kAlerting;
@@ -140,6 +152,11 @@ Status CollectService::Build(CollectPart* failed) {
   analyzer->SetPairStepObserver([this](const PairCtx& ctx, const PairStepView& v) {
     view_model_->OnPairStep(ctx, v);
     report_recorder_->OnPairStep(ctx, v);
+    if (retention_) {
+      MutexLock l(&progress_mu_);
+      uint64_t& p = pair_progress_[ctx.experiment][{ctx.baseline, ctx.candidate}];
+      p = std::max(p, v.step);
+    }
     if (!replaying_.load(std::memory_order_relaxed)) follow_up_->OnPairStep(ctx);
   });
   follow_up_ = std::make_unique<FollowUp>(
@@ -227,6 +244,12 @@ void CollectService::DeliverAlert(alerting::Alert a) {
       dispatcher_->Flush(std::chrono::seconds(2));
   }
   if (!a.replayed && follow_up_) follow_up_->OnAlert(a);  // --sample-quiet: the pair is loud
+  if (retention_ && !a.runs.empty()) {
+    // The incident's neighbourhood stays in full in every run of the experiment
+    // (replayed alerts too: the same steps).
+    const uint64_t m = options_.retention.incident_margin_steps;
+    retention_->KeepSteps(a.experiment, a.step > m ? a.step - m : 0, a.step + m);
+  }
   view_model_->OnAlert(a);
   metrics_feed_->OnAlert(a);
   report_recorder_->OnAlert(a);
@@ -239,6 +262,30 @@ void CollectService::OnLogHealth(bool failing, const std::string& message) {
   a.rule = "collector_disk";
   a.severity = alerting::Severity::kCritical;
   a.metric = "log_write_failed";
+  a.first_seen_unix_ns = clock_->NowUnixNs();
+  a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
+  a.message = message;
+  DeliverAlert(std::move(a));
+}
+
+bool CollectService::Progress(const std::string& experiment, uint64_t* step) const {
+  MutexLock l(&progress_mu_);
+  auto it = pair_progress_.find(experiment);
+  if (it == pair_progress_.end() || it->second.empty()) return false;
+  bool any = false;
+  for (const auto& [pair, p] : it->second) {
+    *step = any ? std::min(*step, p) : p;
+    any = true;
+  }
+  return true;
+}
+
+void CollectService::OnRetentionProblem(const std::string& metric, const std::string& message) {
+  if (!dispatcher_) return;
+  alerting::Alert a;
+  a.rule = "collector_disk";
+  a.severity = alerting::Severity::kWarning;
+  a.metric = metric;
   a.first_seen_unix_ns = clock_->NowUnixNs();
   a.id = a.DedupKey() + "@" + std::to_string(a.first_seen_unix_ns);
   a.message = message;
@@ -287,6 +334,7 @@ Status CollectService::Start() {
   std::string eps;
   for (const auto& ep : collector_->endpoints()) eps += (eps.empty() ? "" : ", ") + ep;
   if (view_pub_) view_pub_->Start();
+  if (retention_) retention_->Start();
   spdlog::info("lockstep {} collecting on {} into {}; view feed on {}; control channel on {}", options_.version,
                eps, options_.ingest.data_dir, view_pub_ ? view_pub_->endpoint() : "(none)",
                collector_->control_endpoint().empty() ? "(none)" : collector_->control_endpoint());
@@ -330,6 +378,7 @@ Status CollectService::Shutdown() { return Teardown(/*last_status_line=*/true); 
 Status CollectService::Teardown(bool last_status_line) {
   if (torn_down_) return shutdown_status_;
   torn_down_ = true;
+  if (retention_) retention_->Shutdown();
   if (collector_) shutdown_status_ = collector_->Shutdown(std::chrono::seconds(5));
   if (view_pub_) view_pub_->Shutdown();
   if (metrics_server_) metrics_server_->Shutdown();

@@ -18,6 +18,8 @@
 //   the fan-out (DeliverAlert) -> ViewModel, MetricsFeed, ReportRecorder, Dispatcher
 //                                 (whose sinks are the log, the --alerts-file jsonl file,
 //                                 webhooks, Alertmanager)
+//   Retention (own thread) thins closed log segments; its problems are "collector_disk"
+//                          alerts to the fan-out, which notes each alert's steps for it
 //   ViewPublisher (own thread) reads the Registry, the ViewModel, LiveAnalyzer::errors()
 //   MetricsServer (own thread) reads the Collector, LiveAnalyzer, Dispatcher, MetricsFeed
 //                              and serves the live report from the ReportRecorder
@@ -29,10 +31,11 @@
 //      time. Alerts derived again are marked `replayed` (each alert sink skips those its
 //      journal shows it handled before). Agents may already connect: their messages wait
 //      in the bound socket.
-//   2. The analyzer's timer thread, 3. the ingest thread, 4. the view feed's thread.
-//      (/metrics serves from Create on: it only reads.)
+//   2. The analyzer's timer thread, 3. the ingest thread, 4. the view feed's thread,
+//   5. the retention thread. (/metrics serves from Create on: it only reads.)
 //
 // Shutdown() (and the destructor), in reverse dependency order:
+//   0. Retention: its thread stops (a segment being thinned is finished first).
 //   1. Collector: drain the socket, flush and fsync the logs, join the ingest thread.
 //      First, so no message reaches a sink and no disk alert is raised past this point.
 //   2. ViewPublisher, 3. MetricsServer: the readers stop before what they read goes.
@@ -56,6 +59,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -64,6 +68,7 @@
 #include "lockstep/alerting/alert.h"
 #include "lockstep/common/clock.h"
 #include "lockstep/common/status.h"
+#include "lockstep/common/thread_annotations.h"
 #include "service/collect_options.h"
 #include "service/follow_up.h"
 
@@ -96,6 +101,7 @@ class ReplayClock final : public Clock {
 
 class Collector;
 class LiveAnalyzer;
+class Retention;
 class ReportRecorder;
 class SettingsRecorder;
 class ViewModel;
@@ -171,6 +177,7 @@ class CollectService {
   // /zoom?experiment=NAME&module=MODULE[&steps=N], `lockstep zoom`.
   int Act(std::string_view target, std::string* reply);
   void OnLogHealth(bool failing, const std::string& message);
+  void OnRetentionProblem(const std::string& metric, const std::string& message);
 
   CollectOptions options_;
   const Clock* clock_;           // options_.clock or the real clock
@@ -190,6 +197,16 @@ class CollectService {
   // What the collector asks of the runs after a first divergence (zoom, capture);
   // after collector_, which it uses, and fed by the analyzer and ingest threads.
   std::unique_ptr<FollowUp> follow_up_;
+  // Thins closed log segments; last, so destroyed (and stopped) first.
+  std::unique_ptr<Retention> retention_;
+
+  // The last step compared of each experiment's (baseline, candidate) pairs: retention
+  // thins no step its pairs have not compared. Written by the analyzer's pair-step
+  // observer, read by the retention thread; a leaf lock.
+  mutable Mutex progress_mu_;
+  std::map<std::string, std::map<std::pair<std::string, std::string>, uint64_t>> pair_progress_
+      GUARDED_BY(progress_mu_);
+  bool Progress(const std::string& experiment, uint64_t* step) const EXCLUDES(progress_mu_);
 
   // During the replay alerts are marked replayed.
   std::atomic<bool> replaying_{false};

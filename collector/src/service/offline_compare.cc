@@ -36,6 +36,7 @@ Status FeedCandidateLog(const std::string& path, Analyzer* an, LogScan* scan) {
     if (res != LogReader::Result::kEnd) scan->problem = (*reader)->problem();
     break;
   }
+  scan->thinned = LogReader::DescribeThinning((*reader)->thinned());
   return Status::OK();
 }
 

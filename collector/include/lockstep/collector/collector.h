@@ -61,6 +61,10 @@ struct CollectorOptions {
   size_t write_buffer_bytes = 256 << 10;  // per run log
   // New run logs in zstd blocks (docs/runlog.md); false: plain records (format 1).
   bool compress_logs = true;
+  // A run's log is closed into a segment once it holds this many bytes, so that
+  // retention can thin the closed ones (docs/runlog.md "Segments and retention");
+  // 0 = one file per run.
+  uint64_t segment_bytes = 0;
   int receive_hwm = 100000;               // ZMQ_RCVHWM, messages
   bool rebuild_from_logs = true;          // replay existing logs into the registry
   // ZeroMQ CURVE on the ingest socket (docs/security.md): off while secret_key is empty.

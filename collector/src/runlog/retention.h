@@ -1,0 +1,134 @@
+// Retention: keeps a long run's log bounded by thinning its closed segments in the
+// background (docs/runlog.md "Segments and retention").
+//
+// The rule, per closed segment of a run (log_format.h "Segments"):
+//   - a segment whose steps are all at least `retain_steps` behind the run's top step
+//     (the window) is thinned once. The top: for a run in a pair, the last step the live
+//     analysis compared (`progress`), so no step is thinned before it was compared,
+//     even when one run is far ahead and read back from its log; for a baseline not yet
+//     paired, none (a late candidate compares against its log from the first step);
+//     for any other run, its newest step in its closed segments. A segment thinned: of its StepStats messages
+//     (the tensor statistics) it keeps those of every `thin_every`-th step (step %
+//     thin_every == 0) and those of steps in an incident neighbourhood, and drops the
+//     others; every other message (Hello, directory, StepScalars with the loss, lr and
+//     grad norm, StepEnd, heartbeats, control answers) is kept, so every step is still
+//     there with its scalars;
+//   - when the data dir's run logs use more than `max_disk_bytes`, segments are thinned
+//     oldest first (by their last write) whatever the window, until they fit; when
+//     nothing is left to thin, one "max_disk" alert (again once they fit and outgrow it);
+//   - the incident neighbourhoods: each alert keeps steps [step - incident_margin_steps,
+//     step + incident_margin_steps] in full in every run of its experiment (both runs of
+//     a pair alike, so a kept step is compared whole); an incident that keeps alerting
+//     keeps every step until margin steps after its last alert. They are appended to
+//     "<data-dir>/retention.keep" (one "FIRST LAST EXPERIMENT" line each) when the alert
+//     is raised, long before its steps leave the window, and read at each compaction,
+//     so a restarted collector honours them too.
+//
+// Crash safety: a segment is thinned into "<segment>.thin" beside it, which is
+// fdatasync-ed and then renamed over the segment (atomic), then the directory is
+// fsync-ed. Killed at any moment, the segment is the old one or the whole new one; a
+// leftover ".thin" file is removed at the next pass. A thinned segment ends with a
+// thinning note (LogReader::thinned()) that readers report and that marks it as done.
+//
+// A failed compaction (a full disk) leaves the segment as it was, removes its partial
+// ".thin" file and raises one "compaction_failed" alert through `on_alert`; it is
+// retried at a later pass. Nothing here throws or stops the collector.
+//
+// Threads: KeepSteps() from any thread (an alert's); CompactOnce() from one thread at a
+// time (the retention thread, or a test's with the thread not started);
+// Start()/Shutdown() from the owner. Lock order: mu_ is a leaf.
+#ifndef LOCKSTEP_COLLECTOR_RUNLOG_RETENTION_H_
+#define LOCKSTEP_COLLECTOR_RUNLOG_RETENTION_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "lockstep/common/status.h"
+#include "lockstep/common/thread_annotations.h"
+
+namespace lockstep::collector {
+
+struct RetentionOptions {
+  std::string data_dir;
+  uint64_t retain_steps = 2000;     // the window: every step of the last N in full
+  uint64_t thin_every = 100;        // outside it, every K-th step in full
+  uint64_t max_disk_bytes = 0;      // 0 = no limit
+  uint64_t incident_margin_steps = 200;
+  int64_t interval_ms = 2000;       // between passes of the retention thread
+  // The last step the live analysis compared in every pair of `experiment` (the least
+  // over its pairs): false when it has none. Called on the retention thread. Empty:
+  // every run is taken as unpaired.
+  std::function<bool(const std::string& experiment, uint64_t* step)> progress;
+  // (metric, message) of a problem: "compaction_failed", "max_disk". Called on the
+  // retention thread; must not block.
+  std::function<void(const std::string&, const std::string&)> on_alert;
+};
+
+struct RetentionCounters {
+  uint64_t passes = 0;
+  uint64_t segments_thinned = 0;
+  uint64_t bytes_before = 0, bytes_after = 0;  // of the thinned segments
+  uint64_t messages_dropped = 0;
+  uint64_t failures = 0;
+  double seconds = 0;  // spent thinning (reading, writing, syncing)
+};
+
+class Retention {
+ public:
+  explicit Retention(RetentionOptions options);
+  ~Retention();  // Shutdown()
+  Retention(const Retention&) = delete;
+  Retention& operator=(const Retention&) = delete;
+
+  // Keeps steps first..last of the runs of `experiment` in full (an incident's
+  // neighbourhood). Appends to retention.keep unless a range already noted covers it.
+  // Never blocks on anything but one small write.
+  void KeepSteps(const std::string& experiment, uint64_t first, uint64_t last) EXCLUDES(mu_);
+
+  // One pass over the data dir: thins what the rule says. The first error that stopped
+  // a segment's thinning (the pass goes on with the others), OK otherwise.
+  Status CompactOnce();
+
+  void Start();     // the retention thread ("ls-retention"), a pass every interval_ms
+  void Shutdown();  // stops and joins it; a pass in progress finishes its segment
+  RetentionCounters counters() const EXCLUDES(mu_);
+
+ private:
+  struct SegmentInfo {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint64_t first_step = 0, max_step = 0;
+    bool has_steps = false;
+    bool thinned = false;
+    bool baseline = false;  // a Hello of role baseline is in it
+    std::string experiment;  // its first Hello's
+  };
+  // Reads the segment's steps and whether it carries a thinning note (cached by size
+  // and mtime).
+  StatusOr<SegmentInfo> Inspect(const std::string& path);
+  Status Thin(const std::string& experiment, const std::string& path, uint64_t* saved);
+  std::vector<std::pair<uint64_t, uint64_t>> KeepRanges(const std::string& experiment);
+  void Loop();
+
+  RetentionOptions opt_;
+  std::map<std::string, SegmentInfo> info_;  // the pass's thread only
+  bool over_disk_alerted_ = false;           // the pass's thread only
+
+  mutable Mutex mu_;
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> noted_ GUARDED_BY(mu_);
+  RetentionCounters counters_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::collector
+
+#endif  // LOCKSTEP_COLLECTOR_RUNLOG_RETENTION_H_

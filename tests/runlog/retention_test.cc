@@ -1,0 +1,344 @@
+// Segments (a run's log closed into numbered files, read as one) and retention (the
+// window, the incident neighbourhoods and the thinning of closed segments):
+// collector/src/runlog/segments.h, log_reader.h, log_writer.h, retention.h.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lockstep/schema/lockstep_generated.h"
+#include "runlog/log_format.h"
+#include "runlog/log_reader.h"
+#include "runlog/log_writer.h"
+#include "runlog/retention.h"
+#include "runlog/segments.h"
+#include "file_size_limit.h"
+#include "test_dir.h"
+#include "test_messages.h"
+
+namespace lockstep::collector {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::At;
+using testing::Bytes;
+
+// A run of `steps` steps: a Hello, then per step 8 tensors' statistics, the scalars and
+// the StepEnd, written with segments of `segment_bytes` (plain records: their sizes are
+// predictable).
+struct RunWriter {
+  std::unique_ptr<LogWriter> w;
+  std::string run;
+  uint64_t seq = 0;
+  void Put(const Bytes& b) { ASSERT_TRUE(w->Append(b.data(), b.size(), 1000 + seq).ok()); }
+  void Steps(uint64_t from, uint64_t to) {
+    for (uint64_t s = from; s < to; ++s) {
+      Put(testing::Stats(At(run, 0, seq++), s, 8));
+      Put(testing::Scalars(At(run, 0, seq++), s, 1.0 + s));
+      Put(testing::StepEnd(At(run, 0, seq++), s, 8));
+      ASSERT_TRUE(w->Flush().ok());  // a flush per step, as a collector at one step a burst
+    }
+  }
+};
+
+RunWriter OpenRun(const std::string& dir, const std::string& run, uint64_t segment_bytes,
+                  wire::Role role = wire::Role::Candidate) {
+  RunWriter r;
+  r.run = run;
+  auto w = LogWriter::Open(runlog::LogPathFor(dir, run), true, 64 << 10, /*compress=*/false);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  r.w = std::move(*w);
+  r.w->SetSegmentBytes(segment_bytes);
+  r.Put(testing::Hello(At(run, 0, r.seq++), "exp", role));
+  return r;
+}
+
+// What a reader of the whole log sees: per step, whether its statistics and its scalars
+// are there.
+struct Seen {
+  std::set<uint64_t> stats, scalars;
+  uint64_t messages = 0;
+  std::vector<uint64_t> seqs;
+  std::vector<LogReader::ThinNote> notes;
+};
+
+Seen ReadLog(const std::string& path) {
+  Seen s;
+  auto r = LogReader::Open(path);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return s;
+  LogReader::Record rec;
+  LogReader::Result res;
+  while ((res = (*r)->Next(&rec)) == LogReader::Result::kRecord) {
+    auto env = LogReader::Envelope(rec);
+    EXPECT_TRUE(env.ok());
+    if (!env.ok()) continue;
+    ++s.messages;
+    s.seqs.push_back((*env)->seq());
+    if ((*env)->body_type() == wire::Body::StepStats) s.stats.insert((*env)->body_as_StepStats()->step());
+    if ((*env)->body_type() == wire::Body::StepScalars) s.scalars.insert((*env)->body_as_StepScalars()->step());
+  }
+  EXPECT_EQ(res, LogReader::Result::kEnd) << (*r)->problem();
+  s.notes = (*r)->thinned();
+  return s;
+}
+
+TEST(Segments, ALogClosedIntoSegmentsReadsAsOneLogInOrder) {
+  testing::TempDir dir;
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 8 << 10);
+    r.Steps(0, 100);
+  }
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  const auto segs = runlog::ListSegments(head);
+  ASSERT_GE(segs.size(), 5u);  // 100 steps of ~1 KB in 8 KB segments
+  EXPECT_EQ(segs.front().path, head + ".000001");
+  EXPECT_EQ(runlog::ListRunLogs(dir.path()), std::vector<std::string>{"run-a"});
+  Seen s = ReadLog(head);
+  EXPECT_EQ(s.messages, 301u);
+  for (size_t i = 0; i < s.seqs.size(); ++i) ASSERT_EQ(s.seqs[i], i);  // every message once, in order
+  // The open file alone holds only the last ones.
+  auto only = LogReader::OpenFile(head);
+  ASSERT_TRUE(only.ok());
+  LogReader::Record rec;
+  uint64_t n = 0;
+  while ((*only)->Next(&rec) == LogReader::Result::kRecord) ++n;
+  EXPECT_LT(n, 301u / segs.size());
+}
+
+TEST(Segments, AReaderAtTheEndFollowsTheRotationsThatCameAfterIt) {
+  testing::TempDir dir;
+  RunWriter r = OpenRun(dir.path(), "run-a", 8 << 10);
+  r.Steps(0, 10);
+  auto reader = LogReader::Open(runlog::LogPathFor(dir.path(), "run-a"));
+  ASSERT_TRUE(reader.ok());
+  LogReader::Record rec;
+  std::vector<uint64_t> seqs;
+  auto drain = [&] {
+    while ((*reader)->Next(&rec) == LogReader::Result::kRecord) {
+      auto env = LogReader::Envelope(rec);
+      ASSERT_TRUE(env.ok());
+      seqs.push_back((*env)->seq());
+    }
+  };
+  drain();
+  EXPECT_EQ(seqs.size(), 31u);
+  // Several rotations while the reader waits at the end of the open file.
+  r.Steps(10, 60);
+  drain();
+  r.Steps(60, 70);
+  drain();
+  ASSERT_EQ(seqs.size(), 211u);
+  for (size_t i = 0; i < seqs.size(); ++i) ASSERT_EQ(seqs[i], i);
+}
+
+TEST(Segments, ALogWhoseOpenFileIsMissingIsItsSegments) {
+  // A collector killed between the rename and the new open file.
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 8 << 10);
+    r.Steps(0, 40);
+  }
+  const uint64_t in_head = [&] {
+    auto only = LogReader::OpenFile(head);
+    LogReader::Record rec;
+    uint64_t n = 0;
+    while ((*only)->Next(&rec) == LogReader::Result::kRecord) ++n;
+    return n;
+  }();
+  fs::remove(head);
+  EXPECT_EQ(runlog::ListRunLogs(dir.path()), std::vector<std::string>{"run-a"});
+  Seen s = ReadLog(head);
+  EXPECT_EQ(s.messages, 121u - in_head);
+}
+
+// The rule: outside the window, every 10th step and the incident's neighbourhood keep
+// their statistics; every step keeps its scalars; the window is untouched.
+TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndIncidents) {
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
+    r.Steps(0, 1000);
+  }
+  RetentionOptions o;
+  o.data_dir = dir.path();
+  o.retain_steps = 200;
+  o.thin_every = 10;
+  Retention ret(o);
+  ret.KeepSteps("exp", 400, 450);     // an incident of this run's experiment
+  ret.KeepSteps("other", 600, 650);   // another experiment's: not this run's
+  const uint64_t before = [&] {
+    uint64_t b = 0;
+    for (const auto& sg : runlog::ListSegments(head)) b += fs::file_size(sg.path);
+    return b;
+  }();
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  Seen s = ReadLog(head);
+  for (uint64_t step = 0; step < 1000; ++step) ASSERT_TRUE(s.scalars.count(step)) << step;
+  // The newest closed segment's last step is the top; segments wholly 200 steps behind
+  // it are thinned.
+  uint64_t top = 0;
+  for (uint64_t step : s.stats) top = std::max(top, step);
+  EXPECT_EQ(top, 999u);
+  uint64_t thinned_through = 0;
+  for (const auto& n : s.notes) thinned_through = std::max(thinned_through, n.last_step);
+  ASSERT_GT(thinned_through, 600u);
+  ASSERT_LE(thinned_through, 999u - 200u);
+  for (uint64_t step = 0; step < 1000; ++step) {
+    const bool kept = step % 10 == 0 || (step >= 400 && step <= 450) || step > thinned_through;
+    if (step + 1 < thinned_through) ASSERT_EQ(s.stats.count(step) == 1, kept) << "step " << step;
+  }
+  EXPECT_TRUE(s.stats.count(999 - 200 + 1));  // the window whole
+  EXPECT_FALSE(s.stats.count(601));           // the other experiment's incident is not kept here
+  const std::string said = LogReader::DescribeThinning(s.notes);
+  EXPECT_NE(said.find("steps 0-"), std::string::npos) << said;
+  EXPECT_NE(said.find("every 10th step"), std::string::npos) << said;
+  // The segment wholly inside the incident's neighbourhood is not rewritten: two ranges
+  // around it.
+  EXPECT_EQ(std::count(said.begin(), said.end(), ';'), 1) << said;
+  for (const auto& n : s.notes) EXPECT_FALSE(n.first_step >= 407 && n.last_step <= 450) << n.first_step;
+  auto c = ret.counters();
+  EXPECT_GT(c.segments_thinned, 0u);
+  EXPECT_LT(c.bytes_after * 3, c.bytes_before) << "9 of 10 steps' statistics dropped";
+  EXPECT_LT(c.bytes_after, before);
+  // A second pass finds nothing left to do.
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ret.counters().segments_thinned, c.segments_thinned);
+}
+
+TEST(Retention, NoStepIsThinnedBeforeItsPairsComparedIt) {
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
+    r.Steps(0, 1000);
+  }
+  RetentionOptions o;
+  o.data_dir = dir.path();
+  o.retain_steps = 200;
+  o.thin_every = 10;
+  o.progress = [](const std::string& experiment, uint64_t* step) {
+    if (experiment != "exp") return false;
+    *step = 300;  // the pair is far behind this run
+    return true;
+  };
+  Retention ret(o);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  Seen s = ReadLog(head);
+  for (const auto& n : s.notes) EXPECT_LE(n.last_step, 100u);
+  for (uint64_t step = 101; step < 1000; ++step) ASSERT_TRUE(s.stats.count(step)) << step;
+}
+
+TEST(Retention, ABaselineWithoutAPairIsNotThinnedByTheWindow) {
+  testing::TempDir dir;
+  {
+    RunWriter r = OpenRun(dir.path(), "base", 16 << 10, wire::Role::Baseline);
+    r.Steps(0, 1000);
+  }
+  RetentionOptions o;
+  o.data_dir = dir.path();
+  o.retain_steps = 200;
+  o.thin_every = 10;
+  Retention ret(o);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ret.counters().segments_thinned, 0u);
+  EXPECT_EQ(ReadLog(runlog::LogPathFor(dir.path(), "base")).stats.size(), 1000u);
+}
+
+TEST(Retention, OverMaxDiskThinsOldestFirstThenAlertsOnce) {
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "base");
+  {
+    RunWriter r = OpenRun(dir.path(), "base", 16 << 10, wire::Role::Baseline);
+    r.Steps(0, 300);
+  }
+  std::vector<std::string> alerts;
+  RetentionOptions o;
+  o.data_dir = dir.path();
+  o.thin_every = 10;
+  o.on_alert = [&](const std::string& metric, const std::string& message) { alerts.push_back(metric + ": " + message); };
+  uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) total += fs::file_size(e.path());
+  // Room for about two thirds: the oldest segments go first, and it then fits.
+  o.max_disk_bytes = total * 2 / 3;
+  {
+    Retention ret(o);
+    ASSERT_TRUE(ret.CompactOnce().ok());
+    EXPECT_TRUE(alerts.empty());
+    Seen s = ReadLog(head);
+    ASSERT_FALSE(s.notes.empty());
+    EXPECT_EQ(s.notes.front().first_step, 0u) << "the oldest segment first";
+    EXPECT_LT(s.notes.back().last_step, 290u) << "not all of it: it fits before";
+  }
+  // Far too little room: everything closed is thinned, then one alert.
+  o.max_disk_bytes = 1000;
+  Retention ret(o);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  ASSERT_EQ(alerts.size(), 1u);
+  EXPECT_EQ(alerts[0].rfind("max_disk: ", 0), 0u) << alerts[0];
+  EXPECT_NE(alerts[0].find("every closed segment is thinned already"), std::string::npos) << alerts[0];
+}
+
+TEST(Retention, AFullDiskLeavesTheSegmentWholeAndIsAnAlert) {
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
+    r.Steps(0, 600);
+  }
+  const Seen before = ReadLog(head);
+  std::vector<std::string> alerts;
+  RetentionOptions o;
+  o.data_dir = dir.path();
+  o.retain_steps = 200;
+  o.thin_every = 10;
+  o.on_alert = [&](const std::string& metric, const std::string&) { alerts.push_back(metric); };
+  Retention ret(o);
+  {
+    testing::FileSizeLimit full(1000);  // no ".thin" file can be written whole
+    EXPECT_FALSE(ret.CompactOnce().ok());
+  }
+  ASSERT_FALSE(alerts.empty());
+  EXPECT_EQ(alerts[0], "compaction_failed");
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_NE(e.path().extension(), ".thin") << "a partial file left: " << e.path();
+  const Seen after = ReadLog(head);
+  EXPECT_EQ(after.stats, before.stats);
+  EXPECT_EQ(after.messages, before.messages);
+  // Room again: the next pass thins.
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_GT(ret.counters().segments_thinned, 0u);
+}
+
+TEST(Retention, ALeftoverOfAKilledCompactionIsRemovedAndTheSegmentReadsWhole) {
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
+    r.Steps(0, 100);
+  }
+  const std::string thin = runlog::SegmentPathFor(head, 1) + ".thin";
+  {
+    std::ofstream f(thin, std::ios::binary);
+    f << "half a segment";
+  }
+  const Seen before = ReadLog(head);
+  RetentionOptions o;
+  o.data_dir = dir.path();
+  o.retain_steps = 1000;  // nothing out of the window
+  Retention ret(o);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_FALSE(fs::exists(thin));
+  EXPECT_EQ(ReadLog(head).messages, before.messages);
+}
+
+}  // namespace
+}  // namespace lockstep::collector
