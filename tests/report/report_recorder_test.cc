@@ -157,5 +157,54 @@ TEST(ReportRecorder, KeepsAlertsPerExperimentUpToTheBound) {
   EXPECT_NE(ReportHtml(s, "/report.json?experiment=exp").find("connect-src 'self'"), std::string::npos);
 }
 
+TEST(ReportRecorder, KeepsTheFirstDivergencesNeighbourhoodAtFullResolution) {
+  ReportLimits lim;
+  lim.max_cols = 20;
+  ReportRecorder rec(lim);
+  Feed f;
+  auto divergence = [&rec](uint64_t step) {
+    alerting::Alert a;
+    a.experiment = "exp";
+    a.rule = "first_divergence";
+    a.severity = alerting::Severity::kCritical;
+    a.runs = {"b", "c"};
+    a.step = step;
+    rec.OnAlert(a);
+  };
+  // t0 drifts from step 150 on, more every step; t1 never.
+  for (uint64_t s = 0; s < 300; ++s) {
+    f.Step(&rec, s, {s >= 150 ? 0.01 * static_cast<double>(s - 149) : 0.001, 0.0});
+    if (s == 150) divergence(150);
+    if (s == 200) divergence(200);  // the refined one: the neighbourhood stays
+  }
+  auto m = Matrix(rec);
+  EXPECT_EQ(m["ds"]["stride"], 16);  // 300 steps in 20 columns
+  ASSERT_TRUE(m.contains("near")) << m.dump();
+  const auto& near = m["near"];
+  EXPECT_EQ(near["anchor"], 150);
+  ASSERT_EQ(near["cols"].size(), 33u);
+  EXPECT_EQ(near["cols"][0], 134);
+  EXPECT_EQ(near["cols"][32], 166);
+  ASSERT_EQ(m["rows"][0][0], "t0");
+  EXPECT_EQ(near["S"][0][0], -30);   // step 134: 0.001
+  EXPECT_EQ(near["S"][0][16], -20);  // step 150: 0.01
+  EXPECT_EQ(near["S"][0][17], -17);  // step 151: 0.02, every step its own cell
+  EXPECT_EQ(near["S"][0][32], -8);   // step 166: 0.17
+  EXPECT_EQ(near["L"][0][16], 1.0);
+  // The merged heatmap keeps its worst cell per column, as before.
+  EXPECT_EQ(m["S"][0][9], -10);  // steps 144..159: the worst is step 159's 0.1
+  // Not merged: nothing "near" (the heatmap is the full resolution).
+  ReportRecorder small;
+  Feed g;
+  for (uint64_t s = 0; s < 10; ++s) g.Step(&small, s, {0.5});
+  alerting::Alert a;
+  a.experiment = "exp";
+  a.rule = "first_divergence";
+  a.runs = {"b", "c"};
+  a.step = 3;
+  small.OnAlert(a);
+  EXPECT_FALSE(Matrix(small).contains("near"));
+}
+
 }  // namespace
 }  // namespace lockstep::collector

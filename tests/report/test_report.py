@@ -174,6 +174,17 @@ def test_large_pair_is_small_and_fast(tmp_path):
         assert "Downsampled" in note and "columns of" in note, note
         rows = b.eval("D.rows.length")
         assert rows == 500
+        # The first divergence's neighbourhood, every step, below the merged heatmap.
+        assert "neighbourhood every step" in note, note
+        near = b.eval("JSON.stringify([D.near.anchor, D.near.cols[0], D.near.cols.length])")
+        assert json.loads(near) == [100, 84, 33], near
+        drawn = b.eval("""(() => { const c = document.getElementById('heatmap-near'); if (!c) return -1;
+            const px = c.getContext('2d').getImageData(150, 0, c.width - 150, c.height - 16).data;
+            let red = 0; for (let i = 0; i < px.length; i += 4) red += px[i] > 200 && px[i + 1] < 120;
+            return red; })()""")
+        assert drawn > 0, drawn
+        head = b.eval("document.querySelector('#app h3').innerText")
+        assert head == "Around the first divergence (step 100), every step: 84–116", head
     print("1000 steps x 500 tensors: report written in %.2f s, %.2f MB, opened and drawn by chromium in %.2f s"
           % (gen_s, size / 1e6, secs))
     assert secs < 10, secs

@@ -78,6 +78,20 @@ void ReportRecorder::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
   while (rel / p.stride >= limits_.max_cols) Halve(&p);
   const uint32_t col = static_cast<uint32_t>(rel / p.stride);
   p.ncols = std::max(p.ncols, col + 1);
+  // The neighbourhood ring's slot for this step, or -1 (the ring stopped, or a late
+  // rank's step whose slot a later step took).
+  int near = -1;
+  if (!p.near_frozen && p.near_anchor >= 0 && v.step > static_cast<uint64_t>(p.near_anchor) + kNearSteps)
+    p.near_frozen = true;
+  if (!p.near_frozen) {
+    const uint32_t slot = static_cast<uint32_t>(v.step % kNearCols);
+    uint64_t& at = p.near_step[slot];
+    if (at == UINT64_MAX || v.step > at) {
+      at = v.step;
+      for (Row& r : p.rows) r.near[slot] = Cell{};
+    }
+    if (at == v.step) near = static_cast<int>(slot);
+  }
 
   for (const MatchedTensor& m : *v.matched) {
     const uint64_t key = m.b->key;
@@ -98,6 +112,7 @@ void ReportRecorder::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
       // on, so the collector's RSS stays flat over a long run (a growing vector also
       // kept its doubled capacity: 512 columns' worth).
       r.cells.assign(limits_.max_cols, Cell{});
+      r.near.assign(kNearCols, Cell{});
       it = p.row_of.emplace(key, static_cast<uint32_t>(p.rows.size())).first;
       p.rows.push_back(std::move(r));
     }
@@ -111,6 +126,7 @@ void ReportRecorder::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
     c.b_l2 = static_cast<float>(m.b->l2);
     c.c_l2 = static_cast<float>(m.c->l2);
     MergeCell(&row.cells[col], c);
+    if (near >= 0) MergeCell(&row.near[near], c);
     if (p.nf_step < 0 && (m.b->nonfinite() || m.c->nonfinite())) {
       p.nf_step = static_cast<int64_t>(v.step);
       p.nf_tensor = row.name;
@@ -145,6 +161,12 @@ void ReportRecorder::OnPairStep(const PairCtx& ctx, const PairStepView& v) {
 
 void ReportRecorder::OnAlert(const alerting::Alert& a) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (a.rule == "first_divergence") {
+    auto it = pairs_.find(a.experiment);
+    if (it != pairs_.end() && it->second.near_anchor < 0 && a.runs.size() == 2 &&
+        a.runs[0] == it->second.baseline && a.runs[1] == it->second.candidate)
+      it->second.near_anchor = static_cast<int64_t>(a.step);
+  }
   Alerts& al = alerts_[a.experiment];
   if (al.kept.size() >= limits_.max_alerts) {
     ++al.dropped;
@@ -207,28 +229,55 @@ bool ReportRecorder::WriteMatrixJson(const std::string& experiment, JsonOut* j) 
   j->EndArray();
   // S: quantized scores; L: the baseline's l2; C: the candidate's l2 relative to it,
   // (c - b) / b, so the history shows both and their relative error.
-  auto matrix = [&](const char* key, auto cell_fn) {
+  const auto write_s = [j](const Cell& c) { j->Int(QuantizeScore(c.score, c.nonfinite)); };
+  const auto write_l = [j](const Cell& c) { j->Rounded(c.b_l2, 5); };
+  const auto write_c = [j](const Cell& c) {
+    const double b = c.b_l2, d = static_cast<double>(c.c_l2) - b;
+    j->Rounded(b != 0 ? d / std::fabs(b) : (d == 0 ? 0.0 : std::numeric_limits<double>::infinity()), 3);
+  };
+  // One matrix, rows in the page's order: cell_at(row, k) is the row's k-th of n columns.
+  auto matrix = [&](const char* key, size_t n, auto cell_at, auto cell_fn) {
     j->Key(key).BeginArray();
     for (uint32_t i : idx) {
       const Row& r = p.rows[i];
       j->BeginArray();
-      for (uint32_t c = 0; c < p.ncols; ++c) {
-        if (c >= r.cells.size() || (r.cells[c].score < 0 && !r.cells[c].nonfinite)) {
+      for (size_t k = 0; k < n; ++k) {
+        const Cell* c = cell_at(r, k);
+        if (c == nullptr || (c->score < 0 && !c->nonfinite)) {
           j->Null();
         } else {
-          cell_fn(r.cells[c]);
+          cell_fn(*c);
         }
       }
       j->EndArray();
     }
     j->EndArray();
   };
-  matrix("S", [j](const Cell& c) { j->Int(QuantizeScore(c.score, c.nonfinite)); });
-  matrix("L", [j](const Cell& c) { j->Rounded(c.b_l2, 5); });
-  matrix("C", [j](const Cell& c) {
-    const double b = c.b_l2, d = static_cast<double>(c.c_l2) - b;
-    j->Rounded(b != 0 ? d / std::fabs(b) : (d == 0 ? 0.0 : std::numeric_limits<double>::infinity()), 3);
-  });
+  const auto merged = [](const Row& r, size_t k) { return k < r.cells.size() ? &r.cells[k] : nullptr; };
+  matrix("S", p.ncols, merged, write_s);
+  matrix("L", p.ncols, merged, write_l);
+  matrix("C", p.ncols, merged, write_c);
+  // The first divergence's neighbourhood, every step, once the heatmap merges columns:
+  // "near": {"anchor", "cols": its steps, "S", "L", "C" as above}.
+  if (p.near_anchor >= 0 && p.stride > 1) {
+    const uint64_t a = static_cast<uint64_t>(p.near_anchor);
+    std::vector<std::pair<uint64_t, uint32_t>> slots;  // (step, ring slot), in step order
+    for (uint32_t s = 0; s < kNearCols; ++s) {
+      const uint64_t st = p.near_step[s];
+      if (st != UINT64_MAX && st + kNearSteps >= a && st <= a + kNearSteps) slots.emplace_back(st, s);
+    }
+    std::sort(slots.begin(), slots.end());
+    const auto near = [&slots](const Row& r, size_t k) { return &r.near[slots[k].second]; };
+    j->Key("near").BeginObject();
+    j->FieldU("anchor", a);
+    j->Key("cols").BeginArray();
+    for (const auto& sl : slots) j->Uint(sl.first);
+    j->EndArray();
+    matrix("S", slots.size(), near, write_s);
+    matrix("L", slots.size(), near, write_l);
+    matrix("C", slots.size(), near, write_c);
+    j->EndObject();
+  }
   j->Key("scal").BeginObject();
   j->Key("names").BeginArray().Str("loss").Str("grad_norm").Str("lr").Str("loss_scale").Str("step_time_s").EndArray();
   j->Key("steps").BeginArray();

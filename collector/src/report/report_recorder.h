@@ -15,6 +15,13 @@
 // (later ones counted). Memory is O(max_tensors x max_cols), independent of run length:
 // a row takes its max_cols cells (16 bytes each) when its tensor is first seen.
 //
+// The first divergence's neighbourhood at full resolution: besides the merged columns,
+// each row keeps the last kNearSteps * 2 + 1 steps in a ring; when the pair's first
+// divergence alert arrives (OnAlert), the ring fills up to kNearSteps steps past it and
+// stops, so the page can show every step from kNearSteps before the divergence to
+// kNearSteps after it however long the run (written as "near" once the heatmap merges
+// columns).
+//
 // Threads: every method takes the recorder's own mutex, so OnPairStep/OnAlert (the
 // analyzer's thread) and the Json functions (e.g. an HTTP thread) may run concurrently.
 // The mutex is a leaf: nothing is called while it is held.
@@ -77,7 +84,10 @@ class ReportRecorder {
     uint32_t micro = 0;
     uint32_t order = 0;
     std::vector<Cell> cells;
+    std::vector<Cell> near;  // kNearCols ring slots (Pair::near_step says which step)
   };
+  static constexpr uint32_t kNearSteps = 16;
+  static constexpr uint32_t kNearCols = 2 * kNearSteps + 1;
   static constexpr int kScalars = 5;  // loss, grad_norm, lr, loss_scale, step_time_s
   struct Point {
     uint64_t step = 0;
@@ -97,6 +107,11 @@ class ReportRecorder {
     std::vector<Point> points;
     int64_t nf_step = -1;  // first step with a NaN/Inf in either run
     std::string nf_tensor, nf_side;
+    // The neighbourhood ring: the step of each slot (UINT64_MAX: empty), the first
+    // divergence's step once its alert came (-1 before), and whether the ring stopped.
+    std::vector<uint64_t> near_step = std::vector<uint64_t>(kNearCols, UINT64_MAX);
+    int64_t near_anchor = -1;
+    bool near_frozen = false;
   };
   struct Alerts {
     std::vector<alerting::Alert> kept;
