@@ -169,7 +169,7 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
     // understands.
     s = out.Append(rec.data, rec.size, rec.recv_unix_ns);
     if (!s.ok()) break;
-    if (pause_ms > 0 && ++n == 100) {
+    if (pause_ms > 0 && ++n == 10) {
       (void)out.Flush();
       spdlog::info("retention: test pause of {} ms inside {}", pause_ms, tmp);
       std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
