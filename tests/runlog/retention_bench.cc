@@ -10,12 +10,12 @@
 // --retain-steps 100, --thin-every 100. No target: at a GPT-2-sized rank's ~116 KB a
 // step (docs/load.md), 5 MB/s thins 43 steps a second, far ahead of any training run.
 // The bytes before and after go to stderr.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
@@ -53,24 +53,28 @@ lockstep::testing::Bytes RandomStats(const lockstep::testing::Head& h, uint64_t 
   std::vector<uint32_t> hist;
   for (uint32_t i = 0; i < kTensors; ++i) {
     const double m = rng.Next() - 0.5, sd = 0.5 + rng.Next();
-    stats.emplace_back(i, 0, i, lockstep::wire::DType::BF16, 0, 0, 4096, m - 3 * sd, m + 3 * sd, m, sd,
-                       64 * sd, 3 * sd, 0, 0, 1, 0, 0);
+    stats.emplace_back(i, 0, i, lockstep::wire::DType::BF16, 0, 0, 4096, m - 3 * sd, m + 3 * sd, m,
+                       sd, 64 * sd, 3 * sd, 0, 0, 1, 0, 0);
     for (uint32_t k = 0; k < kSketch; ++k) sketch.push_back(rng.Next() * 8 - 4);
     for (uint32_t b = 0; b < kBins; ++b) hist.push_back(static_cast<uint32_t>(rng.Next() * 512));
   }
-  auto body = lockstep::wire::CreateStepStatsDirect(fbb, step, &stats, kSketch, &sketch, kBins, &hist);
+  auto body =
+      lockstep::wire::CreateStepStatsDirect(fbb, step, &stats, kSketch, &sketch, kBins, &hist);
   return lockstep::testing::Finish(fbb, h, lockstep::wire::Body::StepStats, body.Union());
 }
 
 void WriteRun(const std::string& dir) {
-  auto w = LogWriter::Open(lockstep::collector::runlog::LogPathFor(dir, "run"), true, 256 << 10, true);
+  auto w =
+      LogWriter::Open(lockstep::collector::runlog::LogPathFor(dir, "run"), true, 256 << 10, true);
   if (!w.ok()) {
     std::fprintf(stderr, "%s\n", w.status().message().c_str());
     std::exit(1);
   }
   (*w)->SetSegmentBytes(8 << 20);
   uint64_t seq = 0;
-  auto put = [&](const lockstep::testing::Bytes& b) { (void)(*w)->Append(b.data(), b.size(), 1000 + seq); };
+  auto put = [&](const lockstep::testing::Bytes& b) {
+    (void)(*w)->Append(b.data(), b.size(), 1000 + seq);
+  };
   put(lockstep::testing::Hello(At("run", 0, seq++), "bench", lockstep::wire::Role::Solo));
   Rng rng;
   for (uint64_t s = 0; s < kSteps; ++s) {
@@ -102,8 +106,8 @@ int main() {
     }
     rates.push_back(static_cast<double>(c.bytes_before) / 1e6 / c.seconds);
     std::fprintf(stderr, "pass %d: %llu segments, %.1f MB -> %.2f MB in %.2f s (%.1f MB/s)\n", rep,
-                 static_cast<unsigned long long>(c.segments_thinned), c.bytes_before / 1e6, c.bytes_after / 1e6,
-                 c.seconds, rates.back());
+                 static_cast<unsigned long long>(c.segments_thinned), c.bytes_before / 1e6,
+                 c.bytes_after / 1e6, c.seconds, rates.back());
   }
   std::sort(rates.begin(), rates.end());
   std::printf("BENCH retention_compact_mb_per_s %.1f MB/s\n", rates[1]);

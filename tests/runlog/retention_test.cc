@@ -1,6 +1,8 @@
 // Segments (a run's log closed into numbered files, read as one) and retention (the
 // window, the incident neighbourhoods and the thinning of closed segments):
 // collector/src/runlog/segments.h, log_reader.h, log_writer.h, retention.h.
+#include "runlog/retention.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,13 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "file_size_limit.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
 #include "runlog/log_writer.h"
-#include "runlog/retention.h"
 #include "runlog/segments.h"
-#include "file_size_limit.h"
 #include "test_dir.h"
 #include "test_messages.h"
 
@@ -80,8 +81,10 @@ Seen ReadLog(const std::string& path) {
     if (!env.ok()) continue;
     ++s.messages;
     s.seqs.push_back((*env)->seq());
-    if ((*env)->body_type() == wire::Body::StepStats) s.stats.insert((*env)->body_as_StepStats()->step());
-    if ((*env)->body_type() == wire::Body::StepScalars) s.scalars.insert((*env)->body_as_StepScalars()->step());
+    if ((*env)->body_type() == wire::Body::StepStats)
+      s.stats.insert((*env)->body_as_StepStats()->step());
+    if ((*env)->body_type() == wire::Body::StepScalars)
+      s.scalars.insert((*env)->body_as_StepScalars()->step());
   }
   EXPECT_EQ(res, LogReader::Result::kEnd) << (*r)->problem();
   s.notes = (*r)->thinned();
@@ -101,7 +104,8 @@ TEST(Segments, ALogClosedIntoSegmentsReadsAsOneLogInOrder) {
   EXPECT_EQ(runlog::ListRunLogs(dir.path()), std::vector<std::string>{"run-a"});
   Seen s = ReadLog(head);
   EXPECT_EQ(s.messages, 301u);
-  for (size_t i = 0; i < s.seqs.size(); ++i) ASSERT_EQ(s.seqs[i], i);  // every message once, in order
+  for (size_t i = 0; i < s.seqs.size(); ++i)
+    ASSERT_EQ(s.seqs[i], i);  // every message once, in order
   // The open file alone holds only the last ones.
   auto only = LogReader::OpenFile(head);
   ASSERT_TRUE(only.ok());
@@ -172,8 +176,8 @@ TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndInciden
   o.retain_steps = 200;
   o.thin_every = 10;
   Retention ret(o);
-  ret.KeepSteps("exp", 400, 450);     // an incident of this run's experiment
-  ret.KeepSteps("other", 600, 650);   // another experiment's: not this run's
+  ret.KeepSteps("exp", 400, 450);    // an incident of this run's experiment
+  ret.KeepSteps("other", 600, 650);  // another experiment's: not this run's
   const uint64_t before = [&] {
     uint64_t b = 0;
     for (const auto& sg : runlog::ListSegments(head)) b += fs::file_size(sg.path);
@@ -203,7 +207,8 @@ TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndInciden
   // The segment wholly inside the incident's neighbourhood is not rewritten: two ranges
   // around it.
   EXPECT_EQ(std::count(said.begin(), said.end(), ';'), 1) << said;
-  for (const auto& n : s.notes) EXPECT_FALSE(n.first_step >= 407 && n.last_step <= 450) << n.first_step;
+  for (const auto& n : s.notes)
+    EXPECT_FALSE(n.first_step >= 407 && n.last_step <= 450) << n.first_step;
   auto c = ret.counters();
   EXPECT_GT(c.segments_thinned, 0u);
   EXPECT_LT(c.bytes_after * 3, c.bytes_before) << "9 of 10 steps' statistics dropped";
@@ -263,7 +268,9 @@ TEST(Retention, OverMaxDiskThinsOldestFirstThenAlertsOnce) {
   RetentionOptions o;
   o.data_dir = dir.path();
   o.thin_every = 10;
-  o.on_alert = [&](const std::string& metric, const std::string& message) { alerts.push_back(metric + ": " + message); };
+  o.on_alert = [&](const std::string& metric, const std::string& message) {
+    alerts.push_back(metric + ": " + message);
+  };
   uint64_t total = 0;
   for (const auto& e : fs::directory_iterator(dir.path())) total += fs::file_size(e.path());
   // Room for about two thirds: the oldest segments go first, and it then fits.
@@ -284,7 +291,8 @@ TEST(Retention, OverMaxDiskThinsOldestFirstThenAlertsOnce) {
   ASSERT_TRUE(ret.CompactOnce().ok());
   ASSERT_EQ(alerts.size(), 1u);
   EXPECT_EQ(alerts[0].rfind("max_disk: ", 0), 0u) << alerts[0];
-  EXPECT_NE(alerts[0].find("every closed segment is thinned already"), std::string::npos) << alerts[0];
+  EXPECT_NE(alerts[0].find("every closed segment is thinned already"), std::string::npos)
+      << alerts[0];
 }
 
 TEST(Retention, AFullDiskLeavesTheSegmentWholeAndIsAnAlert) {

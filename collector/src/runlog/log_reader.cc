@@ -230,31 +230,37 @@ LogReader::Result LogReader::NextInFile(Record* rec) {
     offset_ = block_end_;  // every record of the block is out: the next read is past it
   }
   uint8_t h[runlog::kRecordHeaderBytes];
-  size_t got = std::fread(h, 1, sizeof h, file_);
-  if (got == 0 && std::feof(file_)) {
-    std::clearerr(file_);  // allow a later retry when the file grows
-    return Result::kEnd;
-  }
-  if (got != sizeof h) return Fail(Result::kTruncated, "torn record header");
-  uint32_t len = Load32(h);
-  uint32_t want_crc = Load32(h + 4);
-  if ((len & ~runlog::kBlockFlag) == (runlog::kNoteFlag | runlog::kThinNoteBytes)) {
-    uint8_t note[runlog::kThinNoteBytes];
-    if (std::fread(note, 1, sizeof note, file_) != sizeof note)
-      return Fail(Result::kTruncated, "torn thinning note");
-    uint32_t crc = crc32c::Extend(0, h, 4);
-    crc = crc32c::Extend(crc, h + 8, 8);
-    crc = crc32c::Extend(crc, note, sizeof note);
-    if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch in a thinning note");
-    ThinNote t;
-    std::memcpy(&t.first_step, note, 8);
-    std::memcpy(&t.last_step, note + 8, 8);
-    std::memcpy(&t.every, note + 16, 4);
-    std::memcpy(&t.full_steps, note + 24, 8);
-    std::memcpy(&t.dropped_messages, note + 32, 8);
-    thinned_.push_back(t);
-    offset_ += sizeof h + sizeof note;
-    return NextInFile(rec);
+  uint32_t len = 0, want_crc = 0;
+  // Thinning notes are collected, not handed out: read on to the next record (a loop,
+  // not a recursion: a file of notes must not exhaust the stack).
+  for (;;) {
+    size_t got = std::fread(h, 1, sizeof h, file_);
+    if (got == 0 && std::feof(file_)) {
+      std::clearerr(file_);  // allow a later retry when the file grows
+      return Result::kEnd;
+    }
+    if (got != sizeof h) return Fail(Result::kTruncated, "torn record header");
+    len = Load32(h);
+    want_crc = Load32(h + 4);
+    if ((len & ~runlog::kBlockFlag) != (runlog::kNoteFlag | runlog::kThinNoteBytes)) break;
+    {
+      uint8_t note[runlog::kThinNoteBytes];
+      if (std::fread(note, 1, sizeof note, file_) != sizeof note)
+        return Fail(Result::kTruncated, "torn thinning note");
+      uint32_t crc = crc32c::Extend(0, h, 4);
+      crc = crc32c::Extend(crc, h + 8, 8);
+      crc = crc32c::Extend(crc, note, sizeof note);
+      if (crc != want_crc) return Fail(Result::kCorrupt, "checksum mismatch in a thinning note");
+      ThinNote t;
+      std::memcpy(&t.first_step, note, 8);
+      std::memcpy(&t.last_step, note + 8, 8);
+      std::memcpy(&t.every, note + 16, 4);
+      std::memcpy(&t.full_steps, note + 24, 8);
+      std::memcpy(&t.dropped_messages, note + 32, 8);
+      // A segment holds one note: many are a damaged or hostile file, kept bounded.
+      if (thinned_.size() < 65536) thinned_.push_back(t);
+      offset_ += sizeof h + sizeof note;
+    }
   }
   const bool block = (len & runlog::kBlockFlag) != 0 && major_ != runlog::kFormatMajorPlain;
   if (block) len &= ~runlog::kBlockFlag;

@@ -1,6 +1,7 @@
 #include "runlog/retention.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-
-#include <spdlog/spdlog.h>
 
 #include "lockstep/common/thread_name.h"
 #include "lockstep/schema/lockstep_generated.h"
@@ -32,20 +31,29 @@ constexpr std::string_view kKeepFile = "retention.keep";
 // The step a message is about, when it has one.
 bool StepOf(const wire::Envelope& e, uint64_t* step) {
   switch (e.body_type()) {
-    case wire::Body::StepStats: *step = e.body_as_StepStats()->step(); return true;
-    case wire::Body::StepScalars: *step = e.body_as_StepScalars()->step(); return true;
-    case wire::Body::StepEnd: *step = e.body_as_StepEnd()->step(); return true;
-    default: return false;
+    case wire::Body::StepStats:
+      *step = e.body_as_StepStats()->step();
+      return true;
+    case wire::Body::StepScalars:
+      *step = e.body_as_StepScalars()->step();
+      return true;
+    case wire::Body::StepEnd:
+      *step = e.body_as_StepEnd()->step();
+      return true;
+    default:
+      return false;
   }
 }
 
 Status SyncDir(const std::string& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return Status::IOError("cannot open the data dir '" + dir + "': " + std::strerror(errno));
+  if (dfd < 0)
+    return Status::IOError("cannot open the data dir '" + dir + "': " + std::strerror(errno));
   const int rc = ::fsync(dfd);
   const int e = errno;
   ::close(dfd);
-  if (rc != 0) return Status::IOError("cannot fsync the data dir '" + dir + "': " + std::strerror(e));
+  if (rc != 0)
+    return Status::IOError("cannot fsync the data dir '" + dir + "': " + std::strerror(e));
   return Status::OK();
 }
 
@@ -75,7 +83,8 @@ void Retention::KeepSteps(const std::string& experiment, uint64_t first, uint64_
   // An incident alerting step after step adds a line per new step; the file is read
   // only at compactions, and its lines are a few bytes each.
   const std::string path = opt_.data_dir + "/" + std::string(kKeepFile);
-  const std::string line = std::to_string(first) + " " + std::to_string(last) + " " + experiment + "\n";
+  const std::string line =
+      std::to_string(first) + " " + std::to_string(last) + " " + experiment + "\n";
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;  // not noted: an alert at a later step of the incident tries again
   const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
@@ -91,8 +100,10 @@ std::vector<std::pair<uint64_t, uint64_t>> Retention::KeepRanges(const std::stri
     // "FIRST LAST EXPERIMENT"; the experiment may hold spaces.
     const auto s1 = line.find(' ');
     const auto s2 = s1 == std::string::npos ? s1 : line.find(' ', s1 + 1);
-    if (s2 == std::string::npos || line.compare(s2 + 1, std::string::npos, experiment) != 0) continue;
-    out.emplace_back(std::strtoull(line.c_str(), nullptr, 10), std::strtoull(line.c_str() + s1 + 1, nullptr, 10));
+    if (s2 == std::string::npos || line.compare(s2 + 1, std::string::npos, experiment) != 0)
+      continue;
+    out.emplace_back(std::strtoull(line.c_str(), nullptr, 10),
+                     std::strtoull(line.c_str() + s1 + 1, nullptr, 10));
   }
   return out;
 }
@@ -101,9 +112,11 @@ StatusOr<Retention::SegmentInfo> Retention::Inspect(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return Status::NotFound("segment '" + path + "': " + std::strerror(errno));
-  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  const int64_t mtime =
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   auto it = info_.find(path);
-  if (it != info_.end() && it->second.size == static_cast<uint64_t>(st.st_size) && it->second.mtime_ns == mtime)
+  if (it != info_.end() && it->second.size == static_cast<uint64_t>(st.st_size) &&
+      it->second.mtime_ns == mtime)
     return it->second;
   auto r = LogReader::OpenFile(path);
   if (!r.ok()) return r.status();
@@ -220,8 +233,9 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
     counters_.messages_dropped += dropped;
     counters_.seconds += secs;
   }
-  spdlog::info("retention: thinned {} (steps {}-{}): {} -> {} bytes, {} tensor statistics messages dropped",
-               path, first, last, before, after, dropped);
+  spdlog::info(
+      "retention: thinned {} (steps {}-{}): {} -> {} bytes, {} tensor statistics messages dropped",
+      path, first, last, before, after, dropped);
   return s;
 }
 
@@ -231,7 +245,8 @@ Status Retention::CompactOnce() {
   // Leftovers of a pass that was killed: the segments beside them are whole.
   for (fs::directory_iterator it(opt_.data_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() > kThinSuffix.size() && name.compare(name.size() - kThinSuffix.size(), kThinSuffix.size(), kThinSuffix) == 0 &&
+    if (name.size() > kThinSuffix.size() &&
+        name.compare(name.size() - kThinSuffix.size(), kThinSuffix.size(), kThinSuffix) == 0 &&
         name.find(runlog::kLogSuffix) != std::string::npos) {
       std::error_code rm;
       fs::remove(it->path(), rm);
@@ -274,13 +289,14 @@ Status Retention::CompactOnce() {
     }
     for (const auto& [path, si] : infos) {
       if (si.thinned) continue;
-      const bool out_of_window =
-          has_top && si.has_steps && newest >= opt_.retain_steps && si.max_step <= newest - opt_.retain_steps;
+      const bool out_of_window = has_top && si.has_steps && newest >= opt_.retain_steps &&
+                                 si.max_step <= newest - opt_.retain_steps;
       todo.push_back({experiment, path, si.mtime_ns, !out_of_window});
     }
   }
   // The window's rule first, then the disk limit: oldest first.
-  std::sort(todo.begin(), todo.end(), [](const Candidate& a, const Candidate& b) { return a.mtime_ns < b.mtime_ns; });
+  std::sort(todo.begin(), todo.end(),
+            [](const Candidate& a, const Candidate& b) { return a.mtime_ns < b.mtime_ns; });
   auto thin = [&](const Candidate& c) {
     uint64_t saved = 0;
     Status s = Thin(c.experiment, c.path, &saved);
@@ -291,7 +307,8 @@ Status Retention::CompactOnce() {
       }
       spdlog::warn("retention: {}", s.message());
       if (opt_.on_alert)
-        opt_.on_alert("compaction_failed", "cannot thin the run log segment " + c.path + ": " + s.message() +
+        opt_.on_alert("compaction_failed", "cannot thin the run log segment " + c.path + ": " +
+                                               s.message() +
                                                "; it is kept whole and retried later");
       if (first_error.ok()) first_error = s;
       return false;
@@ -316,9 +333,10 @@ Status Retention::CompactOnce() {
     if (!failed && total > opt_.max_disk_bytes && !over_disk_alerted_) {
       over_disk_alerted_ = true;
       if (opt_.on_alert)
-        opt_.on_alert("max_disk", "the run logs in " + opt_.data_dir + " use " + std::to_string(total) +
-                                      " bytes, more than --max-disk " + std::to_string(opt_.max_disk_bytes) +
-                                      ", and every closed segment is thinned already; recording goes on");
+        opt_.on_alert("max_disk",
+                      "the run logs in " + opt_.data_dir + " use " + std::to_string(total) +
+                          " bytes, more than --max-disk " + std::to_string(opt_.max_disk_bytes) +
+                          ", and every closed segment is thinned already; recording goes on");
     }
   }
   if (opt_.max_disk_bytes == 0 || total <= opt_.max_disk_bytes) over_disk_alerted_ = false;

@@ -7,12 +7,11 @@
 //     analysis compared (`progress`), so no step is thinned before it was compared,
 //     even when one run is far ahead and read back from its log; for a baseline not yet
 //     paired, none (a late candidate compares against its log from the first step);
-//     for any other run, its newest step in its closed segments. A segment thinned: of its StepStats messages
-//     (the tensor statistics) it keeps those of every `thin_every`-th step (step %
-//     thin_every == 0) and those of steps in an incident neighbourhood, and drops the
-//     others; every other message (Hello, directory, StepScalars with the loss, lr and
-//     grad norm, StepEnd, heartbeats, control answers) is kept, so every step is still
-//     there with its scalars;
+//     for any other run, its newest step in its closed segments. A segment thinned: of its
+//     StepStats messages (the tensor statistics) it keeps those of every `thin_every`-th step (step
+//     % thin_every == 0) and those of steps in an incident neighbourhood, and drops the others;
+//     every other message (Hello, directory, StepScalars with the loss, lr and grad norm, StepEnd,
+//     heartbeats, control answers) is kept, so every step is still there with its scalars;
 //   - when the data dir's run logs use more than `max_disk_bytes`, segments are thinned
 //     oldest first (by their last write) whatever the window, until they fit; when
 //     nothing is left to thin, one "max_disk" alert (again once they fit and outgrow it);
@@ -57,11 +56,11 @@ namespace lockstep::collector {
 
 struct RetentionOptions {
   std::string data_dir;
-  uint64_t retain_steps = 2000;     // the window: every step of the last N in full
-  uint64_t thin_every = 100;        // outside it, every K-th step in full
-  uint64_t max_disk_bytes = 0;      // 0 = no limit
+  uint64_t retain_steps = 2000;  // the window: every step of the last N in full
+  uint64_t thin_every = 100;     // outside it, every K-th step in full
+  uint64_t max_disk_bytes = 0;   // 0 = no limit
   uint64_t incident_margin_steps = 200;
-  int64_t interval_ms = 2000;       // between passes of the retention thread
+  int64_t interval_ms = 2000;  // between passes of the retention thread
   // The last step the live analysis compared in every pair of `experiment` (the least
   // over its pairs): false when it has none. Called on the retention thread. Empty:
   // every run is taken as unpaired.
@@ -107,7 +106,7 @@ class Retention {
     uint64_t first_step = 0, max_step = 0;
     bool has_steps = false;
     bool thinned = false;
-    bool baseline = false;  // a Hello of role baseline is in it
+    bool baseline = false;   // a Hello of role baseline is in it
     std::string experiment;  // its first Hello's
   };
   // Reads the segment's steps and whether it carries a thinning note (cached by size

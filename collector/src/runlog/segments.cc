@@ -48,7 +48,8 @@ std::vector<Segment> ListSegments(const std::string& log_path, uint64_t after) {
     if (stem + std::string(kLogSuffix) != want) continue;
     out.push_back({n, it->path().string()});
   }
-  std::sort(out.begin(), out.end(), [](const Segment& a, const Segment& b) { return a.number < b.number; });
+  std::sort(out.begin(), out.end(),
+            [](const Segment& a, const Segment& b) { return a.number < b.number; });
   return out;
 }
 
