@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "file_size_limit.h"
+#include "lockstep/collector/collector.h"
 #include "lockstep/schema/lockstep_generated.h"
 #include "runlog/log_format.h"
 #include "runlog/log_reader.h"
@@ -160,6 +161,32 @@ TEST(Segments, ALogWhoseOpenFileIsMissingIsItsSegments) {
   EXPECT_EQ(runlog::ListRunLogs(dir.path()), std::vector<std::string>{"run-a"});
   Seen s = ReadLog(head);
   EXPECT_EQ(s.messages, 121u - in_head);
+}
+
+TEST(Segments, ACollectorKilledInARotationRebuildsTheRunFromItsSegments) {
+  testing::TempDir dir;
+  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
+  {
+    RunWriter r = OpenRun(dir.path(), "run-a", 8 << 10);
+    r.Steps(0, 40);
+  }
+  // The rotation's rename done, the next open file not made yet.
+  const auto segs = runlog::ListSegments(head);
+  ASSERT_FALSE(segs.empty());
+  fs::rename(head, runlog::SegmentPathFor(head, segs.back().number + 1));
+  ASSERT_EQ(ReadLog(head).messages, 121u);
+  CollectorOptions o;
+  o.listen = {"tcp://127.0.0.1:*"};
+  o.data_dir = dir.path();
+  auto c = Collector::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)->counters().rebuilt_messages, 121u);
+  EXPECT_TRUE(fs::exists(head)) << "a new open file";
+  const auto ranks = (*c)->registry().Snapshot();
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].messages, 121u);
+  EXPECT_EQ(ranks[0].gaps, 0u);
+  EXPECT_EQ(ReadLog(head).messages, 121u);
 }
 
 // The rule: outside the window, every 10th step and the incident's neighbourhood keep

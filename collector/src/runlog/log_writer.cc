@@ -149,8 +149,7 @@ Status LogWriter::OpenHead() {
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0) {
     uint8_t h[runlog::kFileHeaderBytes];
-    FileHeader(h, cctx_ != nullptr || plain_major_ == runlog::kFormatMajor ? runlog::kFormatMajor
-                                                                           : runlog::kFormatMajorPlain);
+    FileHeader(h, cctx_ != nullptr ? runlog::kFormatMajor : runlog::kFormatMajorPlain);
     if (!WriteAll(fd, h, sizeof h)) {
       Status s = Errno("cannot write the header of", path_);
       ::close(fd);

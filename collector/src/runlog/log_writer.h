@@ -105,7 +105,6 @@ class LogWriter {
   uint64_t raw_bytes_ = 0, written_bytes_ = 0;
   uint64_t segment_bytes_ = 0;
   uint64_t last_segment_ = 0;  // the highest segment number of this log
-  uint16_t plain_major_ = runlog::kFormatMajorPlain;  // a new open file's format without cctx_
 };
 
 }  // namespace lockstep::collector
