@@ -12,6 +12,7 @@ thinning, and then:
 - the segment being thinned at the kill reads whole, the ".thin" leftover is gone;
 - `compare` gives the same verdict (exit status, first divergence) as before thinning, and
   says what was thinned in each log;
+- no sequence number is missing (`inspect --summary` counts no gap);
 - the data dir shrank."""
 import os
 import re
@@ -103,6 +104,10 @@ def test_kill_in_the_middle_of_a_compaction_loses_nothing_kept(tmp_path, monkeyp
     said = [line.strip() for line in out_after.splitlines() if "thinned by retention" in line]
     assert [s.split(":")[0] for s in said] == ["baseline log", "candidate log"], out_after
     assert all("steps 0-" in s and "every 10th step" in s for s in said), said
+    # The thinned steps' statistics messages are emptied, not removed: no gap.
+    summary = subprocess.run([col.exe, "inspect", "--summary", os.path.join(data, "cand.lslog")],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    assert '"gaps":0' in summary, summary
     bytes_after = log_bytes(data)
     assert bytes_after < 0.6 * bytes_before, (bytes_before, bytes_after)
     print("retention: %d -> %d log bytes; %s" % (bytes_before, bytes_after, said[1]))

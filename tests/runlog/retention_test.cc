@@ -82,8 +82,10 @@ Seen ReadLog(const std::string& path) {
     if (!env.ok()) continue;
     ++s.messages;
     s.seqs.push_back((*env)->seq());
-    if ((*env)->body_type() == wire::Body::StepStats)
-      s.stats.insert((*env)->body_as_StepStats()->step());
+    if ((*env)->body_type() == wire::Body::StepStats) {
+      const auto* ss = (*env)->body_as_StepStats();
+      if (ss->stats() != nullptr && ss->stats()->size() > 0) s.stats.insert(ss->step());
+    }
     if ((*env)->body_type() == wire::Body::StepScalars)
       s.scalars.insert((*env)->body_as_StepScalars()->step());
   }
@@ -213,6 +215,10 @@ TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndInciden
   ASSERT_TRUE(ret.CompactOnce().ok());
   Seen s = ReadLog(head);
   for (uint64_t step = 0; step < 1000; ++step) ASSERT_TRUE(s.scalars.count(step)) << step;
+  // Every message is still there (a thinned step's statistics message hollowed, not
+  // removed): the sequence numbers have no gap.
+  ASSERT_EQ(s.messages, 3001u);
+  for (size_t i = 0; i < s.seqs.size(); ++i) ASSERT_EQ(s.seqs[i], i);
   // The newest closed segment's last step is the top; segments wholly 200 steps behind
   // it are thinned.
   uint64_t top = 0;
@@ -238,7 +244,8 @@ TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndInciden
     EXPECT_FALSE(n.first_step >= 407 && n.last_step <= 450) << n.first_step;
   auto c = ret.counters();
   EXPECT_GT(c.segments_thinned, 0u);
-  EXPECT_LT(c.bytes_after * 3, c.bytes_before) << "9 of 10 steps' statistics dropped";
+  // 8 tensors a step in plain records: a hollowed message is a fair part of a full one.
+  EXPECT_LT(c.bytes_after * 2, c.bytes_before) << "9 of 10 steps' statistics dropped";
   EXPECT_LT(c.bytes_after, before);
   // A second pass finds nothing left to do.
   ASSERT_TRUE(ret.CompactOnce().ok());

@@ -365,8 +365,8 @@ std::string LogReader::DescribeThinning(const std::vector<ThinNote>& notes) {
     out += "steps " + std::to_string(m.first_step) + "-" + std::to_string(m.last_step) +
            " thinned by retention: every " + std::to_string(m.every) +
            "th step and incident neighbourhoods in full (" + std::to_string(m.full_steps) +
-           " steps), the others' tensor statistics dropped (" + std::to_string(m.dropped_messages) +
-           " messages, their scalars kept)";
+           " steps), the others keep their scalars only (" + std::to_string(m.dropped_messages) +
+           " statistics messages emptied)";
   }
   return out;
 }

@@ -84,12 +84,12 @@ class LogReader {
   // What retention thinned in the files read so far (their thinning notes, log_format.h),
   // in log order: steps first_step..last_step kept every `every`-th step in full (and
   // incident neighbourhoods, the window); the other steps' tensor statistics messages
-  // were dropped.
+  // were emptied (hollowed: envelope and step kept, no statistics).
   struct ThinNote {
     uint64_t first_step = 0, last_step = 0;
     uint32_t every = 0;
     uint64_t full_steps = 0;        // steps of the range still in full
-    uint64_t dropped_messages = 0;  // StepStats messages dropped
+    uint64_t dropped_messages = 0;  // StepStats messages emptied
   };
   const std::vector<ThinNote>& thinned() const { return thinned_; }
   // One line per contiguous thinned range ("steps 0-97999 thinned: every 100th step in

@@ -45,6 +45,29 @@ bool StepOf(const wire::Envelope& e, uint64_t* step) {
   }
 }
 
+// The message of a thinned step's statistics, hollowed: the same envelope (run, rank,
+// seq, session, times) and step, no statistics. Kept in place of the message so that the
+// sequence numbers stay whole (the registry and `inspect --summary` count no gap) and a
+// reader still sees which messages the step had. Aliases *fbb until its next use.
+std::pair<const uint8_t*, uint32_t> Hollow(const wire::Envelope& e, flatbuffers::FlatBufferBuilder* fbb) {
+  fbb->Clear();
+  const auto* ss = e.body_as_StepStats();
+  auto body = wire::CreateStepStats(*fbb, ss->step(), 0, ss->sketch_k(), 0, ss->hist_bins(), 0);
+  auto run = fbb->CreateString(e.run_id() ? e.run_id()->string_view() : std::string_view());
+  wire::EnvelopeBuilder b(*fbb);
+  b.add_schema_major(e.schema_major());
+  b.add_schema_minor(e.schema_minor());
+  b.add_run_id(run);
+  b.add_rank(e.rank());
+  b.add_seq(e.seq());
+  b.add_sent_unix_ns(e.sent_unix_ns());
+  b.add_session(e.session());
+  b.add_body_type(wire::Body::StepStats);
+  b.add_body(body.Union());
+  fbb->Finish(b.Finish(), wire::EnvelopeIdentifier());
+  return {fbb->GetBufferPointer(), static_cast<uint32_t>(fbb->GetSize())};
+}
+
 Status SyncDir(const std::string& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0)
@@ -162,6 +185,7 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
   LogReader::Result res;
   uint64_t first = UINT64_MAX, last = 0, dropped = 0, n = 0;
   std::set<uint64_t> full;
+  flatbuffers::FlatBufferBuilder fbb(512);
   const int64_t pause_ms = TestPauseMs();
   Status s;
   while ((res = (*reader)->Next(&rec)) == LogReader::Result::kRecord) {
@@ -173,6 +197,9 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
       if ((*env)->body_type() == wire::Body::StepStats) {
         if (step % opt_.thin_every != 0 && !in_keep(step)) {
           ++dropped;
+          const auto hollow = Hollow(**env, &fbb);
+          s = out.Append(hollow.first, hollow.second, rec.recv_unix_ns);
+          if (!s.ok()) break;
           continue;
         }
         full.insert(step);
@@ -234,7 +261,7 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
     counters_.seconds += secs;
   }
   spdlog::info(
-      "retention: thinned {} (steps {}-{}): {} -> {} bytes, {} tensor statistics messages dropped",
+      "retention: thinned {} (steps {}-{}): {} -> {} bytes, {} tensor statistics messages emptied",
       path, first, last, before, after, dropped);
   return s;
 }

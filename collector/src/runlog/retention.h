@@ -3,15 +3,18 @@
 //
 // The rule, per closed segment of a run (log_format.h "Segments"):
 //   - a segment whose steps are all at least `retain_steps` behind the run's top step
-//     (the window) is thinned once. The top: for a run in a pair, the last step the live
-//     analysis compared (`progress`), so no step is thinned before it was compared,
-//     even when one run is far ahead and read back from its log; for a baseline not yet
-//     paired, none (a late candidate compares against its log from the first step);
-//     for any other run, its newest step in its closed segments. A segment thinned: of its
-//     StepStats messages (the tensor statistics) it keeps those of every `thin_every`-th step (step
-//     % thin_every == 0) and those of steps in an incident neighbourhood, and drops the others;
-//     every other message (Hello, directory, StepScalars with the loss, lr and grad norm, StepEnd,
-//     heartbeats, control answers) is kept, so every step is still there with its scalars;
+//     (the window) is thinned once. The top: for a run of an experiment with pairs, the
+//     last step the live analysis compared in all of them (`progress`), so no step is
+//     thinned before it was compared (even when one run is far ahead and read back from
+//     its log) and the runs of a pair are thinned alike; for a baseline not yet paired,
+//     none (a late candidate compares against its log from the first step); for any
+//     other run, its newest step in its closed segments. A segment thinned: of its
+//     StepStats messages (the tensor statistics) it keeps those of every `thin_every`-th
+//     step (step % thin_every == 0) and those of steps in an incident neighbourhood, and
+//     hollows the others (the same envelope and step, no statistics: the sequence
+//     numbers stay whole); every other message (Hello, directory, StepScalars with the
+//     loss, lr and grad norm, StepEnd, heartbeats, control answers) is kept, so every
+//     step is still there with its scalars;
 //   - when the data dir's run logs use more than `max_disk_bytes`, segments are thinned
 //     oldest first (by their last write) whatever the window, until they fit; when
 //     nothing is left to thin, one "max_disk" alert (again once they fit and outgrow it);
