@@ -50,8 +50,8 @@
 //
 // Threads: Create, Start, Run, Shutdown and the destructor from one controlling thread.
 // The accessors from any thread after Create (the parts' own contracts apply).
-// DeliverAlert runs on the ingest or the analyzer's timer thread (or the controlling
-// thread during replay) and never blocks.
+// DeliverAlert runs on the ingest, the analyzer's timer or the retention thread (or the
+// controlling thread during replay) and never blocks.
 #ifndef LOCKSTEP_COLLECTOR_SERVICE_COLLECT_SERVICE_H_
 #define LOCKSTEP_COLLECTOR_SERVICE_COLLECT_SERVICE_H_
 
