@@ -87,6 +87,7 @@ TEST(MetricsServer, ActionHandlerTakesPostsWithTheirQueryFromLoopback) {
   EXPECT_EQ(r.body, "asked\n");
   EXPECT_EQ(seen, "/zoom?experiment=a%20b&module=m");
   EXPECT_EQ(HttpRequest(server->address(), "/x", http::verb::post).status, 404);
+  EXPECT_EQ(HttpRequest(server->address(), "/metrics", http::verb::post).status, 405);  // the server's own
   EXPECT_EQ(HttpRequest(server->address(), "/metrics").body, "m\n");  // GETs as before
 }
 

@@ -114,7 +114,7 @@ class MetricsServer::Impl {
     target = target.substr(0, target.find('?'));
     const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
     *content_type = "text/plain; charset=utf-8";
-    if (req.method() == http::verb::post && handlers_.action) {
+    if (req.method() == http::verb::post && handlers_.action && target != "/metrics" && target != "/") {
       if (!loopback_peer) {
         *status = http::status::forbidden;
         return "this collector takes actions (POST) only from its own machine\n";

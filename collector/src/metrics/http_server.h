@@ -4,7 +4,7 @@
 //   GET /metrics  -> 200, Content-Type text/plain; version=0.0.4, body = render()
 //   GET /         -> 200, one line pointing at /metrics (or handlers.page's answer)
 //   other GETs    -> handlers.page's answer, when given
-//   POST          -> handlers.action's answer, when given, and only from a loopback
+//   POST          -> (but to /metrics and /) handlers.action's answer, when given, and only from a loopback
 //                    peer (403 otherwise): a POST acts on the training jobs (a zoom),
 //                    so it is taken from this machine alone, whatever address the
 //                    server listens on
