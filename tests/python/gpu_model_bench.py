@@ -46,9 +46,9 @@ BENCH gpu_<model>_launches_per_step      kernel launches per triton step minus p
 Printed beside them: step medians, the kernel's state (used, or why not), the torch
 path's and the foreach reference's replay time and HBM fraction.
 
-Expected duration on an H100: about 4-5 minutes, most of it in the torch path's steps
-(~1-2.5 s each before issue 13's fallback work) and model set-up; fits one 10-minute
-device call. LOCKSTEP_BENCH_ROUNDS (default 8) and LOCKSTEP_BENCH_MODELS (default
+Measured duration on an H200 with LOCKSTEP_BENCH_ROUNDS=5: 98-108 s, most of it in the
+torch path's steps (0.8 s a GPT-2 step, 2.6 s a Llama one) and model set-up; the
+default 8 rounds fit one 10-minute device call (docs/performance.md has the figures). LOCKSTEP_BENCH_ROUNDS (default 8) and LOCKSTEP_BENCH_MODELS (default
 "gpt2_bf16,gpt2_fp32,every10,det,llama_bf16") trim it.
 
 Without CUDA it prints a note and no BENCH line. `--smoke` runs the tiny variants of both
