@@ -94,6 +94,7 @@ TEST(CollectorMetrics, ShowsRanksBadMessagesStepTimesAndAlerts) {
   f.Send(Ack(lockstep::testing::At("run-a", 1, 6), 7, wire::AckStatus::Done));
   f.Send(Ack(lockstep::testing::At("run-a", 1, 7), 7, wire::AckStatus::Done, /*replay=*/true));
   f.WaitReceived(8);
+  f.WaitAccepted(7);  // the registry counts a message before `accepted` does, not before `received`
   alerting::Alert a;
   a.rule = "loss_drift";
   a.severity = alerting::Severity::kCritical;
