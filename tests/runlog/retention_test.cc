@@ -60,6 +60,22 @@ RunWriter OpenRun(const std::string& dir, const std::string& run, uint64_t segme
   return r;
 }
 
+// Steps [0, steps) of run "run-a" in 16 KiB segments; returns the log's path.
+std::string WriteRun(const std::string& dir, uint64_t steps) {
+  RunWriter r = OpenRun(dir, "run-a", 16 << 10);
+  r.Steps(0, steps);
+  return runlog::LogPathFor(dir, "run-a");
+}
+
+// The rule the thinning tests use: a 200-step window, every 10th step kept.
+RetentionOptions ThinningOptions(const std::string& dir) {
+  RetentionOptions o;
+  o.data_dir = dir;
+  o.retain_steps = 200;
+  o.thin_every = 10;
+  return o;
+}
+
 // What a reader of the whole log sees: per step, whether its statistics and its scalars
 // are there.
 struct Seen {
@@ -195,15 +211,8 @@ TEST(Segments, ACollectorKilledInARotationRebuildsTheRunFromItsSegments) {
 // their statistics; every step keeps its scalars; the window is untouched.
 TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndIncidents) {
   testing::TempDir dir;
-  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
-  {
-    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
-    r.Steps(0, 1000);
-  }
-  RetentionOptions o;
-  o.data_dir = dir.path();
-  o.retain_steps = 200;
-  o.thin_every = 10;
+  const std::string head = WriteRun(dir.path(), 1000);
+  RetentionOptions o = ThinningOptions(dir.path());
   Retention ret(o);
   ret.KeepSteps("exp", 400, 450);    // an incident of this run's experiment
   ret.KeepSteps("other", 600, 650);  // another experiment's: not this run's
@@ -254,15 +263,8 @@ TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndInciden
 
 TEST(Retention, NoStepIsThinnedBeforeItsPairsComparedIt) {
   testing::TempDir dir;
-  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
-  {
-    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
-    r.Steps(0, 1000);
-  }
-  RetentionOptions o;
-  o.data_dir = dir.path();
-  o.retain_steps = 200;
-  o.thin_every = 10;
+  const std::string head = WriteRun(dir.path(), 1000);
+  RetentionOptions o = ThinningOptions(dir.path());
   o.progress = [](const std::string& experiment, uint64_t* step) {
     if (experiment != "exp") return false;
     *step = 300;  // the pair is far behind this run
@@ -281,10 +283,7 @@ TEST(Retention, ABaselineWithoutAPairIsNotThinnedByTheWindow) {
     RunWriter r = OpenRun(dir.path(), "base", 16 << 10, wire::Role::Baseline);
     r.Steps(0, 1000);
   }
-  RetentionOptions o;
-  o.data_dir = dir.path();
-  o.retain_steps = 200;
-  o.thin_every = 10;
+  RetentionOptions o = ThinningOptions(dir.path());
   Retention ret(o);
   ASSERT_TRUE(ret.CompactOnce().ok());
   EXPECT_EQ(ret.counters().segments_thinned, 0u);
@@ -331,17 +330,10 @@ TEST(Retention, OverMaxDiskThinsOldestFirstThenAlertsOnce) {
 
 TEST(Retention, AFullDiskLeavesTheSegmentWholeAndIsAnAlert) {
   testing::TempDir dir;
-  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
-  {
-    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
-    r.Steps(0, 600);
-  }
+  const std::string head = WriteRun(dir.path(), 600);
   const Seen before = ReadLog(head);
   std::vector<std::string> alerts;
-  RetentionOptions o;
-  o.data_dir = dir.path();
-  o.retain_steps = 200;
-  o.thin_every = 10;
+  RetentionOptions o = ThinningOptions(dir.path());
   o.on_alert = [&](const std::string& metric, const std::string&) { alerts.push_back(metric); };
   Retention ret(o);
   {
@@ -362,11 +354,7 @@ TEST(Retention, AFullDiskLeavesTheSegmentWholeAndIsAnAlert) {
 
 TEST(Retention, ALeftoverOfAKilledCompactionIsRemovedAndTheSegmentReadsWhole) {
   testing::TempDir dir;
-  const std::string head = runlog::LogPathFor(dir.path(), "run-a");
-  {
-    RunWriter r = OpenRun(dir.path(), "run-a", 16 << 10);
-    r.Steps(0, 100);
-  }
+  const std::string head = WriteRun(dir.path(), 100);
   const std::string thin = runlog::SegmentPathFor(head, 1) + ".thin";
   {
     std::ofstream f(thin, std::ios::binary);
