@@ -1,9 +1,10 @@
 // CollectorMetrics over an in-process Collector fed through ZeroMQ: the figures a
-// scrape shows for good messages, a bad frame, step times and alerts, and the
-// messages/s gauge under an injected clock.
+// scrape shows for good messages, a bad frame, step times and alerts, the
+// messages/s gauge under an injected clock, and the log retention's figures.
 #include "metrics/collector_metrics.h"
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -16,8 +17,12 @@
 #include "lockstep/collector/collector.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics_feed.h"
+#include "runlog/log_format.h"
+#include "runlog/log_writer.h"
+#include "runlog/retention.h"
 #include "test_dir.h"
 #include "test_messages.h"
+#include "wait_for.h"
 
 namespace lockstep::collector::metrics {
 namespace {
@@ -222,6 +227,81 @@ TEST(CollectorMetrics, ServedOverHttp) {
   auto r = lockstep::testing::HttpRequest((*server)->address(), "/metrics");
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("# TYPE lockstep_collector_messages_total counter\n"), std::string::npos);
+}
+
+// The sample value of `name` (no labels) in a scrape; -1 when absent.
+double Value(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
+// The real retention thread thins a run's closed segments while /metrics is scraped over
+// HTTP (TSan: the retention thread writes what the server's thread reads); the scrape
+// shows what the pass left on disk.
+TEST(CollectorMetrics, ShowsRetentionOverHttp) {
+  Fixture f;
+  lockstep::testing::TempDir data;
+  {
+    auto w = LogWriter::Open(runlog::LogPathFor(data.path(), "run-a"), true, 64 << 10, /*compress=*/false);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    (*w)->SetSegmentBytes(16 << 10);
+    uint64_t seq = 0;
+    auto put = [&](const Bytes& b) { ASSERT_TRUE((*w)->Append(b.data(), b.size(), 1000 + seq).ok()); };
+    put(lockstep::testing::Hello(lockstep::testing::At("run-a", 0, seq++), "exp", wire::Role::Candidate));
+    for (uint64_t s = 0; s < 600; ++s) {
+      put(lockstep::testing::Stats(lockstep::testing::At("run-a", 0, seq++), s, 8));
+      put(lockstep::testing::Scalars(lockstep::testing::At("run-a", 0, seq++), s, 1.0));
+      ASSERT_TRUE((*w)->Flush().ok());
+    }
+  }
+  RetentionOptions o;
+  o.data_dir = data.path();
+  o.retain_steps = 100;
+  o.thin_every = 10;
+  o.max_disk_bytes = 1 << 30;
+  o.interval_ms = 5;
+  Retention ret(o);
+  ret.KeepSteps("exp", 50, 59);
+  auto server = StartCollectorMetrics("127.0.0.1:0", {f.col.get(), nullptr, nullptr, &f.feed, &ret});
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  auto scrape = [&] { return "\n" + lockstep::testing::HttpRequest((*server)->address(), "/metrics").body; };
+  std::string t = scrape();
+  EXPECT_TRUE(Has(t, "lockstep_retention_thinned_segments_total 0")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_pass_duration_seconds_count 0")) << t;
+  ret.Start();
+  // Two passes after the one that thinned: the figures are settled.
+  ASSERT_TRUE(lockstep::testing::WaitFor([&] {
+    t = scrape();
+    return Value(t, "lockstep_retention_thinned_segments_total") > 0 &&
+           Value(t, "lockstep_retention_pass_duration_seconds_count") >= 3;
+  })) << t;
+  ret.Shutdown();
+  t = scrape();
+  const RetentionCounters c = ret.counters();
+  uint64_t on_disk = 0;
+  for (const auto& e : std::filesystem::directory_iterator(data.path()))
+    if (e.path().filename().string().find(".lslog") != std::string::npos) on_disk += e.file_size();
+  EXPECT_TRUE(Has(t, "# TYPE lockstep_retention_log_bytes gauge")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_log_bytes " + std::to_string(on_disk))) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_max_disk_bytes 1073741824")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_over_max_disk 0")) << t;
+  EXPECT_TRUE(Has(t, "# TYPE lockstep_retention_pass_duration_seconds summary")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_pass_duration_seconds_count " + std::to_string(c.passes))) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_thinned_segments_total " + std::to_string(c.segments_thinned))) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_hollowed_messages_total " + std::to_string(c.messages_dropped))) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_reclaimed_bytes_total " + std::to_string(c.bytes_reclaimed))) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_compaction_failures_total 0")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_incident_kept_steps{experiment=\"exp\"} 10")) << t;
+  // 8 of every 10 thinned steps hollowed (the 10th and the incident's are kept).
+  EXPECT_GT(c.messages_dropped, 300u);
+  EXPECT_GT(c.bytes_reclaimed, 0u);
+}
+
+// Without retention (no segments), its families are absent.
+TEST(CollectorMetrics, NoRetentionFamiliesWhenItIsOff) {
+  Fixture f;
+  CollectorMetrics m({f.col.get(), nullptr, nullptr, &f.feed});
+  EXPECT_EQ(m.Render().find("lockstep_retention_"), std::string::npos);
 }
 
 }  // namespace

@@ -254,3 +254,42 @@ def test_busy_metrics_port_is_one_clear_sentence_and_off_serves_none(live):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def test_retention_figures_match_the_data_dir(live):
+    """A collector that closes 64K segments and thins them (--retain-steps 20
+    --thin-every 10): once a solo run has ended, the retention figures of a scrape are
+    what its passes did and what its data dir holds (docs/metrics.md "Retention")."""
+    proc, ready = start_collector(live["tmp"], "--metrics-listen", "127.0.0.1:0", "--segment-size", "64K",
+                                  "--retain-steps", "20", "--thin-every", "10")
+    try:
+        assert proc.poll() is None, proc.stderr.read()
+        info = json.loads(ready.read_text())
+        g = subprocess.run([LOADGEN, "--endpoint", info["listen"][0], "--run", "solo-0", "--tensors", "16",
+                            "--steps", "300", "--backpressure", "--heartbeat-ms", "50"],
+                           capture_output=True, text=True, timeout=60)
+        assert g.returncode == 0, g.stderr
+        data = info["data_dir"]
+
+        def on_disk():
+            return sum(os.path.getsize(os.path.join(data, n)) for n in os.listdir(data) if ".lslog" in n)
+
+        def settled():
+            f = expfmt.parse(http_get(f"http://{info['metrics']}/metrics")[2])
+            done = (expfmt.value(f, "lockstep_retention_thinned_segments_total") > 0 and
+                    expfmt.value(f, "lockstep_retention_log_bytes") == on_disk())
+            return f if done else None
+
+        f = poll("a retention pass after the run, over its thinned segments", settled)
+        assert f["lockstep_retention_thinned_segments_total"]["type"] == "counter"
+        assert f["lockstep_retention_log_bytes"]["type"] == "gauge"
+        assert expfmt.value(f, "lockstep_retention_hollowed_messages_total") > 0
+        assert expfmt.value(f, "lockstep_retention_reclaimed_bytes_total") > 0
+        assert expfmt.value(f, "lockstep_retention_compaction_failures_total") == 0
+        assert expfmt.value(f, "lockstep_retention_over_max_disk") == 0
+        assert expfmt.value(f, "lockstep_retention_pass_duration_seconds_count") >= 1
+        assert "lockstep_retention_max_disk_bytes" not in f  # no --max-disk
+        assert any(".lslog.0" in n for n in os.listdir(data))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read()

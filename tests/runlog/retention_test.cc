@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -259,6 +260,72 @@ TEST(Retention, ThinsClosedSegmentsOutsideTheWindowKeepingEveryKthStepAndInciden
   // A second pass finds nothing left to do.
   ASSERT_TRUE(ret.CompactOnce().ok());
   EXPECT_EQ(ret.counters().segments_thinned, c.segments_thinned);
+}
+
+// The bytes of the data dir's run logs, as retention counts them.
+uint64_t LogBytes(const std::string& dir) {
+  uint64_t b = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(runlog::kLogSuffix) != std::string::npos)
+      b += fs::file_size(e.path());
+  return b;
+}
+
+// The counters /metrics shows (docs/metrics.md "Retention") against what the files say.
+TEST(Retention, CountersMatchWhatThePassDidOnDisk) {
+  testing::TempDir dir;
+  const std::string head = WriteRun(dir.path(), 1000);
+  RetentionOptions o = ThinningOptions(dir.path());
+  Retention ret(o);
+  ret.KeepSteps("exp", 400, 450);
+  ret.KeepSteps("exp", 440, 500);    // overlaps: one range 400-500
+  ret.KeepSteps("exp", 501, 510);    // adjacent: 400-510
+  ret.KeepSteps("exp", 420, 480);    // inside: nothing new
+  ret.KeepSteps("other", 10, 19);
+  const uint64_t before = LogBytes(dir.path());
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  const Seen s = ReadLog(head);
+  const RetentionCounters c = ret.counters();
+  EXPECT_EQ(c.passes, 1u);
+  ASSERT_GT(c.segments_thinned, 0u);
+  EXPECT_EQ(c.segments_thinned, s.notes.size());
+  uint64_t hollowed = 0;
+  for (const auto& n : s.notes) hollowed += n.dropped_messages;
+  EXPECT_EQ(c.messages_dropped, hollowed);
+  EXPECT_EQ(c.messages_dropped, 1000u - s.stats.size()) << "one StepStats message a step";
+  const uint64_t after = LogBytes(dir.path());
+  EXPECT_EQ(c.log_bytes, after);
+  EXPECT_EQ(c.bytes_reclaimed, before - after);  // only thinned segments changed
+  EXPECT_EQ(c.bytes_reclaimed, c.bytes_before - c.bytes_after);
+  EXPECT_FALSE(c.over_max_disk);
+  EXPECT_EQ(c.failures, 0u);
+  EXPECT_GT(c.pass_seconds, 0.0);
+  EXPECT_GE(c.pass_seconds, c.seconds);
+  using Steps = std::vector<std::pair<std::string, uint64_t>>;
+  EXPECT_EQ(ret.IncidentSteps(), (Steps{{"exp", 111}, {"other", 10}}));
+  // A second pass with nothing to do: counted, the totals unchanged.
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ret.counters().passes, 2u);
+  EXPECT_EQ(ret.counters().segments_thinned, c.segments_thinned);
+  EXPECT_EQ(ret.counters().log_bytes, after);
+
+  // A restarted collector reads the ranges back, and a replayed alert inside them adds
+  // no line to retention.keep.
+  const std::string keep = dir.path() + "/retention.keep";
+  const auto lines = [&] {
+    std::ifstream f(keep);
+    return std::count(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>(), '\n');
+  };
+  const auto n = lines();
+  EXPECT_EQ(n, 4);  // the range inside the others was never written
+  o.max_disk_bytes = 1000;  // far too little: over once everything closed is thinned
+  Retention again(o);
+  EXPECT_EQ(again.IncidentSteps(), (Steps{{"exp", 111}, {"other", 10}}));
+  again.KeepSteps("exp", 405, 505);
+  EXPECT_EQ(lines(), n);
+  ASSERT_TRUE(again.CompactOnce().ok());
+  EXPECT_TRUE(again.counters().over_max_disk);
+  EXPECT_EQ(again.counters().log_bytes, LogBytes(dir.path()));
 }
 
 TEST(Retention, NoStepIsThinnedBeforeItsPairsComparedIt) {

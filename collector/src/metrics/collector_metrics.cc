@@ -15,6 +15,7 @@
 #include "metrics/exposition.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics_feed.h"
+#include "runlog/retention.h"
 
 namespace lockstep::collector::metrics {
 namespace {
@@ -346,6 +347,42 @@ void RenderAlertSinkMetrics(TextWriter& w, const alerting::Dispatcher& dispatche
            [](const SC& s) { return s.pending; });
 }
 
+// The log retention of `collect` (docs/runlog.md "Segments and retention"): what its
+// passes thinned and reclaimed, and the disk the run logs use as of the last pass.
+void RenderRetentionMetrics(TextWriter& w, const Retention& retention) {
+  const RetentionCounters c = retention.counters();
+  w.Family("lockstep_retention_log_bytes", C::kGauge,
+           "Bytes of the run logs in the data dir at the end of the last retention pass.");
+  w.Sample({}, c.log_bytes);
+  if (retention.options().max_disk_bytes > 0) {  // only with --max-disk
+    w.Family("lockstep_retention_max_disk_bytes", C::kGauge, "The --max-disk limit on the run logs.");
+    w.Sample({}, retention.options().max_disk_bytes);
+  }
+  w.Family("lockstep_retention_over_max_disk", C::kGauge,
+           "1 when the run logs were over --max-disk at the end of the last pass (every closed segment "
+           "thinned: the max_disk alert), else 0.");
+  w.Sample({}, c.over_max_disk ? 1.0 : 0.0);
+  w.Family("lockstep_retention_pass_duration_seconds", C::kSummary,
+           "Wall time of the retention passes over the data dir (scan and thinning); _count is the passes.");
+  w.SampleSuffix("_sum", {}, c.pass_seconds);
+  w.SampleSuffix("_count", {}, static_cast<double>(c.passes));
+  w.Family("lockstep_retention_thinned_segments_total", C::kCounter, "Closed run log segments thinned.");
+  w.Sample({}, c.segments_thinned);
+  w.Family("lockstep_retention_hollowed_messages_total", C::kCounter,
+           "Tensor statistics (StepStats) messages emptied by thinning (their step keeps its scalars).");
+  w.Sample({}, c.messages_dropped);
+  w.Family("lockstep_retention_reclaimed_bytes_total", C::kCounter,
+           "Bytes the thinned segments gave back (their size before minus after).");
+  w.Sample({}, c.bytes_reclaimed);
+  w.Family("lockstep_retention_compaction_failures_total", C::kCounter,
+           "Segments a pass could not thin (a full disk: the compaction_failed alert); retried later.");
+  w.Sample({}, c.failures);
+  w.Family("lockstep_retention_incident_kept_steps", C::kGauge,
+           "Steps the incident neighbourhoods keep in full, by experiment (retention.keep).");
+  for (const auto& [experiment, steps] : retention.IncidentSteps())
+    w.Sample({{"experiment", experiment}}, steps);
+}
+
 }  // namespace
 
 CollectorMetrics::CollectorMetrics(MetricsSources sources, const Clock* clock)
@@ -370,6 +407,7 @@ std::string CollectorMetrics::Render() {
   if (src_.feed != nullptr) RenderFeedMetrics(w, *src_.feed);
   if (src_.analyzer != nullptr) RenderAnalyzerMetrics(w, *src_.analyzer);
   if (src_.dispatcher != nullptr) RenderAlertSinkMetrics(w, *src_.dispatcher);
+  if (src_.retention != nullptr) RenderRetentionMetrics(w, *src_.retention);
   return w.Take();
 }
 

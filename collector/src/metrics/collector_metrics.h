@@ -3,7 +3,8 @@
 //
 // Sources are read, never waited on: Collector::counters() (atomics), the Registry
 // snapshot (its mutex, for a copy), Dispatcher::Counters() (atomics), MetricsFeed
-// (its mutex, for a copy) and the analyzer through LiveAnalyzer::Inspect(), which
+// and Retention (their mutexes, for a copy; retention holds its own only to add to
+// its counters or note an incident's steps) and the analyzer through LiveAnalyzer::Inspect(), which
 // holds the analyzer's mutex for one Reports() copy — the only moment a scrape can
 // delay the ingest thread (metrics_bench measures it).
 //
@@ -31,6 +32,7 @@ namespace lockstep::collector {
 class Collector;
 struct CollectorCounters;
 class LiveAnalyzer;
+class Retention;
 }  // namespace lockstep::collector
 
 namespace lockstep::collector::metrics {
@@ -44,6 +46,7 @@ struct MetricsSources {
   const LiveAnalyzer* analyzer = nullptr;
   const alerting::Dispatcher* dispatcher = nullptr;
   const MetricsFeed* feed = nullptr;
+  const Retention* retention = nullptr;  // null: retention is off (no segments)
 };
 
 class CollectorMetrics {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string_view>
 
 #include "lockstep/common/thread_name.h"
 #include "lockstep/schema/lockstep_generated.h"
@@ -88,10 +89,55 @@ int64_t TestPauseMs() {
   return v ? std::atoll(v) : 0;
 }
 
+// One line of retention.keep: "FIRST LAST EXPERIMENT" (the experiment may hold spaces).
+bool ParseKeepLine(const std::string& line, uint64_t* first, uint64_t* last,
+                   std::string_view* experiment) {
+  const auto s1 = line.find(' ');
+  const auto s2 = s1 == std::string::npos ? s1 : line.find(' ', s1 + 1);
+  if (s2 == std::string::npos) return false;
+  *first = std::strtoull(line.c_str(), nullptr, 10);
+  *last = std::strtoull(line.c_str() + s1 + 1, nullptr, 10);
+  *experiment = std::string_view(line).substr(s2 + 1);
+  return *first <= *last;
+}
+
+// Adds [first, last] to sorted, disjoint, non-adjacent `ranges`, merging what it touches.
+void MergeRange(std::vector<std::pair<uint64_t, uint64_t>>* ranges, uint64_t first,
+                uint64_t last) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(ranges->size() + 1);
+  bool placed = false;
+  for (const auto& [a, b] : *ranges) {
+    if (b != UINT64_MAX && b + 1 < first) {
+      out.emplace_back(a, b);  // wholly before
+    } else if (last != UINT64_MAX && last + 1 < a) {
+      if (!placed) out.emplace_back(first, last);
+      placed = true;
+      out.emplace_back(a, b);  // wholly after
+    } else {
+      first = std::min(first, a);  // touches: absorbed
+      last = std::max(last, b);
+    }
+  }
+  if (!placed) out.emplace_back(first, last);
+  *ranges = std::move(out);
+}
+
 }  // namespace
 
 Retention::Retention(RetentionOptions options) : opt_(std::move(options)) {
   if (opt_.thin_every == 0) opt_.thin_every = 1;
+  // What a collector before this one noted: not appended again when the restart's
+  // replay raises the same alerts, and counted in IncidentSteps().
+  std::ifstream in(opt_.data_dir + "/" + std::string(kKeepFile));
+  std::string line;
+  MutexLock l(&mu_);
+  while (std::getline(in, line)) {
+    uint64_t first = 0, last = 0;
+    std::string_view experiment;
+    if (ParseKeepLine(line, &first, &last, &experiment))
+      MergeRange(&noted_[std::string(experiment)], first, last);
+  }
 }
 
 Retention::~Retention() { Shutdown(); }
@@ -112,7 +158,7 @@ void Retention::KeepSteps(const std::string& experiment, uint64_t first, uint64_
   if (fd < 0) return;  // not noted: an alert at a later step of the incident tries again
   const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   ::close(fd);
-  if (ok) ranges.emplace_back(first, last);
+  if (ok) MergeRange(&ranges, first, last);
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> Retention::KeepRanges(const std::string& experiment) {
@@ -120,13 +166,9 @@ std::vector<std::pair<uint64_t, uint64_t>> Retention::KeepRanges(const std::stri
   std::ifstream in(opt_.data_dir + "/" + std::string(kKeepFile));
   std::string line;
   while (std::getline(in, line)) {
-    // "FIRST LAST EXPERIMENT"; the experiment may hold spaces.
-    const auto s1 = line.find(' ');
-    const auto s2 = s1 == std::string::npos ? s1 : line.find(' ', s1 + 1);
-    if (s2 == std::string::npos || line.compare(s2 + 1, std::string::npos, experiment) != 0)
-      continue;
-    out.emplace_back(std::strtoull(line.c_str(), nullptr, 10),
-                     std::strtoull(line.c_str() + s1 + 1, nullptr, 10));
+    uint64_t first = 0, last = 0;
+    std::string_view e;
+    if (ParseKeepLine(line, &first, &last, &e) && e == experiment) out.emplace_back(first, last);
   }
   return out;
 }
@@ -257,6 +299,7 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
     ++counters_.segments_thinned;
     counters_.bytes_before += before;
     counters_.bytes_after += after;
+    counters_.bytes_reclaimed += *saved;
     counters_.messages_dropped += dropped;
     counters_.seconds += secs;
   }
@@ -267,6 +310,7 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
 }
 
 Status Retention::CompactOnce() {
+  const auto t0 = std::chrono::steady_clock::now();
   Status first_error;
   std::error_code ec;
   // Leftovers of a pass that was killed: the segments beside them are whole.
@@ -367,8 +411,12 @@ Status Retention::CompactOnce() {
     }
   }
   if (opt_.max_disk_bytes == 0 || total <= opt_.max_disk_bytes) over_disk_alerted_ = false;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MutexLock l(&mu_);
   ++counters_.passes;
+  counters_.pass_seconds += secs;
+  counters_.log_bytes = total;
+  counters_.over_max_disk = opt_.max_disk_bytes > 0 && total > opt_.max_disk_bytes;
   return first_error;
 }
 
@@ -407,6 +455,18 @@ void Retention::Shutdown() {
 RetentionCounters Retention::counters() const {
   MutexLock l(&mu_);
   return counters_;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Retention::IncidentSteps() const {
+  MutexLock l(&mu_);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  out.reserve(noted_.size());
+  for (const auto& [experiment, ranges] : noted_) {
+    uint64_t n = 0;
+    for (const auto& [a, b] : ranges) n += b - a + 1;
+    out.emplace_back(experiment, n);
+  }
+  return out;
 }
 
 }  // namespace lockstep::collector

@@ -73,13 +73,22 @@ struct RetentionOptions {
   std::function<void(const std::string&, const std::string&)> on_alert;
 };
 
+// What retention did since it was made; /metrics shows them (docs/metrics.md
+// "Retention"). A copy, taken under the retention's lock.
 struct RetentionCounters {
   uint64_t passes = 0;
   uint64_t segments_thinned = 0;
   uint64_t bytes_before = 0, bytes_after = 0;  // of the thinned segments
-  uint64_t messages_dropped = 0;
-  uint64_t failures = 0;
-  double seconds = 0;  // spent thinning (reading, writing, syncing)
+  uint64_t bytes_reclaimed = 0;  // the sum over them of before - after (when smaller)
+  uint64_t messages_dropped = 0;  // StepStats messages hollowed
+  uint64_t failures = 0;          // segments a pass could not thin (compaction_failed)
+  double seconds = 0;       // spent thinning (reading, writing, syncing)
+  double pass_seconds = 0;  // spent in passes, the scan of the data dir included
+  // As of the end of the last pass: the bytes of the data dir's run logs, and whether
+  // they were over max_disk_bytes then (with nothing left to thin, unless a failure
+  // ended the pass).
+  uint64_t log_bytes = 0;
+  bool over_max_disk = false;
 };
 
 class Retention {
@@ -90,8 +99,9 @@ class Retention {
   Retention& operator=(const Retention&) = delete;
 
   // Keeps steps first..last of the runs of `experiment` in full (an incident's
-  // neighbourhood). Appends to retention.keep unless a range already noted covers it.
-  // Never blocks on anything but one small write.
+  // neighbourhood). Appends to retention.keep unless the ranges already noted cover it
+  // (this collector's, and those in the file when it was made: a restart's replayed
+  // alerts add nothing). Never blocks on anything but one small write.
   void KeepSteps(const std::string& experiment, uint64_t first, uint64_t last) EXCLUDES(mu_);
 
   // One pass over the data dir: thins what the rule says. The first error that stopped
@@ -101,6 +111,10 @@ class Retention {
   void Start();     // the retention thread ("ls-retention"), a pass every interval_ms
   void Shutdown();  // stops and joins it; a pass in progress finishes its segment
   RetentionCounters counters() const EXCLUDES(mu_);
+  // Per experiment, the steps its incident neighbourhoods keep in full (the union of
+  // its ranges in retention.keep, read at construction and kept since); any thread.
+  std::vector<std::pair<std::string, uint64_t>> IncidentSteps() const EXCLUDES(mu_);
+  const RetentionOptions& options() const { return opt_; }
 
  private:
   struct SegmentInfo {
@@ -124,6 +138,7 @@ class Retention {
   bool over_disk_alerted_ = false;           // the pass's thread only
 
   mutable Mutex mu_;
+  // Per experiment, the ranges of retention.keep merged: sorted, disjoint, not adjacent.
   std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> noted_ GUARDED_BY(mu_);
   RetentionCounters counters_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;

@@ -215,7 +215,7 @@ Status CollectService::Build(CollectPart* failed) {
                                      options_.ingest.data_dir + "/<run>.settings.toml)"};
     auto m = metrics::StartCollectorMetrics(
         options_.metrics_listen,
-        {collector_.get(), live_.get(), dispatcher_.get(), metrics_feed_.get()},
+        {collector_.get(), live_.get(), dispatcher_.get(), metrics_feed_.get(), retention_.get()},
         [report_src](std::string_view target, std::string* type, std::string* body) {
           return ServeLiveReport(report_src, target, type, body);
         },

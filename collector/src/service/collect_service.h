@@ -21,8 +21,9 @@
 //   Retention (own thread) thins closed log segments; its problems are "collector_disk"
 //                          alerts to the fan-out, which notes each alert's steps for it
 //   ViewPublisher (own thread) reads the Registry, the ViewModel, LiveAnalyzer::errors()
-//   MetricsServer (own thread) reads the Collector, LiveAnalyzer, Dispatcher, MetricsFeed
-//                              and serves the live report from the ReportRecorder
+//   MetricsServer (own thread) reads the Collector, LiveAnalyzer, Dispatcher, MetricsFeed,
+//                              Retention's counters and serves the live report from the
+//                              ReportRecorder
 //
 // Start(), in this order:
 //   1. Restart replay: when Collector::Create found run logs in the data dir, they are fed
@@ -197,7 +198,8 @@ class CollectService {
   // What the collector asks of the runs after a first divergence (zoom, capture);
   // after collector_, which it uses, and fed by the analyzer and ingest threads.
   std::unique_ptr<FollowUp> follow_up_;
-  // Thins closed log segments; last, so destroyed (and stopped) first.
+  // Thins closed log segments; last, so destroyed (and stopped) first. The metrics
+  // server reads its counters, and is stopped by Teardown before this goes.
   std::unique_ptr<Retention> retention_;
 
   // The last step compared of each experiment's (baseline, candidate) pairs: retention
