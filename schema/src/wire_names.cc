@@ -25,6 +25,7 @@ const char* KindName(uint8_t kind) {
     case TensorKind::Loss: return "loss";
     case TensorKind::Input: return "input";
     case TensorKind::ActIn: return "act_in";
+    case TensorKind::GradReduced: return "grad_reduced";
   }
   return "unknown";
 }

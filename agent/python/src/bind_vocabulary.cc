@@ -28,11 +28,13 @@ static_assert(wire::SameValue(TensorKind::kAct, wire::TensorKind::Act) &&
               wire::SameValue(TensorKind::kLoss, wire::TensorKind::Loss) &&
               wire::SameValue(TensorKind::kInput, wire::TensorKind::Input) &&
               wire::SameValue(TensorKind::kActIn, wire::TensorKind::ActIn) &&
-              wire::TensorKind::MAX == wire::TensorKind::ActIn);
+              wire::SameValue(TensorKind::kGradReduced, wire::TensorKind::GradReduced) &&
+              wire::TensorKind::MAX == wire::TensorKind::GradReduced);
 static_assert(wire::SameValue(Role::kBaseline, wire::Role::Baseline) &&
               wire::SameValue(Role::kCandidate, wire::Role::Candidate) &&
               wire::SameValue(Role::kSolo, wire::Role::Solo) && wire::Role::MAX == wire::Role::Solo);
 static_assert(kStatRepeat == static_cast<uint8_t>(wire::StatFlags::kRepeat));
+static_assert(kStatDevice == static_cast<uint8_t>(wire::StatFlags::kDevice));
 
 // torch's dtype names for the wire's DTypes (every one but Unknown).
 constexpr std::pair<const char*, DType> kTorchDTypes[] = {

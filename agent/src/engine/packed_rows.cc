@@ -63,7 +63,9 @@ PackedResult RecordPackedRows(Agent* agent, const StatsConfig& config, uint64_t 
     }
     // flags[i] & kStatRepeat: row i repeats a tensor recorded before it under another
     // name (the device path computes it once); said on the wire as on the host path.
-    stats.flags = flags != nullptr ? (flags[i] & kStatRepeat) : 0;
+    // Every packed row comes from the batched device path (kStatDevice): its float sums
+    // may depend on the batch (schema StatFlags), which the replica check must know.
+    stats.flags = static_cast<uint8_t>(kStatDevice | (flags != nullptr ? (flags[i] & kStatRepeat) : 0));
     if (agent->RecordStats(step, micros[i], ids[i], orders[i], stats)) ++result.accepted;
   }
   return result;

@@ -379,6 +379,7 @@ void RunDecoder::Consume(const wire::Envelope& env, int64_t recv_ns) {
         r.subnormal_count = t->subnormal_count();
         r.repeat = (t->flags() & static_cast<uint8_t>(wire::StatFlags::kRepeat)) != 0;
         r.stats_only = (t->flags() & static_cast<uint8_t>(wire::StatFlags::kStatsOnly)) != 0;
+        r.device = (t->flags() & static_cast<uint8_t>(wire::StatFlags::kDevice)) != 0;
         if (have_sketch) {
           r.sketch_k = k;
           r.sketch_off = static_cast<uint32_t>(sd->sketch.size());

@@ -15,7 +15,8 @@ static_assert(SameValue(Kind::kAct, wire::TensorKind::Act) &&
               SameValue(Kind::kLoss, wire::TensorKind::Loss) &&
               SameValue(Kind::kInput, wire::TensorKind::Input) &&
               SameValue(Kind::kActIn, wire::TensorKind::ActIn) &&
-              wire::TensorKind::MAX == wire::TensorKind::ActIn,
+              SameValue(Kind::kGradReduced, wire::TensorKind::GradReduced) &&
+              wire::TensorKind::MAX == wire::TensorKind::GradReduced,
               "step_data.h's Kind is schema/lockstep.fbs's TensorKind");
 static_assert(SameValue(DT::kUnknown, wire::DType::Unknown) &&
               SameValue(DT::kF32, wire::DType::F32) && SameValue(DT::kF16, wire::DType::F16) &&

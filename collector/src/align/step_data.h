@@ -19,7 +19,8 @@ namespace lockstep::collector {
 // Wire enums as small integers (values of schema/lockstep.fbs; step_data.cc asserts they
 // match). Names: KindName and DTypeName, the wire's (lockstep/common/wire_names.h).
 enum class Kind : uint8_t {
-  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7
+  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7,
+  kGradReduced = 8
 };
 enum class DT : uint8_t {
   kUnknown = 0, kF32 = 1, kF16 = 2, kBF16 = 3, kF64 = 4, kI8 = 5, kU8 = 6, kI16 = 7,
@@ -62,6 +63,9 @@ struct StatRow {
   // StatFlags::kStatsOnly: only numel, min, max, mean, l2, absmax are real (an msprobe
   // import); std is NaN, the counts lower bounds, no sketch or histogram.
   bool stats_only = false;
+  // StatFlags::kDevice: the agent's batched device path computed it; its float sums
+  // (mean, std, l2, sketch) are reproducible only within one batch (rule `replicas`).
+  bool device = false;
 
   bool nonfinite() const { return nan_count + inf_count > 0; }
 };

@@ -126,6 +126,7 @@ void InspectFormatter::Record(const wire::Envelope& env, int64_t recv_unix_ns, u
           // The agent's word that this is the same tensor as the record before it.
           if (st->flags() & static_cast<uint8_t>(wire::StatFlags::kRepeat)) j.FieldB("repeat", true);
           if (st->flags() & static_cast<uint8_t>(wire::StatFlags::kStatsOnly)) j.FieldB("stats_only", true);
+          if (st->flags() & static_cast<uint8_t>(wire::StatFlags::kDevice)) j.FieldB("device", true);
           j.FieldU("micro_step", st->micro_step())
               .FieldU("order", st->order())
               .Field("limit_dtype", wire::DTypeName(static_cast<uint8_t>(st->limit_dtype())))

@@ -100,6 +100,7 @@ Analyzer::RunDet* Analyzer::Det(const AlignedRun& run) {
     d->ctx.names = &names_;
     d->ctx.cfg = &opt_.rules;
     d->ctx.out = &emitter_;
+    d->ctx.world_size = run.world_size;
     d->detectors = MakeRunDetectors(&d->ctx);
   }
   if (d->ctx.experiment != run.experiment) d->ctx.experiment = run.experiment;
@@ -211,6 +212,16 @@ void Analyzer::Compare(PairDet* p, uint32_t rank, const StepData& bs, const Step
   p->birth_rows.clear();
   size_t i = 0, j = 0;
   while (i < br.size() || j < cr.size()) {
+    // A replica check's rows (grad_reduced) are judged within their run (rule
+    // `replicas`), never against the other run's: either run may check or not.
+    if (i < br.size() && KeyKind(br[i].key) == Kind::kGradReduced) {
+      ++i;
+      continue;
+    }
+    if (j < cr.size() && KeyKind(cr[j].key) == Kind::kGradReduced) {
+      ++j;
+      continue;
+    }
     if (j == cr.size() || (i < br.size() && br[i].key < cr[j].key)) {
       NoteUnmatched(p, br[i].key, true, bs.step);
       ++i;

@@ -63,6 +63,9 @@ struct RunCtx {
   const NameTable* names = nullptr;
   const RulesConfig* cfg = nullptr;
   AlertEmitter* out = nullptr;
+  // The ranks it says it has (its Hellos' world_size; null or 0: unknown yet): the
+  // replicas rule judges a step once every rank has sent it.
+  const uint32_t* world_size = nullptr;
   // An alert about this run with the common fields filled.
   alerting::Alert Make(const char* rule, alerting::Severity sev, uint64_t step, uint32_t rank) const;
 };

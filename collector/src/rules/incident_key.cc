@@ -13,7 +13,7 @@ std::string IncidentKey(const alerting::Alert& a) {
     return "divergence/" + a.experiment + runs();
   if (r == "nonfinite" || r == "overflow" || r == "underflow" || r == "spike")
     return "numerics/" + a.experiment + runs();
-  if (r == "setup" || r == "stall") return r + "/" + a.experiment + runs();
+  if (r == "setup" || r == "stall" || r == "replicas") return r + "/" + a.experiment + runs();
   return r + "/" + a.experiment;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "rules/replica_rule.h"
+
 namespace lockstep::collector {
 namespace {
 
@@ -49,12 +51,14 @@ void FillTensor(const RunCtx& ctx, const StatRow& r, alerting::Alert* a) {
 }
 
 // Rows in execution order (rows are stored sorted by key), without repeats: a tensor
-// seen under several names is judged once, under its producer's name.
+// seen under several names is judged once, under its producer's name. Without the
+// replica check's rows either (grad_reduced: the parameter gradients again, after the
+// all-reduce; rule `replicas`), which would say what their param_grad rows said.
 std::vector<const StatRow*> InOrder(const StepData& s) {
   std::vector<const StatRow*> v;
   v.reserve(s.rows.size());
   for (const StatRow& r : s.rows)
-    if (!r.repeat) v.push_back(&r);
+    if (!r.repeat && KeyKind(r.key) != Kind::kGradReduced) v.push_back(&r);
   std::sort(v.begin(), v.end(), [](const StatRow* a, const StatRow* b) { return a->order < b->order; });
   return v;
 }
@@ -326,6 +330,7 @@ std::vector<std::unique_ptr<RunDetector>> MakeRunDetectors(const RunCtx* ctx) {
   v.push_back(std::make_unique<UnderflowDetector>(ctx));
   v.push_back(std::make_unique<SpikeDetector>(ctx));
   v.push_back(std::make_unique<StallDetector>(ctx));
+  v.push_back(std::make_unique<ReplicaDetector>(ctx));
   return v;
 }
 

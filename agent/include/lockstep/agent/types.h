@@ -17,7 +17,8 @@ namespace lockstep {
 // Values match schema/lockstep.fbs (wire::Role, wire::TensorKind, wire::DType).
 enum class Role : uint8_t { kUnknown = 0, kBaseline = 1, kCandidate = 2, kSolo = 3 };
 enum class TensorKind : uint8_t {
-  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7
+  kAct = 0, kActGrad = 1, kParamGrad = 2, kParam = 3, kOptim = 4, kLoss = 5, kInput = 6, kActIn = 7,
+  kGradReduced = 8
 };
 enum class DType : uint8_t {
   kUnknown = 0, kF32 = 1, kF16 = 2, kBF16 = 3, kF64 = 4,
@@ -30,6 +31,8 @@ enum class DType : uint8_t {
 // NaN/Inf are excluded from min..absmax and counted instead; when no finite value
 // exists, min..absmax are NaN.
 constexpr uint8_t kStatRepeat = 1;  // TensorStats::flags (schema StatFlags::kRepeat)
+// The batched device path computed it (schema StatFlags::kDevice; RecordPackedRows sets it).
+constexpr uint8_t kStatDevice = 4;
 
 struct TensorStats {
   uint64_t numel = 0;

@@ -19,7 +19,9 @@ inline constexpr uint16_t kSchemaMajor = 1;
 // 6: ControlAck.replay (SelfReplay): a capture replayed by the run that made it, in a
 //    second Done answer to the capture request; StatFlags.kStatsOnly: a statistics-only
 //    record (an import of an msprobe dump, docs/msprobe.md)
-inline constexpr uint16_t kSchemaMinor = 6;
+// 7: TensorKind.GradReduced (the replica check, docs/rules.md "replicas");
+//    StatFlags.kDevice: a record of the agent's batched device path
+inline constexpr uint16_t kSchemaMinor = 7;
 // The first minor whose agents send StepEnd.
 inline constexpr uint16_t kStepEndMinor = 3;
 // The first minor whose agents replay their own captures (ControlAck.replay).

@@ -13,7 +13,8 @@ namespace lockstep::wire {
 
 // Role: "baseline", "candidate", "solo" ("unknown" for Unknown).
 const char* RoleName(uint8_t role);
-// TensorKind: "act", "act_grad", "param_grad", "param", "optim", "loss", "input", "act_in".
+// TensorKind: "act", "act_grad", "param_grad", "param", "optim", "loss", "input", "act_in",
+// "grad_reduced".
 const char* KindName(uint8_t kind);
 // DType: "fp32", "fp16", "bf16", "fp64", "int8", ..., "fp8_e4m3", "fp8_e5m2": the one
 // spelling of `lockstep inspect`, the reports, alerts and `compare --json`.
