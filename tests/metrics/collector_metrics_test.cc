@@ -291,6 +291,7 @@ TEST(CollectorMetrics, ShowsRetentionOverHttp) {
   EXPECT_TRUE(Has(t, "lockstep_retention_hollowed_messages_total " + std::to_string(c.messages_dropped))) << t;
   EXPECT_TRUE(Has(t, "lockstep_retention_reclaimed_bytes_total " + std::to_string(c.bytes_reclaimed))) << t;
   EXPECT_TRUE(Has(t, "lockstep_retention_compaction_failures_total 0")) << t;
+  EXPECT_TRUE(Has(t, "lockstep_retention_stalled_pairs 0")) << t;  // no pairs
   EXPECT_TRUE(Has(t, "lockstep_retention_incident_kept_steps{experiment=\"exp\"} 10")) << t;
   // 8 of every 10 thinned steps hollowed (the 10th and the incident's are kept).
   EXPECT_GT(c.messages_dropped, 300u);

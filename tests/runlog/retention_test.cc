@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <set>
@@ -332,16 +333,152 @@ TEST(Retention, NoStepIsThinnedBeforeItsPairsComparedIt) {
   testing::TempDir dir;
   const std::string head = WriteRun(dir.path(), 1000);
   RetentionOptions o = ThinningOptions(dir.path());
-  o.progress = [](const std::string& experiment, uint64_t* step) {
-    if (experiment != "exp") return false;
-    *step = 300;  // the pair is far behind this run
-    return true;
+  o.pairs = [](const std::string& experiment) {
+    if (experiment != "exp") return std::vector<PairProgress>{};
+    return std::vector<PairProgress>{{"base", "run-a", 300}};  // the pair is far behind this run
   };
   Retention ret(o);
   ASSERT_TRUE(ret.CompactOnce().ok());
   Seen s = ReadLog(head);
   for (const auto& n : s.notes) EXPECT_LE(n.last_step, 100u);
   for (uint64_t step = 101; step < 1000; ++step) ASSERT_TRUE(s.stats.count(step)) << step;
+}
+
+// The last step of the log's thinned part (its notes'); 0 when nothing is thinned.
+uint64_t ThinnedThrough(const std::string& head) {
+  uint64_t last = 0;
+  for (const auto& n : ReadLog(head).notes) last = std::max(last, n.last_step);
+  return last;
+}
+
+// Pairs whose compared steps a test sets between passes.
+struct FakePairs {
+  std::vector<PairProgress> pairs;
+  std::function<std::vector<PairProgress>(const std::string&)> Fn() {
+    return [this](const std::string& experiment) {
+      return experiment == "exp" ? pairs : std::vector<PairProgress>{};
+    };
+  }
+};
+
+// A candidate dies at step 300 while its baseline writes on: once the baseline has
+// written more than 2 x retain_steps (400) steps past the pair's last compared step, the
+// pair no longer holds the window; both runs are then thinned up to 200 steps behind the
+// baseline's newest step, alike. When it compares again, it holds the window again.
+TEST(Retention, APairThatStopsComparingNoLongerHoldsItsRunsWindow) {
+  testing::TempDir dir;
+  RunWriter base = OpenRun(dir.path(), "base", 16 << 10, wire::Role::Baseline);
+  RunWriter cand = OpenRun(dir.path(), "cand", 16 << 10);
+  base.Steps(0, 300);
+  cand.Steps(0, 300);
+  const std::string base_log = runlog::LogPathFor(dir.path(), "base");
+  const std::string cand_log = runlog::LogPathFor(dir.path(), "cand");
+  FakePairs fake;
+  fake.pairs = {{"base", "cand", 299}};
+  RetentionOptions o = ThinningOptions(dir.path());
+  o.pairs = fake.Fn();
+  Retention ret(o);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  const uint64_t first_lead = runlog::ListSegments(base_log).size();
+  EXPECT_LE(ThinnedThrough(base_log), 99u);
+  EXPECT_GT(ThinnedThrough(base_log), 0u);
+  // 250 more steps: under the bound, the dead pair still holds the window at 299.
+  base.Steps(300, 550);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_LE(ThinnedThrough(base_log), 99u);
+  EXPECT_EQ(ret.counters().stalled_pairs, 0u);
+  for (uint64_t step = 100; step < 550; ++step) ASSERT_TRUE(ReadLog(base_log).stats.count(step)) << step;
+  // On to 1000: past the bound. The window follows the baseline's newest closed step.
+  base.Steps(550, 1000);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ret.counters().stalled_pairs, 1u);
+  ASSERT_GT(runlog::ListSegments(base_log).size(), first_lead);
+  uint64_t newest_closed = 0;
+  {
+    // The newest step in the baseline's closed segments: its open file holds the rest.
+    const auto segs = runlog::ListSegments(base_log);
+    auto r = LogReader::OpenFile(segs.back().path);
+    ASSERT_TRUE(r.ok());
+    LogReader::Record rec;
+    while ((*r)->Next(&rec) == LogReader::Result::kRecord) {
+      auto env = LogReader::Envelope(rec);
+      if (env.ok() && (*env)->body_type() == wire::Body::StepEnd)
+        newest_closed = std::max(newest_closed, static_cast<uint64_t>((*env)->body_as_StepEnd()->step()));
+    }
+  }
+  const uint64_t through = ThinnedThrough(base_log);
+  EXPECT_LE(through, newest_closed - 200);
+  EXPECT_GT(through, newest_closed - 200 - 80) << "within a segment of the bound";  // ~60 steps a segment
+  const Seen b = ReadLog(base_log);
+  for (uint64_t step = 0; step < through; ++step)
+    ASSERT_EQ(b.stats.count(step) == 1, step % 10 == 0) << step;
+  for (uint64_t step = newest_closed - 200 + 1; step < 1000; ++step) ASSERT_TRUE(b.stats.count(step)) << step;
+  // The dead candidate's closed segments are thinned alike (all of them: behind the top).
+  const Seen c = ReadLog(cand_log);
+  ASSERT_FALSE(c.notes.empty());
+  for (uint64_t step = 0; step < ThinnedThrough(cand_log); ++step)
+    ASSERT_EQ(c.stats.count(step) == 1, step % 10 == 0) << step;
+  // The pair compares again, from step 600: the window holds at 600 again; the baseline
+  // writes on and nothing newer is thinned.
+  fake.pairs = {{"base", "cand", 600}};
+  base.Steps(1000, 1400);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ret.counters().stalled_pairs, 0u);
+  EXPECT_EQ(ThinnedThrough(base_log), through);
+  for (uint64_t step = through + 1; step < 1400; ++step) ASSERT_TRUE(ReadLog(base_log).stats.count(step)) << step;
+}
+
+// A slow candidate compares a few steps each pass while its baseline runs far ahead:
+// each step it compares resets the bound, so the window holds at its compared step
+// however far the baseline gets (what it will compare stays whole).
+TEST(Retention, ASlowPairThatStillComparesHoldsItsWindow) {
+  testing::TempDir dir;
+  RunWriter base = OpenRun(dir.path(), "base", 16 << 10, wire::Role::Baseline);
+  FakePairs fake;
+  fake.pairs = {{"base", "cand", 250}};
+  RetentionOptions o = ThinningOptions(dir.path());
+  o.pairs = fake.Fn();
+  Retention ret(o);
+  base.Steps(0, 300);
+  for (uint64_t to = 400; to <= 1500; to += 100) {
+    base.Steps(to - 100, to);
+    fake.pairs[0].compared += 5;  // 300 steps at the end
+    ASSERT_TRUE(ret.CompactOnce().ok());
+    ASSERT_EQ(ret.counters().stalled_pairs, 0u) << to;
+  }
+  const std::string base_log = runlog::LogPathFor(dir.path(), "base");
+  EXPECT_LE(ThinnedThrough(base_log), 310u - 200u);
+  const Seen b = ReadLog(base_log);
+  for (uint64_t step = 111; step < 1500; ++step) ASSERT_TRUE(b.stats.count(step)) << step;
+}
+
+// Of two candidates of a baseline, one stops and one still compares: the one that
+// compares holds the window of every run of the experiment; the stopped one no longer
+// holds it back.
+TEST(Retention, AStoppedPairIsLeftOutWhileAnotherStillCompares) {
+  testing::TempDir dir;
+  RunWriter base = OpenRun(dir.path(), "base", 16 << 10, wire::Role::Baseline);
+  RunWriter dead = OpenRun(dir.path(), "dead", 16 << 10);
+  base.Steps(0, 300);
+  dead.Steps(0, 300);
+  FakePairs fake;
+  fake.pairs = {{"base", "dead", 299}, {"base", "live", 150}};
+  RetentionOptions o = ThinningOptions(dir.path());
+  o.pairs = fake.Fn();
+  Retention ret(o);
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ThinnedThrough(runlog::LogPathFor(dir.path(), "base")), 0u) << "held at 150 by the live pair";
+  base.Steps(300, 1000);
+  fake.pairs[1].compared = 700;
+  ASSERT_TRUE(ret.CompactOnce().ok());
+  EXPECT_EQ(ret.counters().stalled_pairs, 1u);
+  const std::string base_log = runlog::LogPathFor(dir.path(), "base");
+  const uint64_t through = ThinnedThrough(base_log);
+  EXPECT_LE(through, 500u);
+  EXPECT_GT(through, 299u) << "past the stopped pair's step";
+  for (uint64_t step = 501; step < 1000; ++step) ASSERT_TRUE(ReadLog(base_log).stats.count(step)) << step;
+  // The stopped candidate is thinned as far as the experiment's top (all it has closed).
+  EXPECT_GT(ThinnedThrough(runlog::LogPathFor(dir.path(), "dead")), 0u);
 }
 
 TEST(Retention, ABaselineWithoutAPairIsNotThinnedByTheWindow) {

@@ -377,6 +377,10 @@ void RenderRetentionMetrics(TextWriter& w, const Retention& retention) {
   w.Family("lockstep_retention_compaction_failures_total", C::kCounter,
            "Segments a pass could not thin (a full disk: the compaction_failed alert); retried later.");
   w.Sample({}, c.failures);
+  w.Family("lockstep_retention_stalled_pairs", C::kGauge,
+           "Pairs that stopped comparing while their runs wrote on: they no longer hold the window of "
+           "their runs (as of the last pass).");
+  w.Sample({}, c.stalled_pairs);
   w.Family("lockstep_retention_incident_kept_steps", C::kGauge,
            "Steps the incident neighbourhoods keep in full, by experiment (retention.keep).");
   for (const auto& [experiment, steps] : retention.IncidentSteps())

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string_view>
 
@@ -309,6 +310,52 @@ Status Retention::Thin(const std::string& experiment, const std::string& path, u
   return s;
 }
 
+bool Retention::PairTop(const std::string& experiment, const std::map<std::string, uint64_t>& newest,
+                        uint64_t* top, uint64_t* stalled) {
+  if (!opt_.pairs) return false;
+  const std::vector<PairProgress> pairs = opt_.pairs(experiment);
+  if (pairs.empty()) return false;
+  // Past this many steps of its runs without a step compared, a pair has stopped: a
+  // window and its margin again, so a pair that only paused (a job restarting from its
+  // checkpoint, a slow read-back) is not let go.
+  const uint64_t bound = 2 * opt_.retain_steps;
+  bool any_live = false;
+  uint64_t least = 0, lead_all = 0;
+  for (const PairProgress& p : pairs) {
+    uint64_t lead = 0;
+    for (const std::string* run : {&p.baseline, &p.candidate}) {
+      auto it = newest.find(*run);
+      if (it != newest.end()) lead = std::max(lead, it->second);
+    }
+    lead_all = std::max(lead_all, lead);
+    auto [it, fresh] = watch_.try_emplace({experiment, p.baseline, p.candidate});
+    PairWatch& w = it->second;
+    if (fresh || w.compared != p.compared) {
+      if (w.stalled)
+        spdlog::info("retention: the pair ({}, {}) of experiment '{}' compares again (step {}); it "
+                     "holds its runs' window again",
+                     p.baseline, p.candidate, experiment, p.compared);
+      w = PairWatch{p.compared, lead, false};
+    } else if (!w.stalled && lead > w.lead && lead - w.lead > bound) {
+      w.stalled = true;
+      spdlog::info("retention: the pair ({}, {}) of experiment '{}' compared nothing past step {} "
+                   "while its runs wrote {} more steps; it no longer holds their window "
+                   "(docs/runlog.md \"Segments and retention\")",
+                   p.baseline, p.candidate, experiment, p.compared, lead - w.lead);
+    }
+    if (w.stalled) {
+      ++*stalled;
+      continue;
+    }
+    least = any_live ? std::min(least, p.compared) : p.compared;
+    any_live = true;
+  }
+  // Every pair stopped: the newest step of their runs, so that the one still writing is
+  // bounded and the runs of each pair are thinned alike.
+  *top = any_live ? least : lead_all;
+  return true;
+}
+
 Status Retention::CompactOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   Status first_error;
@@ -336,33 +383,48 @@ Status Retention::CompactOnce() {
     const uint64_t b = it->file_size(sz);
     if (!sz) total += b;
   }
-  for (const std::string& run : runlog::ListRunLogs(opt_.data_dir)) {
-    const auto segs = runlog::ListSegments(runlog::LogPathFor(opt_.data_dir, run));
+  struct RunView {
+    std::string experiment;
     std::vector<std::pair<std::string, SegmentInfo>> infos;
     uint64_t newest = 0;
     bool baseline = false, any_steps = false;
-    std::string experiment;
-    for (const auto& sg : segs) {
+  };
+  std::map<std::string, RunView> runs;
+  std::map<std::string, uint64_t> newest;  // of each run with steps in closed segments
+  for (const std::string& run : runlog::ListRunLogs(opt_.data_dir)) {
+    RunView& v = runs[run];
+    for (const auto& sg : runlog::ListSegments(runlog::LogPathFor(opt_.data_dir, run))) {
       auto si = Inspect(sg.path);
       if (!si.ok()) continue;
-      if (si->has_steps) newest = std::max(newest, si->max_step);
-      any_steps |= si->has_steps;
-      baseline |= si->baseline;
-      if (experiment.empty()) experiment = si->experiment;
-      infos.emplace_back(sg.path, *si);
+      if (si->has_steps) v.newest = std::max(v.newest, si->max_step);
+      v.any_steps |= si->has_steps;
+      v.baseline |= si->baseline;
+      if (v.experiment.empty()) v.experiment = si->experiment;
+      v.infos.emplace_back(sg.path, *si);
     }
-    uint64_t compared = 0;
-    bool has_top = any_steps;
-    if (opt_.progress && opt_.progress(experiment, &compared)) {
-      newest = std::min(newest, compared);
-    } else if (baseline) {
+    if (v.any_steps) newest[run] = v.newest;
+  }
+  // Each experiment's top from its pairs, once a pass: (has pairs, top).
+  std::map<std::string, std::pair<bool, uint64_t>> pair_tops;
+  uint64_t stalled = 0;
+  for (const auto& [run, v] : runs) {
+    auto [it, fresh] = pair_tops.try_emplace(v.experiment);
+    if (fresh) it->second.first = PairTop(v.experiment, newest, &it->second.second, &stalled);
+    uint64_t top = v.newest;
+    bool has_top = v.any_steps;
+    if (it->second.first) {
+      // Its pairs' top, whether or not this run is ahead of it or behind: the runs of an
+      // experiment are thinned alike.
+      top = it->second.second;
+      has_top = true;
+    } else if (v.baseline) {
       has_top = false;  // its candidate may still come
     }
-    for (const auto& [path, si] : infos) {
+    for (const auto& [path, si] : v.infos) {
       if (si.thinned) continue;
-      const bool out_of_window = has_top && si.has_steps && newest >= opt_.retain_steps &&
-                                 si.max_step <= newest - opt_.retain_steps;
-      todo.push_back({experiment, path, si.mtime_ns, !out_of_window});
+      const bool out_of_window = has_top && si.has_steps && top >= opt_.retain_steps &&
+                                 si.max_step <= top - opt_.retain_steps;
+      todo.push_back({v.experiment, path, si.mtime_ns, !out_of_window});
     }
   }
   // The window's rule first, then the disk limit: oldest first.
@@ -417,6 +479,7 @@ Status Retention::CompactOnce() {
   counters_.pass_seconds += secs;
   counters_.log_bytes = total;
   counters_.over_max_disk = opt_.max_disk_bytes > 0 && total > opt_.max_disk_bytes;
+  counters_.stalled_pairs = stalled;
   return first_error;
 }
 

@@ -4,11 +4,19 @@
 // The rule, per closed segment of a run (log_format.h "Segments"):
 //   - a segment whose steps are all at least `retain_steps` behind the run's top step
 //     (the window) is thinned once. The top: for a run of an experiment with pairs, the
-//     last step the live analysis compared in all of them (`progress`), so no step is
-//     thinned before it was compared (even when one run is far ahead and read back from
-//     its log) and the runs of a pair are thinned alike; for a baseline not yet paired,
-//     none (a late candidate compares against its log from the first step); for any
-//     other run, its newest step in its closed segments. A segment thinned: of its
+//     last step the live analysis compared in all of them that still compare (`pairs`),
+//     so no step is thinned before a comparing pair compared it (even when one run is far
+//     ahead and read back from its log) and the runs of a pair are thinned alike; when
+//     every pair of the experiment has stopped comparing, the newest step of their runs
+//     (each run of the experiment takes its experiment's top, ahead of it or behind). A pair has stopped (stalled) when its runs wrote more than 2 x retain_steps
+//     steps past the newest step they had when its compared step last moved (counted on
+//     the newest step in the closed segments of either run, from this object's first
+//     pass): a dead or finished run's partner is bounded again, while a slow pair that
+//     still compares holds its window. One that compares again holds it again from its
+//     new step; what was thinned meanwhile it compares on the scalars alone. For a
+//     baseline not yet paired, no top (a late candidate compares against its log from
+//     the first step); for any other run, its newest step in its closed segments. A
+//     segment thinned: of its
 //     StepStats messages (the tensor statistics) it keeps those of every `thin_every`-th
 //     step (step % thin_every == 0) and those of steps in an incident neighbourhood, and
 //     hollows the others (the same envelope and step, no statistics: the sequence
@@ -49,6 +57,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,6 +66,12 @@
 
 namespace lockstep::collector {
 
+// One (baseline, candidate) pair of the live analysis (run ids: their logs' names).
+struct PairProgress {
+  std::string baseline, candidate;
+  uint64_t compared = 0;  // the last step it compared
+};
+
 struct RetentionOptions {
   std::string data_dir;
   uint64_t retain_steps = 2000;  // the window: every step of the last N in full
@@ -64,10 +79,10 @@ struct RetentionOptions {
   uint64_t max_disk_bytes = 0;   // 0 = no limit
   uint64_t incident_margin_steps = 200;
   int64_t interval_ms = 2000;  // between passes of the retention thread
-  // The last step the live analysis compared in every pair of `experiment` (the least
-  // over its pairs): false when it has none. Called on the retention thread. Empty:
-  // every run is taken as unpaired.
-  std::function<bool(const std::string& experiment, uint64_t* step)> progress;
+  // The pairs of `experiment` the live analysis has compared steps of, each with the
+  // last step it compared; empty when none. Called on the retention thread. Empty
+  // function: every run is taken as unpaired.
+  std::function<std::vector<PairProgress>(const std::string& experiment)> pairs;
   // (metric, message) of a problem: "compaction_failed", "max_disk". Called on the
   // retention thread; must not block.
   std::function<void(const std::string&, const std::string&)> on_alert;
@@ -89,6 +104,7 @@ struct RetentionCounters {
   // ended the pass).
   uint64_t log_bytes = 0;
   bool over_max_disk = false;
+  uint64_t stalled_pairs = 0;  // pairs left out of the window's top (stopped comparing)
 };
 
 class Retention {
@@ -131,10 +147,22 @@ class Retention {
   StatusOr<SegmentInfo> Inspect(const std::string& path);
   Status Thin(const std::string& experiment, const std::string& path, uint64_t* saved);
   std::vector<std::pair<uint64_t, uint64_t>> KeepRanges(const std::string& experiment);
+  // The top of the window of `experiment`'s runs from its pairs (the rule above), given
+  // each run's newest step; false when it has no pair. Counts its stalled pairs.
+  bool PairTop(const std::string& experiment, const std::map<std::string, uint64_t>& newest,
+               uint64_t* top, uint64_t* stalled);
   void Loop();
+
+  // A pair's compared step when it last moved, and its runs' newest step then.
+  struct PairWatch {
+    uint64_t compared = 0, lead = 0;
+    bool stalled = false;
+  };
 
   RetentionOptions opt_;
   std::map<std::string, SegmentInfo> info_;  // the pass's thread only
+  // By (experiment, baseline, candidate); the pass's thread only.
+  std::map<std::tuple<std::string, std::string, std::string>, PairWatch> watch_;
   bool over_disk_alerted_ = false;           // the pass's thread only
 
   mutable Mutex mu_;

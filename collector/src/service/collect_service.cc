@@ -130,7 +130,7 @@ Status CollectService::Build(CollectPart* failed) {
     r.on_alert = [this](const std::string& metric, const std::string& message) {
       OnRetentionProblem(metric, message);
     };
-    r.progress = [this](const std::string& experiment, uint64_t* step) { return Progress(experiment, step); };
+    r.pairs = [this](const std::string& experiment) { return Pairs(experiment); };
     retention_ = std::make_unique<Retention>(std::move(r));
   }
 
@@ -268,16 +268,13 @@ void CollectService::OnLogHealth(bool failing, const std::string& message) {
   DeliverAlert(std::move(a));
 }
 
-bool CollectService::Progress(const std::string& experiment, uint64_t* step) const {
+std::vector<PairProgress> CollectService::Pairs(const std::string& experiment) const {
+  std::vector<PairProgress> out;
   MutexLock l(&progress_mu_);
   auto it = pair_progress_.find(experiment);
-  if (it == pair_progress_.end() || it->second.empty()) return false;
-  bool any = false;
-  for (const auto& [pair, p] : it->second) {
-    *step = any ? std::min(*step, p) : p;
-    any = true;
-  }
-  return true;
+  if (it == pair_progress_.end()) return out;
+  for (const auto& [pair, p] : it->second) out.push_back({pair.first, pair.second, p});
+  return out;
 }
 
 void CollectService::OnRetentionProblem(const std::string& metric, const std::string& message) {

@@ -64,6 +64,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runlog/log_replay.h"
 #include "lockstep/alerting/alert.h"
@@ -203,12 +204,13 @@ class CollectService {
   std::unique_ptr<Retention> retention_;
 
   // The last step compared of each experiment's (baseline, candidate) pairs: retention
-  // thins no step its pairs have not compared. Written by the analyzer's pair-step
-  // observer, read by the retention thread; a leaf lock.
+  // thins no step a pair that still compares has not compared (runlog/retention.h).
+  // Written by the analyzer's pair-step observer, read by the retention thread; a leaf
+  // lock.
   mutable Mutex progress_mu_;
   std::map<std::string, std::map<std::pair<std::string, std::string>, uint64_t>> pair_progress_
       GUARDED_BY(progress_mu_);
-  bool Progress(const std::string& experiment, uint64_t* step) const EXCLUDES(progress_mu_);
+  std::vector<PairProgress> Pairs(const std::string& experiment) const EXCLUDES(progress_mu_);
 
   // During the replay alerts are marked replayed.
   std::atomic<bool> replaying_{false};
