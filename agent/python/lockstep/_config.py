@@ -58,6 +58,9 @@ OPTIONS = {
     "capture_dir": ("path", "lockstep-captures", None),
     "capture_mb": (float, 256.0, (0.001, 1048576.0)),
     "capture_limit": (int, 3, (0, 1000)),
+    # The replica check (lockstep._replicas): every M-th recorded step of a data-parallel
+    # job, the all-reduced gradients of every rank; 0 = off.
+    "replica_check_every": (int, 100, (0, 2**31 - 1)),
 }
 
 _TRUE = ("1", "true", "yes", "on")

@@ -30,6 +30,7 @@ from lockstep._device import DevicePipeline
 from lockstep._guard import Guard
 from lockstep._identity import Identity
 from lockstep._recorder import KIND, Recorder
+from lockstep._replicas import ReplicaCheck
 from lockstep._session import Session
 from lockstep._tune import ThreadTuner
 from lockstep._watch import DEFAULT_KINDS, Watch, sampling
@@ -90,7 +91,9 @@ class Monitor:
     torch's intra-op threads leave a core idle (docs/python.md). capture (True),
     capture_dir ("lockstep-captures"), capture_mb (256), capture_limit (3): whether
     capture() may save ops, where, and its bounds (docs/python.md "Capture and
-    replay"). config: an optional dict
+    replay"). replica_check_every (100; 0 = off): every M-th recorded step of a
+    DistributedDataParallel job, each rank records its all-reduced gradients for the
+    collector's replica check (docs/python.md "The replica check"). config: an optional dict
     (e.g. ``vars(args)``) that joins the run fingerprint, which the collector compares
     between the two runs (docs/python.md "Run fingerprint"). Arguments are keyword-only.
     A configuration mistake (an unknown argument included) warns with one sentence and
@@ -136,6 +139,7 @@ class Monitor:
                  capture: Optional[bool] = None,
                  capture_dir: Optional[str] = None,
                  capture_mb: Optional[float] = None, capture_limit: Optional[int] = None,
+                 replica_check_every: Optional[int] = None,
                  config: Optional[Mapping[str, Any]] = None, strict: bool = False,
                  _force_device_path: bool = False) -> None:
         self._disabled_init(run)
@@ -153,7 +157,7 @@ class Monitor:
                     curve_server_key=curve_server_key, curve_key=curve_key,
                     host_stats_thread=host_stats_thread, control_endpoint=control_endpoint,
                     capture=capture, capture_dir=capture_dir, capture_mb=capture_mb,
-                    capture_limit=capture_limit)
+                    capture_limit=capture_limit, replica_check_every=replica_check_every)
         try:
             user_config = _config.user_config(config)
             cfg = _config.resolve(args)
@@ -246,6 +250,8 @@ class Monitor:
                                 weakref.WeakMethod(self._check_identity),
                                 weakref.WeakMethod(self._note_first_forward))
         self._watches = self._session.watches
+        self._session.replicas = ReplicaCheck(cfg["replica_check_every"],
+                                              self._pipeline.flush_deferred)
         self._captures = _capture.Captures(self._session, cfg, self._guard)
         # A Monitor collected while its model lives takes its hooks out.
         weakref.finalize(self, _remove_watches, self._watches)
@@ -287,6 +293,7 @@ class Monitor:
             w = Watch(sess, model, optimizer, include, exclude, kinds, params, optim_state)
             self._watches.append(w)
             self._every = every
+            sess.replicas.stride = every
             self._patterns.append((include, exclude))
             self._send_sampling()
             sess.active = self._step % self._stride() == 0

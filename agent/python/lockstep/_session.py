@@ -25,7 +25,7 @@ class Session:
     __slots__ = ("rec", "guard", "ident", "active", "closed", "bwd", "in_bwd", "calls",
                  "recalls", "segments", "cursor", "done", "seg_params", "split", "pieces",
                  "param_owners", "watches", "init_pending", "amp_seen", "accum_grad_norm",
-                 "_identity_check", "_first_forward", "ref", "__weakref__")
+                 "replicas", "_identity_check", "_first_forward", "ref", "__weakref__")
 
     def __init__(self, rec, guard, ident, identity_check, first_forward):
         self.rec = rec
@@ -62,6 +62,8 @@ class Session:
         self.init_pending = None
         self.amp_seen = False  # the first watched forward read the autocast state
         self.accum_grad_norm = None  # set by the optimizer pre-step hook (torch >= 2.0)
+        # The replica check (lockstep._replicas.ReplicaCheck), run by that hook; or None.
+        self.replicas = None
         # The Monitor's own work, called back weakly (no reference to the Monitor).
         self._identity_check = identity_check
         self._first_forward = first_forward
@@ -221,10 +223,17 @@ class Session:
             self.guard.fail("the backward marker hook", e)
 
     def on_optimizer_step(self, optimizer):
-        """Before the update of a gradient-accumulation step (micro steps > 1): the
-        global norm of the accumulated gradients, kept on their device (no sync)."""
+        """Before the update: every M-th recorded step of a data-parallel job, the
+        replica check (lockstep._replicas); on a gradient-accumulation step (micro steps
+        > 1), the global norm of the accumulated gradients, kept on their device (no
+        sync)."""
         try:
-            if self.rec.micro == 0 or self.closed:
+            if self.closed:
+                return
+            replicas = self.replicas
+            if replicas is not None and self.active and replicas.due(self.rec.step):
+                replicas.run(self, optimizer)
+            if self.rec.micro == 0:
                 return
             # Per-tensor norms in the gradient's own precision (no float64 copy of every
             # gradient), combined in float64.
