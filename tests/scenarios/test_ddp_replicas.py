@@ -13,7 +13,9 @@ critical, naming `2.weight`, rank 1 and step FLIP_AT, live and in `lockstep comp
 the same logs. A third run (solo) takes the batched device path on the CPU
 (Monitor(_force_device_path=True): its records say StatFlags.kDevice) and gets one
 element of `0.bias`'s gradient set far past its range on rank 1: judged on what the
-device path repeats bit for bit, the alert names `max`."""
+device path repeats bit for bit, the alert names `max`. A fourth (solo), with the
+candidate's flip, leaves the check to LOCKSTEP_REPLICA_CHECK_EVERY=0: no grad_reduced
+record, no alert."""
 import collections
 import json
 import subprocess
@@ -34,7 +36,7 @@ EVERY = 5
 FLIP_AT = 10
 FLIP_RANK = 1
 FLIP_PARAM = "2.weight"  # in the DDP model: module.2.weight
-RUNS = (("rep-base", "baseline"), ("rep-cand", "candidate"), ("rep-dev", "solo"))
+RUNS = (("rep-base", "baseline"), ("rep-cand", "candidate"), ("rep-dev", "solo"), ("rep-off", "solo"))
 
 
 def _worker(rank, endpoint):
@@ -46,7 +48,7 @@ def _worker(rank, endpoint):
         ddp = nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         steps = [0]
-        if run == "rep-cand" and rank == FLIP_RANK:
+        if run in ("rep-cand", "rep-off") and rank == FLIP_RANK:
             def corrupt(_opt, _args, _kwargs, steps=steps, model=model):
                 if steps[0] == FLIP_AT:
                     g = model[2].weight.grad
@@ -57,9 +59,11 @@ def _worker(rank, endpoint):
                 if steps[0] == FLIP_AT:
                     model[0].bias.grad[3] = 1e3
             opt.register_step_pre_hook(overflow)
+        # rep-off: the environment's 0 (the argument wins where given).
+        every = {} if run == "rep-off" else {"replica_check_every": EVERY}
         mon = lockstep.Monitor(run=run, role=role, experiment="rep", endpoint=endpoint,
-                               host_stats_thread="off", replica_check_every=EVERY, strict=True,
-                               _force_device_path=run == "rep-dev")
+                               host_stats_thread="off", strict=True,
+                               _force_device_path=run == "rep-dev", **every)
         assert mon.enabled and mon.rank == rank, (mon.rank, rank)
         mon.watch(ddp, optimizer=opt)
         runs.append((ddp, opt, mon, steps))
@@ -101,12 +105,14 @@ def _identity(a):
 
 
 def test_ddp_replica_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCKSTEP_REPLICA_CHECK_EVERY", "0")  # inherited by the spawned ranks
     alerts, col = collect_ranks(tmp_path, monkeypatch, WORLD, _worker, [run for run, _ in RUNS])
     replicas = [a for a in alerts if a["rule"] == "replicas"]
 
     # Records: every 5th step, on both ranks, every watched parameter (DDP's names).
     params = {"module.0.weight", "module.0.bias", "module.2.weight", "module.2.bias"}
-    for run, _ in RUNS:
+    assert _reduced_records(col, "rep-off") == {}
+    for run, _ in RUNS[:3]:
         found = _reduced_records(col, run)
         want = {(r, s) for r in range(WORLD) for s in range(0, STEPS, EVERY)}
         assert set(found) == want, (run, sorted(found))
@@ -126,6 +132,7 @@ def test_ddp_replica_check(tmp_path, monkeypatch):
     assert len(dev) == 1, fmt_alerts(replicas)
     assert (dev[0]["step"], dev[0]["rank"], dev[0]["tensor"], dev[0]["metric"]) == \
         (FLIP_AT, FLIP_RANK, "0.bias", "max"), fmt_alerts(dev)
+    assert [a for a in replicas if run_of(a) == "rep-off"] == [], fmt_alerts(replicas)
     # No other rule mistakes the check's rows for anything: no alert names the kind.
     assert [x for x in alerts if x["kind"] == "grad_reduced" and x["rule"] != "replicas"] == [], \
         fmt_alerts(alerts)

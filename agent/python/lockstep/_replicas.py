@@ -57,7 +57,9 @@ class ReplicaCheck:
         rec = session.rec
         on_device = False
         for w in session.watches:
-            if w.optimizer is not optimizer or not isinstance(w.model, _DDP):
+            # torch.compile(ddp) wraps it: the model it compiles is the DDP module.
+            model = getattr(w.model, "_orig_mod", w.model)
+            if w.optimizer is not optimizer or not isinstance(model, _DDP):
                 continue
             for name, p in w.params:
                 g = p.grad
