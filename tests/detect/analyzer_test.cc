@@ -1124,5 +1124,65 @@ TEST(Analyzer, ZerosAndDenormalsCompareEqual) {
   EXPECT_EQ(h.First("first_divergence")->tensor, "layers.0");
 }
 
+// The replica check (rule replicas, rules/replica_rule.h) through the whole analyzer:
+// two 2-rank runs whose grad_reduced rows differ between the runs (never compared across
+// runs: no drift, nothing unmatched, no row in the table) and, in the candidate, between
+// its ranks at one step only (one critical alert, the candidate's rank 1), whatever order
+// the ranks' steps arrive in.
+TEST(Analyzer, ReplicasAreJudgedWithinARunNeverAcrossRuns) {
+  Harness h;
+  constexpr uint64_t kSteps = 8, kBadStep = 3;
+  std::vector<FakeTensor> model = Model();
+  model.push_back(FakeTensor{"w", wire::TensorKind::GradReduced, wire::DType::F32, kTensors});
+  model.push_back(FakeTensor{"v", wire::TensorKind::GradReduced, wire::DType::F32, kTensors + 1});
+  std::vector<StreamBuilder> b, c;
+  for (uint32_t r = 0; r < 2; ++r) {
+    b.emplace_back("base", "exp", wire::Role::Baseline, r);
+    c.emplace_back("cand", "exp", wire::Role::Candidate, r);
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    h.Feed(b[r].Hello(2));
+    h.Feed(c[r].Hello(2));
+    h.Feed(b[r].Directory(model));
+    h.Feed(c[r].Directory(model));
+  }
+  auto step = [&](StreamBuilder& sb, uint64_t s, uint32_t rank, double reduced_scale) {
+    std::vector<FakeStat> stats;
+    for (int i = 0; i < kTensors + 2; ++i) {
+      auto v = Values(i, s);
+      if (i >= kTensors) {
+        for (double& x : v) x *= reduced_scale;
+        if (reduced_scale != 1 && rank == 1 && s == kBadStep && i == kTensors + 1) v[7] += 1e-9;
+      }
+      auto st = FakeStat::Vec(static_cast<uint32_t>(i), v);
+      st.order = static_cast<uint32_t>(i);
+      stats.push_back(st);
+    }
+    h.Feed(sb.Stats(s, stats));
+  };
+  for (uint64_t s = 0; s < kSteps; ++s) {
+    for (uint32_t r : {1u, 0u}) step(b[r], s, r, 1.0);
+    for (uint32_t r : {0u, 1u}) step(c[r], s, r, 2.0);  // other reduced gradients than the baseline's
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    h.Feed(b[r].Goodbye(kSteps - 1));
+    h.Feed(c[r].Goodbye(kSteps - 1));
+  }
+  h.an->Finish();
+  ASSERT_EQ(h.alerts.size(), 1u) << h.Dump();
+  const alerting::Alert& a = h.alerts[0];
+  EXPECT_EQ(a.rule, "replicas");
+  EXPECT_EQ(a.runs, std::vector<std::string>{"cand"});
+  EXPECT_EQ(a.step, kBadStep);
+  EXPECT_EQ(a.rank, 1u);
+  EXPECT_EQ(a.tensor, "v");
+  EXPECT_EQ(a.kind, "grad_reduced");
+  auto r = h.an->Reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].tensors.size(), static_cast<size_t>(kTensors));
+  for (const auto& t : r[0].tensors) EXPECT_NE(t.kind, "grad_reduced") << t.name;
+  EXPECT_EQ(h.an->counters().unmatched_tensors, 0u);
+}
+
 }  // namespace
 }  // namespace lockstep::collector
