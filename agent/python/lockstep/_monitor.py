@@ -33,7 +33,7 @@ from lockstep._recorder import KIND, Recorder
 from lockstep._replicas import ReplicaCheck
 from lockstep._session import Session
 from lockstep._tune import ThreadTuner
-from lockstep._watch import DEFAULT_KINDS, Watch, sampling
+from lockstep._watch import DEFAULT_KINDS, HookSwitch, Watch, sampling
 
 _live = weakref.WeakSet()  # open monitors, closed at interpreter exit
 _AT_EXIT_TIMEOUT_S = 2.0
@@ -252,6 +252,8 @@ class Monitor:
         self._watches = self._session.watches
         self._session.replicas = ReplicaCheck(cfg["replica_check_every"],
                                               self._pipeline.flush_deferred)
+        # The hooks are out of torch's tables on the steps not recorded (_watch.HookSwitch).
+        self._hook_switch = HookSwitch(self._guard.warn)
         self._captures = _capture.Captures(self._session, cfg, self._guard)
         # A Monitor collected while its model lives takes its hooks out.
         weakref.finalize(self, _remove_watches, self._watches)
@@ -629,6 +631,7 @@ class Monitor:
         self._session.new_step(self._stride(), step)
         if self._agent.has_requests():  # the collector asked for something (one load)
             _control.act(self, self._agent.take_requests(), step)
+        self._hook_switch.sync(self._watches, self._session.active)
 
     def _check_identity(self, release):
         """The rank again, once torch.distributed is initialised (_identity.py)."""

@@ -24,6 +24,7 @@ trace lockstep's Python.
 """
 import functools
 import importlib
+import sys
 import weakref
 
 import torch
@@ -168,7 +169,9 @@ class Watch:
         self.rec = session.rec
         self.model = model
         self.optimizer = optimizer
-        self.handles = []
+        self.handles = []       # taken out of torch's tables on unrecorded steps
+        self._fixed = []        # the optimizer's: always in
+        self._out = None        # while out: what set_in(True) puts back
         filt = NameFilter(include, exclude)
         self.params = [(n, p) for n, p in model.named_parameters()
                        if p.requires_grad and filt(n)]
@@ -226,7 +229,7 @@ class Watch:
         # torch >= 2.0: the optimizer tells us when it is about to step, which is the one
         # moment the accumulated gradients of a gradient-accumulation step are all there.
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
-            self.handles.append(optimizer.register_step_pre_hook(
+            self._fixed.append(optimizer.register_step_pre_hook(
                 functools.partial(_session.optimizer_step_hook, ref)))
 
     def _owned(self, session, model, want_pgrad):
@@ -433,10 +436,110 @@ class Watch:
                                 and value.dim() > 0):
                             rec.record("%s.%s" % (pname, key), kind, value.detach())
 
+    def set_in(self, on):
+        """Puts this watch's module and parameter hooks in torch's hook tables (`on`:
+        a recorded step) or takes them out (a step watch(every=N) or the collector's
+        sampling leaves out). Out, a module with no other hooks takes torch's fast path
+        (no hook dispatch at all), so an unrecorded step costs nothing; in, each hook
+        goes back to the place it had among the other hooks of its table (the user's,
+        DDP's, FSDP's), so the order hooks run in never changes. The caller keeps them
+        in under torch.compile (HookSwitch says why)."""
+        if on == (self._out is None):
+            return
+        if not on:
+            saved, orders = [], {}
+            for h in self.handles:
+                for d in _hook_tables(h):
+                    if h.id in d:
+                        if id(d) not in orders:
+                            orders[id(d)] = (d, {k: i for i, k in enumerate(d)})
+                        saved.append((d, h.id, d.pop(h.id)))
+            self._out = (saved, list(orders.values()))
+            return
+        saved, orders = self._out
+        self._out = None
+        for d, hid, hook in saved:
+            d[hid] = hook
+        for d, pos in orders:
+            # A hook registered while ours were out goes after the ones it found.
+            keys = sorted(d, key=lambda k, pos=pos, n=len(pos): pos.get(k, n))
+            if keys != list(d):
+                items = [(k, d[k]) for k in keys]
+                d.clear()
+                d.update(items)
+
     def remove(self):
-        for h in self.handles:
+        self._out = None
+        for h in self.handles + self._fixed:
             h.remove()
         self.handles = []
+        self._fixed = []
+
+
+def _dynamo_frames():
+    """Frames torch.compile (Dynamo) has compiled in this process so far; 0 when it was
+    never used (torch 1.13 has none), 1 when the count cannot be read."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0
+    try:
+        return int(utils.counters["frames"]["total"])
+    except Exception:  # pylint: disable=broad-except
+        return 1
+
+
+class HookSwitch:
+    """Takes the watches' hooks out of torch's tables for the steps that are not
+    recorded, and puts them back for those that are (Watch.set_in), at each step
+    boundary.
+
+    Not under torch.compile: Dynamo does not guard on a module's hooks (its
+    ``skip_nnmodule_hook_guards``), so a model runs the hooks it had when it was compiled,
+    whatever was added or removed since. Once Dynamo has compiled anything in the
+    process the hooks stay in for good (an unrecorded step then costs what it cost
+    before: torch's hook dispatch and hooks that return at once). A new watch() leaves
+    its hooks in for its first step, where a model compiled at its first call is
+    compiled with them. If Dynamo compiles while they are out all the same (a model first
+    called later, on an unrecorded step), that code would never call them: its cache is
+    reset once (one recompilation, with the hooks in), with a warning."""
+
+    def __init__(self, warn):
+        self._warn = warn
+        self._pinned = False  # Dynamo was seen: hooks in for good
+        self._out = False     # the last sync took them out
+        self._frames = 0
+
+    def sync(self, watches, recorded):
+        frames = _dynamo_frames()
+        if frames:
+            if self._out and frames != self._frames and not self._pinned:
+                self._reset_dynamo()
+            self._pinned = True
+        self._frames = frames
+        want = recorded or self._pinned
+        for w in watches:
+            w.set_in(want)
+        self._out = not want
+
+    def _reset_dynamo(self):
+        try:
+            importlib.import_module("torch._dynamo").reset()
+            self._warn("torch.compile compiled code during a step lockstep does not "
+                       "record (watch(every=N) or the collector's sampling), while its hooks "
+                       "were out; lockstep reset torch.compile's cache so that the model is "
+                       "compiled again with them (once), and keeps them in from now on")
+        except Exception as e:  # pylint: disable=broad-except
+            self._warn("torch.compile compiled code while lockstep's hooks were out "
+                       "and its cache could not be reset (%s); a model compiled then may not be "
+                       "recorded: watch it with every=1" % e)
+
+
+def _hook_tables(handle):
+    """The dicts a torch RemovableHandle removes its hook from: its table and, on
+    torch >= 2.0, the tables of the hook's flags (with_kwargs, always_call)."""
+    tables = [handle.hooks_dict_ref()]
+    tables.extend(ref() for ref in getattr(handle, "extra_dict_ref", ()) or ())
+    return [d for d in tables if d is not None]
 
 
 def sampling(patterns, watches):
