@@ -35,6 +35,9 @@ BENCH agent_hook_us_per_tensor_resnet18  the same estimated on resnet18 itself: 
                                  the training's own ops afterwards (caches)
 BENCH resnet18_stats_ms_per_step  median time inside the inline Monitor's C++ record calls
                                  (the statistics kernel) per step
+BENCH torch_overhead_ratio_resnet18_every10  watch(every=10) over blocks of 10 steps (one
+                                 recorded, nine not), against 10 plain steps: median over
+                                 rounds of the blocks' time ratio
 BENCH resnet18_step_ms           median plain step time, for context
 BENCH resnet18_tensors_per_step  tensors lockstep records per step
 """
@@ -58,6 +61,7 @@ STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
 THREADS = int(os.environ.get("LOCKSTEP_BENCH_THREADS", "1"))
 BATCH, SIDE, CLASSES = 16, 32, 10
 TINY_STEPS = 300
+EVERY10_ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_EVERY10_ROUNDS", "12"))
 
 
 def tiny_per_tensor_us(endpoint):
@@ -99,6 +103,41 @@ def tiny_per_tensor_us(endpoint):
     per_step = (mon.counters()["tensors_recorded"] - before) / (20 + TINY_STEPS)
     mon.close(timeout=5.0)
     return (watched - floor) / per_step * 1e6, per_step
+
+
+def every10_ratio(model, opt, x, y, endpoint, kinds, rounds=EVERY10_ROUNDS):
+    """torch_overhead_ratio_resnet18_every10: see the module doc. Each round times a
+    block of 10 plain steps and a block of 10 watched ones (steps 10k .. 10k+9 of a
+    watch(every=10): the first recorded), in a fresh random order."""
+    mon = lockstep.Monitor(run="resnet-bench-every10", endpoint=endpoint)
+    rng = random.Random(1)
+
+    def block(m):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if m is not None:
+                m.step(loss=loss)
+        return time.perf_counter() - t0
+
+    ratios = []
+    for r in range(rounds + 2):  # two rounds of warm-up
+        times = {}
+        for kind in rng.sample(["plain", "every10"], 2):
+            if kind == "plain":
+                times[kind] = block(None)
+            else:
+                mon.watch(model, kinds=kinds, every=10)
+                times[kind] = block(mon)
+                w = mon._watches.pop()
+                w.remove()
+        if r >= 2:
+            ratios.append(times["every10"] / times["plain"])
+    mon.close(timeout=5.0)
+    return statistics.median(ratios)
 
 
 def main():
@@ -168,6 +207,7 @@ def main():
                 cpu_times[kind].append(dc)
                 if kind == "inline":
                     inline_cxx.append(timed_inline.seconds - before)
+    every10 = every10_ratio(model, opt, x, y, endpoint, kinds)
     counters = mon.counters()
     per_step = mon_inline.counters()["tensors_recorded"] / (WARMUP + STEPS)
     mon.close(timeout=5.0)
@@ -200,6 +240,7 @@ def main():
     print("tiny-tensor stack: %.0f records a step" % tiny_records)
     print("BENCH agent_hook_us_per_tensor_resnet18 %.2f us" % hook_us)
     print("BENCH agent_hook_us_per_tensor %.2f us" % tiny_us)
+    print("BENCH torch_overhead_ratio_resnet18_every10 %.4f ratio" % every10)
     print("BENCH torch_overhead_ratio_resnet18 %.4f ratio" % ratio)
     return 0
 
