@@ -3,19 +3,20 @@
 // they do not, naming the first differing parameter in execution order and the rank.
 #include "rules/replica_rule.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace lockstep::collector {
 namespace {
 
 class ReplicaRuleTest : public ::testing::Test {
  protected:
-  ReplicaRuleTest() : emitter_([this](alerting::Alert a) { alerts_.push_back(std::move(a)); }, nullptr) {
+  ReplicaRuleTest()
+      : emitter_([this](alerting::Alert a) { alerts_.push_back(std::move(a)); }, nullptr) {
     ctx_.run = "ddp";
     ctx_.experiment = "exp";
     ctx_.names = &names_;
@@ -60,7 +61,8 @@ class ReplicaRuleTest : public ::testing::Test {
     add(w1_, Kind::kParamGrad, 0, 1.0 + rank);  // local: differs per rank, never judged
     add(w1_, Kind::kGradReduced, 2, 1.0);
     add(w2_, Kind::kGradReduced, 3, 2.0);
-    std::sort(s.rows.begin(), s.rows.end(), [](const StatRow& a, const StatRow& b) { return a.key < b.key; });
+    std::sort(s.rows.begin(), s.rows.end(),
+              [](const StatRow& a, const StatRow& b) { return a.key < b.key; });
     return s;
   }
 
@@ -122,8 +124,8 @@ TEST_F(ReplicaRuleTest, TheFirstParameterInExecutionOrderAndOneAlertPerStep) {
   world_ = 3;
   ReplicaDetector d(&ctx_);
   StepData r0 = Step(7, 0), r1 = Step(7, 1), r2 = Step(7, 2);
-  Row(&r2, w1_).max = 0.75;   // earlier in execution order, on rank 2
-  Row(&r1, w2_).mean = 1.0;   // later, on rank 1
+  Row(&r2, w1_).max = 0.75;  // earlier in execution order, on rank 2
+  Row(&r1, w2_).mean = 1.0;  // later, on rank 1
   d.OnStep(r2);
   d.OnStep(r0);
   d.OnStep(r1);
@@ -131,7 +133,8 @@ TEST_F(ReplicaRuleTest, TheFirstParameterInExecutionOrderAndOneAlertPerStep) {
   EXPECT_EQ(alerts_[0].tensor, "fc1.weight");
   EXPECT_EQ(alerts_[0].rank, 2u);
   EXPECT_EQ(alerts_[0].metric, "max");
-  EXPECT_NE(alerts_[0].message.find("2 parameter(s) differ, on rank(s) 1, 2 of 3"), std::string::npos)
+  EXPECT_NE(alerts_[0].message.find("2 parameter(s) differ, on rank(s) 1, 2 of 3"),
+            std::string::npos)
       << alerts_[0].message;
 }
 

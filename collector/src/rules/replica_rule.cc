@@ -11,7 +11,9 @@ namespace {
 
 using alerting::Severity;
 
-bool SameBits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+bool SameBits(double a, double b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
 
 std::string Num(double v) {
   char buf[40];
@@ -22,7 +24,8 @@ std::string Num(double v) {
 // The first statistic in which `b` differs from `a` (the lowest rank's), or nullptr;
 // its two values in *va, *vb. The float sums (mean, std, l2, sketch) only when both
 // came from the host kernel, whose sums repeat bit for bit too (replica_rule.h).
-const char* FirstDifference(const ReplicaDetector::Row& a, const ReplicaDetector::Row& b, double* va, double* vb) {
+const char* FirstDifference(const ReplicaDetector::Row& a, const ReplicaDetector::Row& b,
+                            double* va, double* vb) {
   const StatRow& x = a.stat;
   const StatRow& y = b.stat;
   struct Count {
@@ -39,7 +42,8 @@ const char* FirstDifference(const ReplicaDetector::Row& a, const ReplicaDetector
     const char* name;
     double x, y;
   };
-  const Value exact[] = {{"min", x.min, y.min}, {"max", x.max, y.max}, {"absmax", x.absmax, y.absmax}};
+  const Value exact[] = {
+      {"min", x.min, y.min}, {"max", x.max, y.max}, {"absmax", x.absmax, y.absmax}};
   const Value sums[] = {{"mean", x.mean, y.mean}, {"std", x.std, y.std}, {"l2", x.l2, y.l2}};
   auto found = [&](const char* name, double p, double q) {
     *va = p;
@@ -145,12 +149,16 @@ void ReplicaDetector::Judge(uint64_t step, const std::map<uint32_t, std::vector<
   a.threshold = 0;
   std::string ranks_text;
   for (uint32_t b : bad_ranks) ranks_text += (ranks_text.empty() ? "" : ", ") + std::to_string(b);
-  a.message = "run " + ctx_->run + " step " + std::to_string(step) + ": the data-parallel replicas disagree after the "
-              "gradient all-reduce: the reduced gradient of " + ctx_->names->Display(KeyNameId(r.key)) + " on rank " +
-              std::to_string(first_rank) + " differs from rank " + std::to_string(low) + " (" + first_field + " " +
-              Num(vb) + " vs " + Num(va) + "); " + std::to_string(n_params) + " parameter(s) differ, on rank(s) " +
-              ranks_text + " of " + std::to_string(ranks.size()) +
-              ". It must be bit-identical on every replica: silent data corruption, or a rank that skipped or "
+  a.message = "run " + ctx_->run + " step " + std::to_string(step) +
+              ": the data-parallel replicas disagree after the "
+              "gradient all-reduce: the reduced gradient of " +
+              ctx_->names->Display(KeyNameId(r.key)) + " on rank " + std::to_string(first_rank) +
+              " differs from rank " + std::to_string(low) + " (" + first_field + " " + Num(vb) +
+              " vs " + Num(va) + "); " + std::to_string(n_params) +
+              " parameter(s) differ, on rank(s) " + ranks_text + " of " +
+              std::to_string(ranks.size()) +
+              ". It must be bit-identical on every replica: silent data corruption, or a rank that "
+              "skipped or "
               "corrupted the reduction";
   ctx_->out->Emit(std::move(a));
 }
