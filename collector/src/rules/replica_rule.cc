@@ -150,16 +150,15 @@ void ReplicaDetector::Judge(uint64_t step, const std::map<uint32_t, std::vector<
   std::string ranks_text;
   for (uint32_t b : bad_ranks) ranks_text += (ranks_text.empty() ? "" : ", ") + std::to_string(b);
   a.message = "run " + ctx_->run + " step " + std::to_string(step) +
-              ": the data-parallel replicas disagree after the "
-              "gradient all-reduce: the reduced gradient of " +
+              ": the data-parallel replicas disagree after the gradient all-reduce: the reduced "
+              "gradient of " +
               ctx_->names->Display(KeyNameId(r.key)) + " on rank " + std::to_string(first_rank) +
               " differs from rank " + std::to_string(low) + " (" + first_field + " " + Num(vb) +
               " vs " + Num(va) + "); " + std::to_string(n_params) +
               " parameter(s) differ, on rank(s) " + ranks_text + " of " +
               std::to_string(ranks.size()) +
-              ". It must be bit-identical on every replica: silent data corruption, or a rank that "
-              "skipped or "
-              "corrupted the reduction";
+              ". It must be bit-identical on every replica: silent data corruption, or a rank "
+              "that skipped or corrupted the reduction";
   ctx_->out->Emit(std::move(a));
 }
 
