@@ -22,10 +22,10 @@ BENCH agent_hook_us_per_tensor   what the agent costs per recorded tensor beyond
                                  own hook machinery, where the statistics kernel costs
                                  nothing: a stack of 30 x (Linear(8, 8), BatchNorm1d, ReLU),
                                  batch 4 (tensors of 8-32 elements, ~390 records a step);
-                                 (inline - floor) / records per step, each the 10th
-                                 percentile of 300 steps' CPU time of the training thread
-                                 (a few us per tensor is below the noise of a wall-time
-                                 median). Everything the agent does per tensor is in it:
+                                 the median over 300 rounds (one step of each, alternating)
+                                 of (inline - floor) in the training thread's CPU time, per
+                                 record (a few us per tensor is below the noise of a
+                                 wall-time median). Everything the agent does per tensor is in it:
                                  hook bodies, names, the recorder, the call into C++ and
                                  its fixed cost (target <= 5 us)
 BENCH agent_hook_us_per_tensor_resnet18  the same estimated on resnet18 itself: median over
@@ -88,25 +88,30 @@ def tiny_per_tensor_us(endpoint):
         if m is not None:
             m.step(loss=loss)
 
-    def tenth_percentile(handles, m):
-        for _ in range(20):
-            step(m)
-        times = []
-        for _ in range(TINY_STEPS):
-            c0 = time.thread_time()
-            step(m)
-            times.append(time.thread_time() - c0)
-        for h in handles:
-            h.remove()
-        return sorted(times)[TINY_STEPS // 10]
-
-    floor = tenth_percentile(attach_hooks(model), None)
+    # One watch for the whole run, its hooks out of torch's tables (Watch.set_in) for
+    # the floor's steps: the two alternate step by step, and each round's difference
+    # is taken (separate phases drifted apart by more than the figure on this VM).
     mon.watch(model, kinds=kinds)
-    before = mon.counters()["tensors_recorded"]
-    watched = tenth_percentile([mon._watches.pop()], mon)
-    per_step = (mon.counters()["tensors_recorded"] - before) / (20 + TINY_STEPS)
+    watch = mon._watches[-1]
+    diffs, records = [], []
+    for i in range(20 + TINY_STEPS):  # 20 rounds of warm-up
+        times = {}
+        for kind in (("floor", "lockstep") if i % 2 else ("lockstep", "floor")):
+            watch.set_in(kind == "lockstep")
+            handles = attach_hooks(model) if kind == "floor" else []
+            before = mon.counters()["tensors_recorded"]
+            c0 = time.thread_time()
+            step(mon if kind == "lockstep" else None)
+            times[kind] = time.thread_time() - c0
+            for h in handles:
+                h.remove()
+            if kind == "lockstep":
+                records.append(mon.counters()["tensors_recorded"] - before)
+        if i >= 20:
+            diffs.append(times["lockstep"] - times["floor"])
     mon.close(timeout=5.0)
-    return (watched - floor) / per_step * 1e6, per_step
+    per_step = statistics.median(records)
+    return statistics.median(diffs) / per_step * 1e6, per_step
 
 
 def unrecorded_ratio(model, x, y, endpoint, kinds, rounds=UNRECORDED_ROUNDS):
