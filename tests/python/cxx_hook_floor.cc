@@ -1,5 +1,5 @@
 // What hooks written in C++ against libtorch would cost per recorded tensor: the
-// measurement behind docs/performance.md "The per-tensor cost on a CPU". Built and run by
+// measurement behind docs/python.md "The per-tensor cost". Built and run by
 // cxx_hook_floor_bench.py (g++ against the running torch's headers); not part of the agent.
 //
 // A forward hook reads what the recorder needs of a module's output (dtype, data pointer,

@@ -1,6 +1,6 @@
 # lockstep-bench-stack: torch2  (torchvision; g++ and the torch wheel's headers)
 """What the agent's hooks would cost per tensor if they were C++ against libtorch instead
-of Python: the measurement behind docs/performance.md "The per-tensor cost on a CPU".
+of Python: the measurement behind docs/python.md "The per-tensor cost".
 
 Builds cxx_hook_floor.cc with g++ against the running torch's headers (about 30 s), then
 trains torchvision's resnet18 (3x32x32, batch 16, one torch thread, as
