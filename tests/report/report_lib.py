@@ -6,6 +6,10 @@ import signal
 import subprocess
 import time
 
+# The sanitizer stages run slower binaries (docs/sanitizers.md): scripts/test sets this
+# factor, and every wait here that gives a process time to work is stretched by it.
+TIME_SCALE = max(1, int(os.environ.get("LOCKSTEP_TIME_SCALE", "1") or 1))
+
 
 def binaries():
     exe, gen = os.environ.get("LOCKSTEP_BIN", ""), os.environ.get("LOCKSTEP_LOADGEN", "")
@@ -28,7 +32,7 @@ class Collector:
                 "--data-dir", self.data_dir, "--view-listen", "off",
                 "--metrics-listen", "127.0.0.1:0" if metrics else "off"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self._err)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_SCALE
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError("lockstep collect exited: " + open(self.stderr_path).read())
@@ -40,7 +44,7 @@ class Collector:
                 break
             except (OSError, ValueError, KeyError, IndexError):
                 if time.monotonic() > deadline:
-                    raise RuntimeError("lockstep collect wrote no ready file within 30 s")
+                    raise RuntimeError("lockstep collect wrote no ready file within %d s" % (30 * TIME_SCALE))
                 time.sleep(0.01)
 
     def run_pair(self, experiment, tensors, steps, drift_after, init_tensors=0):
@@ -55,7 +59,7 @@ class Collector:
                  "--init-tensors", str(init_tensors)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         for p in procs:
-            out, err = p.communicate(timeout=120)
+            out, err = p.communicate(timeout=120 * TIME_SCALE)
             assert p.returncode == 0, out + err
             counters = json.loads(out.strip().splitlines()[-1])
             assert counters["records_dropped"] == 0 and counters["messages_dropped"] == 0, out
@@ -65,16 +69,16 @@ class Collector:
         return os.path.join(self.data_dir, run + ".lslog")
 
     def wait_goodbye(self, runs, deadline_s=60.0):
-        deadline = time.monotonic() + deadline_s
+        deadline = time.monotonic() + deadline_s * TIME_SCALE
         for run in runs:
             while True:
                 out = subprocess.run([self.exe, "inspect", "--summary", self.log_path(run)],
-                                     capture_output=True, text=True, timeout=60, check=False)
+                                     capture_output=True, text=True, timeout=60 * TIME_SCALE, check=False)
                 lines = [json.loads(x) for x in out.stdout.splitlines() if x.strip()]
                 if lines and all(x.get("goodbye") for x in lines):
                     break
                 if time.monotonic() > deadline:
-                    raise AssertionError("no Goodbye of %s within %.0f s" % (run, deadline_s))
+                    raise AssertionError("no Goodbye of %s within %.0f s" % (run, deadline_s * TIME_SCALE))
                 time.sleep(0.05)
 
     def stop(self):

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from cdp import Browser, find_chromium
-from report_lib import Collector
+from report_lib import TIME_SCALE, Collector
 
 OUT_DIR = os.environ.get("LOCKSTEP_REPORT_OUT", "")
 DRIFT_AFTER = 30
@@ -29,7 +29,7 @@ INIT_TENSORS = 6  # kind param, compared at step 0 only: a line of text, not hea
 
 
 def report(exe, *args):
-    return subprocess.run([exe, "report", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([exe, "report", *args], capture_output=True, text=True, timeout=120 * TIME_SCALE)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_report_page_in_a_browser(pair):
     out = report(col.exe, base, cand, "-o", html)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("report: " + html), out.stdout
-    cmp_out = subprocess.run([col.exe, "compare", "--json", base, cand], capture_output=True, text=True, timeout=60)
+    cmp_out = subprocess.run([col.exe, "compare", "--json", base, cand], capture_output=True, text=True, timeout=60 * TIME_SCALE)
     expected = json.loads(cmp_out.stdout)
     assert expected["first_divergence"]["step"] == DRIFT_AFTER, cmp_out.stdout[:2000]
 
