@@ -70,7 +70,7 @@ def host_scalar(value):
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             return value.detach()
-        return float(value.detach().reshape(-1)[0])
+        return float(value.item())  # one op (~0.5 us); detach/reshape/index were ~7 us
     return float(value)
 
 

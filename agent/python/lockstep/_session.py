@@ -261,8 +261,11 @@ def param_grad_hook(ref, name, param_ref, grad):
         if not s.in_bwd:
             s.backward_seen()
         if s.active and not s.closed:
-            p = param_ref() if param_ref is not None else None
-            s.rec.record_param_grad(name, grad, p is not None and p.grad is None)
+            if param_ref is None:  # record_param_grad would only call this
+                s.rec.record(name, _PARAM_GRAD, grad)
+            else:
+                p = param_ref()
+                s.rec.record_param_grad(name, grad, p is not None and p.grad is None)
     except Exception as e:  # pylint: disable=broad-except
         s.guard.fail("the gradient hook of " + name, e)
 

@@ -56,8 +56,13 @@ def _eager(fn):
     then does it call the disabled function (a graph break; run eagerly, where
     is_compiling() is False and the hook itself runs)."""
     if not _DISABLE:
-        disable = getattr(getattr(torch, "compiler", None), "disable", None)
-        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+        compiler = getattr(torch, "compiler", None)
+        disable = getattr(compiler, "disable", None)
+        # is_dynamo_compiling (torch >= 2.3) is one Python frame, is_compiling two
+        # (~0.1 us more on every watched call); Dynamo answers True to both while it
+        # traces.
+        is_compiling = getattr(compiler, "is_dynamo_compiling", None) or getattr(
+            compiler, "is_compiling", None)
         if disable is None:
             try:
                 dynamo = importlib.import_module("torch._dynamo")
