@@ -1,6 +1,7 @@
 """The hooks are out of torch's tables on the steps lockstep does not record
 (watch(every=N), the collector's sampling) and back, in their places, on those it does
 (_watch.HookSwitch, Watch.set_in); not under torch.compile."""
+import sys
 import warnings
 
 import pytest
@@ -8,6 +9,17 @@ import torch
 from torch import nn
 
 from conftest import fake_monitor
+
+
+@pytest.fixture(autouse=True)
+def nothing_compiled():
+    """Each test starts as in a fresh process, with nothing compiled: once Dynamo has
+    compiled anything, HookSwitch keeps the hooks in, so a torch.compile test run
+    earlier in the same pytest process (test_watch's) would keep them in here."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+        dynamo.utils.counters.clear()
 
 
 def mlp():
