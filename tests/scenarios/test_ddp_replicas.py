@@ -99,6 +99,18 @@ def _reduced_records(col, run):
     return found
 
 
+def _sampled_kinds(col, run):
+    """{rank: kinds of the rank's last Sampling message}, from `lockstep inspect`."""
+    out = subprocess.run([col.exe, "inspect", col.log_path(run)], capture_output=True, text=True,
+                         timeout=60, check=True)
+    kinds = {}
+    for line in out.stdout.splitlines():
+        msg = json.loads(line)
+        if msg["type"] == "Sampling":
+            kinds[msg["rank"]] = set(msg["body"]["sampling"]["kinds"])
+    return kinds
+
+
 def _identity(a):
     return (a["rule"], a["severity"], run_of(a), a["step"], a["rank"], a["tensor"], a["kind"],
             a.get("metric"))
@@ -112,6 +124,12 @@ def test_ddp_replica_check(tmp_path, monkeypatch):
     # Records: every 5th step, on both ranks, every watched parameter (DDP's names).
     params = {"module.0.weight", "module.0.bias", "module.2.weight", "module.2.bias"}
     assert _reduced_records(col, "rep-off") == {}
+    # The wire's Sampling says what each rank records: the check's kind too, where it runs.
+    for run, listed in (("rep-base", True), ("rep-off", False)):
+        kinds = _sampled_kinds(col, run)
+        assert set(kinds) == set(range(WORLD)), (run, kinds)
+        assert all(("grad_reduced" in k) == listed and "param_grad" in k for k in kinds.values()), \
+            (run, kinds)
     for run, _ in RUNS[:3]:
         found = _reduced_records(col, run)
         want = {(r, s) for r in range(WORLD) for s in range(0, STEPS, EVERY)}

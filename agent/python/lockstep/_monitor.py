@@ -665,7 +665,8 @@ class Monitor:
     def _send_sampling(self):
         """The job's sampling to the collector (schema Sampling, _watch.sampling)."""
         try:  # informational: a failure here must not cut watch() short
-            self._agent.set_sampling(self._stride(), *sampling(self._patterns, self._watches))
+            self._agent.set_sampling(self._stride(), *sampling(self._patterns, self._watches,
+                                                                self._session.replicas))
         except Exception as e:  # pylint: disable=broad-except
             self._guard.fail("the sampling", e)
 

@@ -448,10 +448,16 @@ class Recorder:
         self._probe_grad.clear()
 
     def _settle_done(self):
-        self._check_probes(final=False)
-        if self._pending:
+        """Called by every record while anything is pending: most calls find nothing
+        new done, and return before the calls that would settle it."""
+        if self._probes:
+            self._check_probes(final=False)
+        pending = self._pending
+        if pending:
             with self._host_lock:
-                self._settle(self._agent.host_done())
+                done = self._agent.host_done()
+                if pending and pending[0].ticket < done:
+                    self._settle(done)
 
     def settle(self, wait):
         """Records the thread's finished results in order (all of them, waiting for

@@ -29,6 +29,13 @@ def _data_parallel():
         return False
 
 
+def _checked(watch, optimizer):
+    """Whether `watch` is of a DistributedDataParallel model stepped by `optimizer`."""
+    # torch.compile(ddp) wraps it: the model it compiles is the DDP module.
+    model = getattr(watch.model, "_orig_mod", watch.model)
+    return watch.optimizer is optimizer and isinstance(model, _DDP)
+
+
 class ReplicaCheck:
     """When the check is due and what it records. `every` (M, 0 = off) counts recorded
     steps: the check runs at the steps divisible by M x `stride` (watch(every=N)), so
@@ -48,6 +55,16 @@ class ReplicaCheck:
         m = self.every
         return m > 0 and step % (m * self.stride) == 0
 
+    def checks(self, watches):
+        """Whether the check runs in this job: on, and some watch is of a
+        DistributedDataParallel model (torch.distributed up, more than one rank) with an
+        optimizer whose pre-step hook it can use. For the wire's Sampling, which then
+        lists kind grad_reduced."""
+        if self.every <= 0 or _DDP is None or not _data_parallel():
+            return False
+        return any(w.optimizer is not None and _checked(w, w.optimizer)
+                   and hasattr(w.optimizer, "register_step_pre_hook") for w in watches)
+
     def run(self, session, optimizer):
         """Records the watched parameters' gradients of each watch of a
         DistributedDataParallel model that steps with `optimizer` (in each watch's
@@ -57,9 +74,7 @@ class ReplicaCheck:
         rec = session.rec
         on_device = False
         for w in session.watches:
-            # torch.compile(ddp) wraps it: the model it compiles is the DDP module.
-            model = getattr(w.model, "_orig_mod", w.model)
-            if w.optimizer is not optimizer or not isinstance(model, _DDP):
+            if not _checked(w, optimizer):
                 continue
             for name, p in w.params:
                 g = p.grad

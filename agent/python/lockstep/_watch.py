@@ -617,11 +617,11 @@ def _hook_tables(handle):
     return [d for d in tables if d is not None]
 
 
-def sampling(patterns, watches):
+def sampling(patterns, watches, replicas=None):
     """(include, exclude, kinds) of the wire's Sampling for these watches: the include
     and exclude patterns of each watch() (several: each in (?:...), joined by |; an
     include that is empty in one watch means all) and the kinds they record ("init" is
-    recorded as "param")."""
+    recorded as "param"; "grad_reduced" when `replicas`, the replica check, runs)."""
     def joined(i, empty_means_all):
         ps = [getattr(p[i], "pattern", p[i]) or "" for p in patterns]
         if empty_means_all and "" in ps:
@@ -630,4 +630,6 @@ def sampling(patterns, watches):
         return ps[0] if len(ps) == 1 else "|".join("(?:%s)" % p for p in ps)
     kinds = {KIND["param"] if k == "init" else KIND[k]
              for w in watches for k in w.kinds if k == "init" or k in KIND}
+    if replicas is not None and replicas.checks(watches):
+        kinds.add(KIND["grad_reduced"])
     return joined(0, True), joined(1, False), sorted(kinds)
