@@ -28,6 +28,11 @@ BENCH agent_hook_us_per_tensor   what the agent costs per recorded tensor beyond
                                  wall-time median). Everything the agent does per tensor is in it:
                                  hook bodies, names, the recorder, the call into C++ and
                                  its fixed cost (target <= 5 us)
+BENCH agent_hook_share_tiny       the same rounds' median (inline - floor) over the floor's
+                                 median step time: the agent's time as a share of the
+                                 step. This VM's speed drifts between runs by more than a
+                                 cut of the per-tensor cost; this ratio does not, and is
+                                 what to compare two builds by (run them alternately)
 BENCH agent_hook_us_per_tensor_resnet18  the same estimated on resnet18 itself: median over
                                  rounds of (inline - floor - the inline Monitor's time in
                                  its C++ record calls) / records, in thread CPU time; it
@@ -93,7 +98,7 @@ def tiny_per_tensor_us(endpoint):
     # is taken (separate phases drifted apart by more than the figure on this VM).
     mon.watch(model, kinds=kinds)
     watch = mon._watches[-1]
-    diffs, records = [], []
+    diffs, floors, records = [], [], []
     for i in range(20 + TINY_STEPS):  # 20 rounds of warm-up
         times = {}
         for kind in (("floor", "lockstep") if i % 2 else ("lockstep", "floor")):
@@ -109,9 +114,11 @@ def tiny_per_tensor_us(endpoint):
                 records.append(mon.counters()["tensors_recorded"] - before)
         if i >= 20:
             diffs.append(times["lockstep"] - times["floor"])
+            floors.append(times["floor"])
     mon.close(timeout=5.0)
     per_step = statistics.median(records)
-    return statistics.median(diffs) / per_step * 1e6, per_step
+    return (statistics.median(diffs) / per_step * 1e6, per_step,
+            statistics.median(diffs) / statistics.median(floors))
 
 
 def unrecorded_ratio(model, x, y, endpoint, kinds, rounds=UNRECORDED_ROUNDS):
@@ -198,7 +205,7 @@ def main():
             monitors[kind].step(loss=loss)
         return time.perf_counter() - t0, time.thread_time() - c0
 
-    tiny_us, tiny_records = tiny_per_tensor_us(endpoint)
+    tiny_us, tiny_records, tiny_share = tiny_per_tensor_us(endpoint)
     rng = random.Random(0)
     for i in range(WARMUP + STEPS):
         order = list(names)
@@ -247,6 +254,7 @@ def main():
     print("tiny-tensor stack: %.0f records a step" % tiny_records)
     print("BENCH agent_hook_us_per_tensor_resnet18 %.2f us" % hook_us)
     print("BENCH agent_hook_us_per_tensor %.2f us" % tiny_us)
+    print("BENCH agent_hook_share_tiny %.3f ratio" % tiny_share)
     print("BENCH torch_overhead_ratio_resnet18_unrecorded %.4f ratio" % unrecorded)
     print("BENCH torch_overhead_ratio_resnet18 %.4f ratio" % ratio)
     return 0
