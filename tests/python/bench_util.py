@@ -89,53 +89,27 @@ def launches_per_step(step, steps=2):
     return sum(ev.count for ev in prof.key_averages() if ev.key in LAUNCH_EVENTS) / steps
 
 
-def _numel(sizes):
-    n = 1
-    for d in sizes:
-        n *= d
-    return n
-
-
 class TimedAgent:
-    """Wraps the monitor's agent to time its C++ record_host_tensor calls in place (the
-    tensors hot in cache, as in training). Adds ~0.5 us per tensor to the lockstep side."""
+    """What the monitor's recorder spends in its C++ statistics calls on the training
+    thread (the tensors hot in cache, as in training), and the bytes they read and hand
+    to the host statistics thread: the recorder's own accounting (RecorderCore's
+    kernel_timing, two clock reads a kernel call), turned on here."""
 
-    _BYTES = {1: 4, 2: 2, 3: 2, 4: 8}  # wire dtype code -> element size
+    def __init__(self, recorder):
+        self._rec = recorder
+        recorder.kernel_timing = True
 
-    def __init__(self, agent):
-        self._agent = agent
-        self.seconds = 0.0
-        self.bytes = 0           # read by the kernel on the training thread
-        self.threaded_bytes = 0  # handed to the host statistics thread
+    @property
+    def seconds(self):
+        return self._rec.kernel_seconds
 
-    def record_host_tensor(self, *args):
-        t0 = time.perf_counter()
-        r = self._agent.record_host_tensor(*args)
-        self.seconds += time.perf_counter() - t0
-        self.bytes += args[5] * self._BYTES.get(args[6], 4)
-        return r
+    @property
+    def bytes(self):  # read by the kernel on the training thread
+        return self._rec.kernel_bytes
 
-    def record_host_tensor_strided(self, *args):  # (..., ptr, dtype, sizes, strides)
-        t0 = time.perf_counter()
-        r = self._agent.record_host_tensor_strided(*args)
-        self.seconds += time.perf_counter() - t0
-        self.bytes += _numel(args[6]) * self._BYTES.get(args[5], 4)
-        return r
-
-    def submit_host_tensor_strided(self, *args):
-        ticket = self._agent.submit_host_tensor_strided(*args)
-        if ticket >= 0:
-            self.threaded_bytes += _numel(args[6]) * self._BYTES.get(args[5], 4)
-        return ticket
-
-    def submit_host_tensor(self, *args):
-        ticket = self._agent.submit_host_tensor(*args)
-        if ticket >= 0:
-            self.threaded_bytes += args[5] * self._BYTES.get(args[6], 4)
-        return ticket
-
-    def __getattr__(self, name):
-        return getattr(self._agent, name)
+    @property
+    def threaded_bytes(self):  # handed to the host statistics thread
+        return self._rec.threaded_bytes
 
 
 TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=1073741824"

@@ -171,10 +171,7 @@ def main():
     mon = lockstep.Monitor(run="resnet-bench", endpoint=endpoint)
     mon_inline = lockstep.Monitor(run="resnet-bench-inline", endpoint=endpoint,
                                   host_stats_thread="off")
-    timed = TimedAgent(mon._rec._agent)
-    mon._rec._agent = timed
-    timed_inline = TimedAgent(mon_inline._rec._agent)
-    mon_inline._rec._agent = timed_inline
+    timed_inline = TimedAgent(mon_inline._rec)
     monitors = {"lockstep": mon, "inline": mon_inline}
     # "init" (every parameter once, at the first watch) is left out: this bench watches
     # anew every step.

@@ -273,17 +273,33 @@ def _tensor_records(collector, run):
                   key=lambda t: t[:3])
 
 
+class _PassThrough:
+    """The real agent behind a Python object: the recorder then calls it through Python
+    (RecorderCore's AgentPort), as it does a test's FakeAgent."""
+
+    def __init__(self, agent):
+        self._agent = agent
+
+    def __getattr__(self, name):
+        return getattr(self._agent, name)
+
+
 def test_real_thread_into_a_real_collector_matches_inline(collector):
     """The real C++ thread, a model with in-place changes after hooks, a real collector:
-    the logs of a threaded and an inline run are identical record for record."""
+    the logs of a threaded and an inline run are identical record for record, and so
+    are those of a threaded run whose recorder calls the agent through Python (what the
+    FakeAgent tests see) instead of directly."""
     results = {}
-    for mode in ("on", "off"):
+    for mode in ("on", "off", "on-via-python"):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(4, 64), ResidualBlock64(), nn.Linear(64, 2))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         run = "host-thread-" + mode
-        mon = lockstep.Monitor(run=run, endpoint=collector.endpoint, host_stats_thread=mode)
+        mon = lockstep.Monitor(run=run, endpoint=collector.endpoint,
+                               host_stats_thread=mode.split("-")[0])
         assert mon.enabled
+        if mode == "on-via-python":
+            mon._rec._agent = _PassThrough(mon._rec._agent)
         mon.watch(model, kinds=TENSOR_KINDS)
         gen = torch.Generator().manual_seed(3)
         for _ in range(5):
@@ -302,6 +318,9 @@ def test_real_thread_into_a_real_collector_matches_inline(collector):
     assert on[1]["python_errors"] == 0, on[1]["last_python_error"]
     assert len(on[0]) == len(off[0]) == 5 * len([r for r in off[0] if r[0] == 0])
     assert on[0] == off[0]
+    via = results["on-via-python"]
+    assert via[1]["tensors_threaded"] == on[1]["tensors_threaded"]
+    assert via[0] == on[0]
 
 
 class ResidualBlock64(ResidualBlock):

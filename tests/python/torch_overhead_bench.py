@@ -112,8 +112,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="lockstep-bench-")
     proc, endpoint = start_collector(tmp)
     mon = lockstep.Monitor(run="torch-overhead-bench", endpoint=endpoint)
-    timed = TimedAgent(mon._rec._agent)
-    mon._rec._agent = timed
+    timed = TimedAgent(mon._rec)
     # The same, computing every statistic on the training thread.
     mon_inline = lockstep.Monitor(run="torch-overhead-bench-inline", endpoint=endpoint,
                                   host_stats_thread="off")

@@ -5,33 +5,15 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "bindings.h"
+#include "gil.h"
 #include "lockstep/agent/host_recorder.h"
 #include "py_agent.h"
 
 namespace lockstep::python {
 namespace {
-
-// Records of fewer elements keep the GIL. On a small tensor (most of a convnet's:
-// BatchNorm's 64-512-element gradients) the kernel takes ~1 us, and releasing the GIL
-// there buys nothing: it costs ~0.1 us alone, and when another Python thread waits for
-// the GIL (a data loader's), taking it back can wait for that thread's switch interval.
-// From 64 Ki elements (~15 us of kernel at 4.5 GB/s) the other threads may run meanwhile.
-constexpr uint64_t kReleaseGilElems = uint64_t{1} << 16;
-
-// Releases the GIL for the scope only when `release`.
-class MaybeReleaseGil {
- public:
-  explicit MaybeReleaseGil(bool release) {
-    if (release) release_.emplace();
-  }
-
- private:
-  std::optional<py::gil_scoped_release> release_;
-};
 
 uint64_t NumelOf(const std::vector<int64_t>& sizes) {
   uint64_t n = 1;

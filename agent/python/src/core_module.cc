@@ -7,10 +7,12 @@
 //
 // One function per area, each in its own file (bindings.h): the vocabulary
 // (bind_vocabulary.cc), the kernel's test entry points (bind_host_stats.cc), the Agent
-// class (bind_agent.cc) and its host statistics methods (bind_agent_host.cc).
+// class (bind_agent.cc), its host statistics methods (bind_agent_host.cc), and the
+// recorder's host path that the package's Recorder subclasses (bind_recorder.cc).
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
+#include "py_recorder.h"
 
 PYBIND11_MODULE(_core, m) {
   using namespace lockstep::python;
@@ -19,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   BindHostStats(m);
   BindHostOutcome(m);
   BindAgent(m);
+  BindRecorder(m);
 }
