@@ -33,7 +33,6 @@ from lockstep import _session
 from lockstep._names import NameFilter, input_names, module_name, output_tensors
 from lockstep._recorder import KIND
 
-_DISABLE = []  # [(torch.compiler.disable or None, its is_compiling or None)], looked up once
 # torch >= 2.0: the running backward's id, -1 outside backward. torch 1.13 has none; there
 # Session.in_bwd (first gradient hook .. end-of-backward callback) says the same.
 _GRAPH_TASK_ID = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
@@ -45,57 +44,55 @@ def _in_backward(sess):
     return sess.in_bwd or _GRAPH_TASK_ID() != -1
 
 
-def _eager(fn):
-    """`fn` run eagerly when a torch.compile'd model calls it (torch >= 2.0: Dynamo
-    would otherwise trace the hook, and fail on it). Feature check: torch 1.13 has no
-    torch.compiler / torch._dynamo and needs nothing.
-
-    A function torch.compiler.disable wraps costs ~4 us a call even when nothing is
-    compiled (measured on torch 2.11, CPU: 1.5 watched calls per recorded tensor). So
-    the hook asks is_compiling() first, which Dynamo answers True while it traces: only
-    then does it call the disabled function (a graph break; run eagerly, where
-    is_compiling() is False and the hook itself runs)."""
-    if not _DISABLE:
-        compiler = getattr(torch, "compiler", None)
-        disable = getattr(compiler, "disable", None)
-        # is_dynamo_compiling (torch >= 2.3) is one Python frame, is_compiling two
-        # (~0.1 us more on every watched call); Dynamo answers True to both while it
-        # traces.
-        is_compiling = getattr(compiler, "is_dynamo_compiling", None) or getattr(
-            compiler, "is_compiling", None)
-        if disable is None:
-            try:
-                dynamo = importlib.import_module("torch._dynamo")
-                disable = dynamo.disable
-                is_compiling = getattr(dynamo, "is_compiling", None)
-            except Exception:  # pylint: disable=broad-except  (torch < 2.0)
-                disable = None
-        _DISABLE.append((disable, is_compiling))
-    disable, is_compiling = _DISABLE[0]
+def _compile_parts():
+    """(is_compiling, disable) of this torch, or (None, None) where it has no
+    torch.compile (torch 1.13). Dynamo answers True to is_compiling while it traces;
+    is_dynamo_compiling (torch >= 2.3) is one Python frame, is_compiling two."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    is_compiling = getattr(compiler, "is_dynamo_compiling", None) or getattr(
+        compiler, "is_compiling", None)
     if disable is None:
+        try:
+            dynamo = importlib.import_module("torch._dynamo")
+            disable = dynamo.disable
+            is_compiling = getattr(dynamo, "is_compiling", None)
+        except Exception:  # pylint: disable=broad-except  (torch < 2.0)
+            return None, None
+    if is_compiling is None:  # no way to ask: always run the disabled hook
+        return (lambda: True), disable
+    return is_compiling, disable
+
+
+# Under torch.compile the hooks run eagerly: Dynamo would otherwise trace lockstep's
+# Python, and fail on it. Each hook starts with
+#     if _IS_COMPILING is not None and _IS_COMPILING(): return eager(...)
+# where eager = _eager(hook): while Dynamo traces, the hook calls its disabled self (a
+# graph break; run eagerly, where _IS_COMPILING() is False and the hook itself runs).
+# The check is written into the hooks, not wrapped around them: a wrapper was one more
+# Python frame and an argument tuple on every watched call (~0.3 us, measured on torch
+# 2.11, CPU), and torch.compiler.disable's own wrapper costs ~4 us a call even when
+# nothing is compiled.
+_IS_COMPILING, _DISABLE = _compile_parts()
+
+
+def _eager(fn):
+    """`fn` made to run eagerly when Dynamo traces a call of it (see above)."""
+    if _DISABLE is None:
         return fn
     try:
-        eager = disable(fn)
+        return _DISABLE(fn)
     except Exception:  # pylint: disable=broad-except
         return fn
-    if is_compiling is None:
-        return eager
-
-    def hook(*args):
-        if is_compiling():
-            return eager(*args)
-        return fn(*args)
-
-    return hook
 
 
 def _pre_hook(module, fn):
-    """Registers fn(module, args, kwargs=None) as a forward pre-hook (run eagerly under
-    torch.compile); torch < 2.0 has no kwargs there, and fn gets the positional ones."""
+    """Registers fn(module, args, kwargs=None) as a forward pre-hook; torch < 2.0 has no
+    kwargs there, and fn gets the positional ones."""
     try:  # torch >= 2.0: kwargs too
-        return module.register_forward_pre_hook(_eager(fn), with_kwargs=True)
+        return module.register_forward_pre_hook(fn, with_kwargs=True)
     except TypeError:
-        return module.register_forward_pre_hook(_eager(lambda m, args: fn(m, args)))
+        return module.register_forward_pre_hook(lambda m, args: fn(m, args))
 
 
 # torch < 2.0 keeps a tensor's hooks on the graph node it had when its first hook was
@@ -341,6 +338,8 @@ class Watch:
         counts_only = not (want_act or want_grad or marker)
 
         def forward_hook(_module, _inputs, output):
+            if _IS_COMPILING is not None and _IS_COMPILING():
+                return eager(_module, _inputs, output)
             sess = ref()
             if sess is None or not sess.active or not root.training:
                 return None
@@ -396,7 +395,8 @@ class Watch:
                 sess.guard.fail("the forward hook of " + name, e)
             return None
 
-        self.handles.append(module.register_forward_hook(_eager(forward_hook)))
+        eager = _eager(forward_hook)
+        self.handles.append(module.register_forward_hook(forward_hook))
 
     def _hook_module_inputs(self, ref, module, name):
         """A forward pre-hook on a module (not the root): its floating-point tensor
@@ -410,6 +410,8 @@ class Watch:
         kind = KIND["act_in"]
 
         def pre_hook(_module, args, kwargs=None):
+            if _IS_COMPILING is not None and _IS_COMPILING():
+                return eager(_module, args, kwargs)
             sess = ref()
             if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
@@ -433,6 +435,7 @@ class Watch:
                 sess.guard.fail("the input hook of " + name, e)
             return None
 
+        eager = _eager(pre_hook)
         self.handles.append(_pre_hook(module, pre_hook))
 
     def _hook_inputs(self, ref, n, model, want_input):
@@ -447,6 +450,8 @@ class Watch:
         base = _INPUT_NAME if n == 0 else "%s%d" % (_INPUT_NAME, n + 1)
 
         def pre_hook(_module, args, kwargs=None):
+            if _IS_COMPILING is not None and _IS_COMPILING():
+                return eager(_module, args, kwargs)
             sess = ref()
             if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
@@ -478,6 +483,7 @@ class Watch:
                 sess.guard.fail("the input hook of the watched model", e)
             return None
 
+        eager = _eager(pre_hook)
         self.handles.append(_pre_hook(model, pre_hook))
 
     def record_initial(self):
