@@ -11,7 +11,10 @@ random order, hooks attached before the step and removed after it:
   `cxx`     C++ hooks at the same points that read what the recorder needs of each
             tensor and register C++ gradient hooks (cxx_hook_floor.cc);
   `python`  lockstep's own hooks and recorder, with the statistics calls answered at
-            once (the kernel costs the same whichever side calls it).
+            once (the kernel costs the same whichever side calls it). Since the
+            recorder's host path is C++ (RecorderCore), it calls such a stand-in agent
+            through Python, which the real agent is spared: this figure is now an upper
+            bound of what the hooks and recorder cost.
 
 BENCH cxx_hook_us_per_tensor_resnet18     (cxx - plain) / tensors, median of rounds'
                                           thread CPU time
