@@ -37,6 +37,10 @@ struct Names {
   PyObject* stride;
   PyObject* layout;
   PyObject* contiguous;
+  // The Python Recorder's methods that RecorderCore calls back.
+  PyObject* register_;
+  PyObject* record_device;
+  PyObject* queue_end_of_backward;
 };
 
 const Names& N() {
@@ -44,7 +48,8 @@ const Names& N() {
     auto s = [](const char* n) { return PyUnicode_InternFromString(n); };
     return Names{s("is_cpu"), s("dtype"),  s("_version"), s("data_ptr"),
                  s("numel"),  s("is_contiguous"), s("shape"), s("stride"),
-                 s("layout"), s("contiguous")};
+                 s("layout"), s("contiguous"), s("_register"), s("_record_device"),
+                 s("_queue_end_of_backward")};
   }();
   return names;
 }
@@ -274,7 +279,7 @@ void RecorderCore::Record(py::handle self, py::handle name, int kind, py::handle
   if (!t_first) t_first = Now();
   int64_t tid;
   if (!LookupId(name, kind, &tid)) {
-    py::object r = self.attr("_register")(name, kind, t, ord);
+    py::object r = self.attr(py::handle(N().register_))(name, kind, t, ord);
     if (r.is_none()) {  // the agent refused (counted there); tried again next time
       ++failed;
       return;
@@ -287,7 +292,7 @@ void RecorderCore::Record(py::handle self, py::handle name, int kind, py::handle
     return;
   }
   if (force_device_ || !IsCpu(t)) {
-    self.attr("_record_device")(name, kind, t, tid, ord);
+    self.attr(py::handle(N().record_device))(name, kind, t, tid, ord);
     return;
   }
   py::object dtype = Attr(t, N().dtype);
@@ -554,7 +559,7 @@ void RecorderCore::NewMicro() {
 }
 
 void RecorderCore::QueueEndOfBackward(py::handle self) {
-  self.attr("_queue_end_of_backward")();
+  Call0(self, N().queue_end_of_backward);
 }
 
 }  // namespace lockstep::python
