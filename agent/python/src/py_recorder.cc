@@ -417,6 +417,15 @@ bool RecorderCore::Inline(py::handle t, bool contiguous, uint32_t tid, uint32_t 
   return true;
 }
 
+// Parameter gradients. One cannot be held by the gradient hook (autograd would then copy
+// it into .grad instead of adopting it). But when .grad was None before this backward
+// (`fresh`), the tensor autograd adopts as .grad *is* this backward's gradient: the
+// post-accumulate hook (torch >= 2.1, ParamAccumulated) hands that to the thread, which
+// computes its statistics during the rest of the backward and the optimizer step. Its
+// first record is computed inline and .grad watched until the end of the step, as for
+// outputs (a gradient clipped, unscaled or zeroed in place after backward keeps its name
+// inline). A .grad that was not None (accumulation, zero_grad(set_to_none=False)) would
+// be the sum: computed inline in the hook.
 void RecorderCore::RecordParamGrad(py::handle self, py::handle name, py::handle t,
                                    bool fresh) {
   if (fresh && threaded_ && !force_device_ && IsCpu(t)) {
