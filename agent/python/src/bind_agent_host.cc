@@ -15,12 +15,6 @@
 namespace lockstep::python {
 namespace {
 
-uint64_t NumelOf(const std::vector<int64_t>& sizes) {
-  uint64_t n = 1;
-  for (int64_t s : sizes) n *= s > 0 ? static_cast<uint64_t>(s) : 0;
-  return n;
-}
-
 // A HostResult for Python: the l2 norm (a float) when recorded, else its HostOutcome
 // (HostOutcome.REFUSED, ...). Called with the GIL held.
 py::object ToPython(const HostResult& r) {

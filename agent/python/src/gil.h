@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace lockstep::python {
 
@@ -17,6 +18,13 @@ namespace lockstep::python {
 // the GIL (a data loader's), taking it back can wait for that thread's switch interval.
 // From 64 Ki elements (~15 us of kernel at 4.5 GB/s) the other threads may run meanwhile.
 inline constexpr uint64_t kReleaseGilElems = uint64_t{1} << 16;
+
+// The element count of a view with these sizes, for that rule.
+inline uint64_t NumelOf(const std::vector<int64_t>& sizes) {
+  uint64_t n = 1;
+  for (int64_t s : sizes) n *= s > 0 ? static_cast<uint64_t>(s) : 0;
+  return n;
+}
 
 // Releases the GIL for the scope only when `release`.
 class MaybeReleaseGil {

@@ -147,12 +147,6 @@ HostSubmit SubmitOf(const py::object& r) {
   return HostSubmit{HostOutcome::kFull, 0};
 }
 
-uint64_t NumelOf(const std::vector<int64_t>& sizes) {
-  uint64_t n = 1;
-  for (int64_t s : sizes) n *= s > 0 ? static_cast<uint64_t>(s) : 0;
-  return n;
-}
-
 }  // namespace
 
 // ---- AgentPort -----------------------------------------------------------------------
