@@ -29,7 +29,7 @@ import weakref
 
 import torch
 
-from lockstep import _session
+from lockstep import _core, _session
 from lockstep._names import NameFilter, input_names, module_name, output_tensors
 from lockstep._recorder import KIND
 
@@ -155,6 +155,28 @@ _ADD_TENSOR_HOOK = _tensor_hook_adder()
 _HAS_TORCH_FUNCTION = getattr(torch._C, "_has_torch_function_unary", None)
 if _HAS_TORCH_FUNCTION is None:
     _ADD_TENSOR_HOOK = None
+
+
+def _c_hooks():
+    """(modules, parameters): whether the hooks of modules (forward and input) and of
+    parameters (gradient, post-accumulate) are the C ones (_core.forward_hook, ...:
+    agent/python/src/py_hooks.h). A C module hook takes the common path without a Python
+    frame, calling the recorder's C++ directly, and calls its Python twin here for the
+    rest. Where torch keeps a tensor's hooks on its first graph node (torch < 2.0) the
+    Python module hooks do it all (_grad_hook's node hooks); the parameters' hooks are C
+    on every torch. The C hooks are told here, once, what they call of torch."""
+    try:
+        from torch.utils.hooks import RemovableHandle  # pylint: disable=import-outside-toplevel
+        from collections import OrderedDict  # pylint: disable=import-outside-toplevel
+        _core.hook_setup(torch.Tensor, torch.is_grad_enabled, _GRAPH_TASK_ID, _IS_COMPILING,
+                         _HAS_TORCH_FUNCTION, RemovableHandle, OrderedDict,
+                         _ADD_TENSOR_HOOK is not None)
+    except Exception:  # pylint: disable=broad-except
+        return False, False
+    return _HOOKS_FOLLOW_INPLACE, True
+
+
+_C_HOOKS, _C_PARAM_HOOKS = _c_hooks()
 
 
 def _add_hook(t, fn):
@@ -293,11 +315,15 @@ class Watch:
             defer = self.rec.has_worker
             for name, p in self.params:
                 post = defer and p.is_cpu and hasattr(p, "register_post_accumulate_grad_hook")
-                self.handles.append(p.register_hook(functools.partial(
-                    _session.param_grad_hook, ref, name, weakref.ref(p) if post else None)))
+                # _session.param_grad_hook and param_accumulated_hook, in C (_c_hooks).
+                p_ref = weakref.ref(p) if post else None
+                self.handles.append(p.register_hook(
+                    _core.param_grad_hook(ref, name, p_ref) if _C_PARAM_HOOKS
+                    else functools.partial(_session.param_grad_hook, ref, name, p_ref)))
                 if post:
                     self.handles.append(p.register_post_accumulate_grad_hook(
-                        functools.partial(_session.param_accumulated_hook, ref, name)))
+                        _core.param_accumulated_hook(ref, name) if _C_PARAM_HOOKS
+                        else functools.partial(_session.param_accumulated_hook, ref, name)))
         # torch >= 2.0: the optimizer tells us when it is about to step, which is the one
         # moment the accumulated gradients of a gradient-accumulation step are all there.
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
@@ -396,7 +422,11 @@ class Watch:
             return None
 
         eager = _eager(forward_hook)
-        self.handles.append(module.register_forward_hook(forward_hook))
+        hook = forward_hook
+        if _C_HOOKS:  # the common path in C, the rest in forward_hook (_c_hooks)
+            hook = _core.forward_hook(ref, root, name, want_act, want_grad, marker, mark,
+                                      forward_hook)
+        self.handles.append(module.register_forward_hook(hook))
 
     def _hook_module_inputs(self, ref, module, name):
         """A forward pre-hook on a module (not the root): its floating-point tensor
@@ -436,7 +466,8 @@ class Watch:
             return None
 
         eager = _eager(pre_hook)
-        self.handles.append(_pre_hook(module, pre_hook))
+        hook = _core.input_hook(ref, root, name, pre_hook) if _C_HOOKS else pre_hook
+        self.handles.append(_pre_hook(module, hook))
 
     def _hook_inputs(self, ref, n, model, want_input):
         """A forward pre-hook on the root: the data fed to the model (its tensor args

@@ -8,10 +8,12 @@
 // One function per area, each in its own file (bindings.h): the vocabulary
 // (bind_vocabulary.cc), the kernel's test entry points (bind_host_stats.cc), the Agent
 // class (bind_agent.cc), its host statistics methods (bind_agent_host.cc), and the
-// recorder's host path that the package's Recorder subclasses (bind_recorder.cc).
+// recorder's host path that the package's Recorder subclasses (bind_recorder.cc), and
+// the watch() hooks that call it (py_hooks.cc).
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
+#include "py_hooks.h"
 #include "py_recorder.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -22,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
   BindHostOutcome(m);
   BindAgent(m);
   BindRecorder(m);
+  BindHooks(m);
 }
