@@ -232,7 +232,11 @@ class Session:
 
 # The gradient hooks below run once per recorded gradient (hundreds a step): each does
 # its Session's work itself rather than calling a method that does (a Python frame is
-# ~0.2 us, a measurable part of a small tensor's record).
+# ~0.2 us, a measurable part of a small tensor's record). Their C twins
+# (agent/python/src/py_hooks.cc: _core.act_grad_hook, param_grad_hook,
+# param_accumulated_hook) are what watch() registers; these are the Python forward
+# hook's (act_grad_hook, for the outputs it names itself) and the reference the C ones
+# are tested against (tests/python/test_c_hooks.py). A change here is made there too.
 
 def act_grad_hook(ref, name, grad):
     s = ref()

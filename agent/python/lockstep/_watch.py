@@ -21,6 +21,11 @@ parameter whose gradient comes in pieces (one per graph) is recorded once. Hooks
 threads, always under the GIL. Under ``torch.compile`` the forward hooks run eagerly
 (``torch.compiler.disable``: a graph break at each watched module), since Dynamo cannot
 trace lockstep's Python.
+
+On torch >= 2.0 the hooks registered are C callables (_core.forward_hook, input_hook and
+the gradient hooks: agent/python/src/py_hooks.h) that do the common path of the Python
+hooks below, and call them for the rest (_c_hooks). A change to a hook here is made in
+its C twin too; tests/python/test_c_hooks.py compares the two.
 """
 import functools
 import importlib
