@@ -203,3 +203,20 @@ def test_the_c_hooks_leak_nothing_step_after_step(thread):
     assert counters["tensors_recorded"] > 300 * 15
     assert new_objects < 1000, new_objects
     assert grown < 100_000, grown
+
+
+def test_a_watched_model_can_be_deep_copied_as_with_python_hooks():
+    """copy.deepcopy(model) (an EMA copy) copies its hook dicts: a hook is copied as a
+    Python function is, by sharing it."""
+    import copy  # pylint: disable=import-outside-toplevel
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    mon, _ = fake_monitor(run="c-hooks-copy")
+    mon.watch(model)
+    model(torch.randn(2, 4)).sum().backward()
+    twin = copy.deepcopy(model)
+    assert list(twin[0]._forward_hooks.values()) == list(model[0]._forward_hooks.values())
+    twin(torch.randn(2, 4)).sum().backward()
+    assert copy.copy(next(iter(model[0]._forward_hooks.values()))) is next(
+        iter(model[0]._forward_hooks.values()))
+    assert mon.counters()["python_errors"] == 0
+    mon.close(timeout=1.0)

@@ -526,6 +526,19 @@ PyObject* Call(PyObject* self, PyObject* args, PyObject* kwargs) {
   return PyVectorcall_Call(self, args, kwargs);
 }
 
+// copy.copy and copy.deepcopy give the hook itself, as they do a Python function: a
+// model copied with its hooks (an EMA copy: copy.deepcopy(model)) shares them, as it
+// shared the Python hooks.
+PyObject* Same(PyObject* self, PyObject*) {
+  Py_INCREF(self);
+  return self;
+}
+
+PyMethodDef kMethods[] = {
+    {"__copy__", Same, METH_NOARGS, "The hook itself (as for a function)"},
+    {"__deepcopy__", Same, METH_O, "The hook itself (as for a function)"},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyTypeObject HookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 bool ReadyType() {
@@ -541,6 +554,7 @@ bool ReadyType() {
   HookType.tp_clear = Clear;
   HookType.tp_dealloc = Dealloc;
   HookType.tp_repr = Repr;
+  HookType.tp_methods = kMethods;
   if (PyType_Ready(&HookType) < 0) return false;
   ready = true;
   return true;
