@@ -258,6 +258,14 @@ int LeaveToPython(PyObject* sess) {
   return AttrTrue(sess, N().bwd);
 }
 
+// Session.calls (module name -> calls in this micro step) into `calls`: 0, or 1 when it
+// is not a plain dict (the Python hook reads it then), or -1 on error.
+int CallsOf(PyObject* sess, Ref* calls) {
+  *calls = Ref(PyObject_GetAttr(sess, N().calls));
+  if (!*calls) return -1;
+  return PyDict_CheckExact(calls->get()) ? 0 : 1;
+}
+
 // This module call's number in the micro step, from Session.calls; `count`: take it
 // (the forward hook), else only read it (the input hook runs before). -1 on error.
 Py_ssize_t CallNumber(PyObject* calls, PyObject* name, bool count) {
@@ -313,14 +321,10 @@ PyObject* ForwardCall(PyObject* self, PyObject* const* args, size_t nargsf,
     leave = 1;  // a tuple, a dict, a subclass: output_tensors, in Python
   }
   Ref calls;
-  if (leave == 0) {
-    calls = Ref(PyObject_GetAttr(sess.get(), N().calls));
-    if (!calls) return Fail(sess.get(), "the forward hook of ", h->name);
-    if (!PyDict_CheckExact(calls.get())) leave = 1;
-  }
+  if (leave == 0) leave = CallsOf(sess.get(), &calls);
   if (leave != 0) {
-    if (leave < 0) return Fail(sess.get(), "the forward hook of ", h->name);
-    return Fallback(h, args, nargsf, kwnames);
+    return leave < 0 ? Fail(sess.get(), "the forward hook of ", h->name)
+                     : Fallback(h, args, nargsf, kwnames);
   }
   Py_ssize_t n = CallNumber(calls.get(), h->name, true);
   if (n < 0) return Fail(sess.get(), "the forward hook of ", h->name);
@@ -378,14 +382,10 @@ PyObject* InputCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
     if (!one || !no_kw) leave = 1;
   }
   Ref calls;
-  if (leave == 0) {
-    calls = Ref(PyObject_GetAttr(sess.get(), N().calls));
-    if (!calls) return Fail(sess.get(), "the input hook of ", h->name);
-    if (!PyDict_CheckExact(calls.get())) leave = 1;
-  }
+  if (leave == 0) leave = CallsOf(sess.get(), &calls);
   if (leave != 0) {
-    if (leave < 0) return Fail(sess.get(), "the input hook of ", h->name);
-    return Fallback(h, args, nargsf, kwnames);
+    return leave < 0 ? Fail(sess.get(), "the input hook of ", h->name)
+                     : Fallback(h, args, nargsf, kwnames);
   }
   // The forward hook numbers this call after it.
   Py_ssize_t n = CallNumber(calls.get(), h->name, false);
