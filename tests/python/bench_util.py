@@ -1,6 +1,7 @@
 """What the Python overhead benches share: a real collector to send to, the naive
 statistics baseline (msprobe's statistics mode: per-tensor torch ops, each read with
 .item()), and hooks at the points lockstep hooks."""
+import gc
 import json
 import os
 import subprocess
@@ -39,6 +40,19 @@ def naive_stats(t):
     return (t.min().item(), t.max().item(), t.mean().item(), t.std().item(), t.norm().item(),
             t.abs().max().item(), torch.isnan(t).sum().item(), torch.isinf(t).sum().item(),
             (t == 0).sum().item())
+
+
+def collect_between_rounds(round_index, every=10):
+    """For benches that watch anew every round and remove the watch after its step.
+    Each watch leaves a few thousand objects in reference cycles (hooks and the modules
+    that hold them) that only Python's cyclic collector frees, and left to itself the
+    collector runs inside whichever timed step crosses its threshold: a cost a job that
+    watches once never pays (a watched step adds about one tracked object). So the
+    automatic collector is off while the rounds run, and this collects every `every`
+    rounds, between steps; call it at the start of each round and gc.enable() after."""
+    gc.disable()
+    if round_index % every == 0:
+        gc.collect()
 
 
 def attach_hooks(model, on_tensor=None):

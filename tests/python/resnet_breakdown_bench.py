@@ -20,7 +20,22 @@ the same round's plain time, per phase, so this VM's drift between rounds cancel
 BENCH resnet18_cost_ms_<configuration>  median of (configuration - plain) training-thread
                                          CPU time a step, ms (the four phases summed
                                          before the median)
+
+Which code the added time is in (perf's samples, each step's attributed to its
+configuration by time):
+  LOCKSTEP_BREAKDOWN_RANGES=ranges.json perf record -k CLOCK_MONOTONIC -F 3999 -o p.data \
+      python resnet_breakdown_bench.py
+  perf script --no-inline -i p.data -F comm,tid,time,ip,sym,dso > p.txt
+  python resnet_breakdown_bench.py --attribute ranges.json p.txt [dso|sym] [configuration]
+prints samples a step per thread and shared object (or symbol) for plain and the
+configuration (default `defaults`), largest difference first: means over steps (one
+slow step moves them; use the default rounds, not fewer). perf's sampling slows the job,
+so compare samples within one perf run only, never with another run's.
 """
+import bisect
+import collections
+import gc
+import json
 import os
 import random
 import statistics
@@ -33,7 +48,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
-from bench_util import reexec_with_quiet_memory, start_collector  # noqa: E402
+from bench_util import (collect_between_rounds, reexec_with_quiet_memory,  # noqa: E402
+                        start_collector)
 
 WARMUP = 20  # rounds not measured: the first records of each name are computed inline
 ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "50"))
@@ -66,6 +82,8 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     x = torch.randn(BATCH, 3, SIDE, SIDE)
     y = torch.randint(0, CLASSES, (BATCH,))
+    ranges_file = os.environ.get("LOCKSTEP_BREAKDOWN_RANGES")
+    ranges = []  # (configuration, start, end) of each measured step, CLOCK_MONOTONIC
     proc, endpoint = start_collector(tempfile.mkdtemp(prefix="lockstep-breakdown-"))
     configs = configurations()
     monitors = {name: lockstep.Monitor(run="breakdown-" + name, endpoint=endpoint,
@@ -75,13 +93,14 @@ def main():
     rng = random.Random(0)
     try:
         for i in range(WARMUP + ROUNDS):
+            collect_between_rounds(i)
             order = list(configs)
             rng.shuffle(order)
             for name in order:
                 mon = monitors.get(name)
                 if mon is not None:
                     mon.watch(model, kinds=configs[name][0])
-                t0 = time.thread_time()
+                m0, t0 = time.monotonic(), time.thread_time()
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 t1 = time.thread_time()
                 loss.backward()
@@ -91,18 +110,23 @@ def main():
                 t3 = time.thread_time()
                 if mon is not None:
                     mon.step(loss=loss)
-                t4 = time.thread_time()
+                t4, m4 = time.thread_time(), time.monotonic()
                 if mon is not None:
                     mon._watches.pop().remove()  # pylint: disable=protected-access
                 if i >= WARMUP:
                     times[name].append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+                    ranges.append((name, m0, m4))
     finally:
+        gc.enable()
         for mon in monitors.values():
             mon.close(timeout=5.0)
         if proc is not None:
             proc.terminate()
             proc.wait()
 
+    if ranges_file:
+        with open(ranges_file, "w") as f:
+            json.dump(ranges, f)
     plain = times["plain"]
     print("plain step, training-thread CPU ms (median): " + ", ".join(
         "%s %.2f" % (p, statistics.median(r[j] for r in plain) * 1e3)
@@ -120,5 +144,58 @@ def main():
     return 0
 
 
+def attribute(ranges_path, script_path, key="dso", config="defaults"):
+    """The --attribute mode: see the module doc."""
+    with open(ranges_path) as f:
+        ranges = sorted(json.load(f), key=lambda r: r[1])
+    starts = [r[1] for r in ranges]
+    steps = collections.Counter(r[0] for r in ranges)
+    if steps["plain"] == 0 or steps[config] == 0:
+        print("resnet_breakdown_bench: %s has no steps of plain or %s" % (ranges_path, config),
+              file=sys.stderr)
+        return 1
+    samples = []  # (configuration, tid, thread name, code)
+    with open(script_path) as f:
+        for line in f:
+            # `comm tid time: ip sym (dso)`; a thread's name may hold spaces
+            head, sep, rest = line.partition(": ")
+            parts = head.split()
+            if not sep or len(parts) < 3:
+                continue
+            try:
+                tid, stamp = int(parts[-2]), float(parts[-1])
+            except ValueError:
+                continue
+            i = bisect.bisect_right(starts, stamp) - 1
+            if i < 0 or stamp > ranges[i][2] or ranges[i][0] not in ("plain", config):
+                continue
+            fields = rest.strip().split(" ", 1)
+            where = fields[1] if len(fields) > 1 else "?"
+            sym, _, dso = where.rpartition(" (")
+            dso = os.path.basename(dso.rstrip(")"))
+            name = dso if key == "dso" else "%s [%s]" % (sym[:80], dso)
+            samples.append((ranges[i][0], tid, " ".join(parts[:-2]), name))
+    # The training thread: the one with most samples inside the steps.
+    main_tid = collections.Counter(s[1] for s in samples).most_common(1)[0][0] if samples else 0
+    counts = {"plain": collections.Counter(), config: collections.Counter()}
+    for conf, tid, thread, name in samples:
+        counts[conf][("training" if tid == main_tid else thread) + "  " + name] += 1
+    rows = []
+    for name in set(counts["plain"]) | set(counts[config]):
+        a = counts["plain"][name] / steps["plain"]
+        b = counts[config][name] / steps[config]
+        rows.append((b - a, a, b, name))
+    rows.sort(reverse=True)
+    print("samples a step: plain %.1f, %s %.1f (%d and %d steps)" % (
+        sum(counts["plain"].values()) / steps["plain"],
+        config, sum(counts[config].values()) / steps[config], steps["plain"], steps[config]))
+    print("%9s %9s %9s  thread  code" % ("added", "plain", config[:9]))
+    for d, a, b, name in rows[:40]:
+        print("%+9.2f %9.2f %9.2f  %s" % (d, a, b, name))
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "--attribute":
+        sys.exit(attribute(*sys.argv[2:6]))
     sys.exit(main())

@@ -9,7 +9,8 @@ parameters' gradients: 64-512 elements), on CIFAR-sized images (3x32x32, batch 1
 
 Four configurations, one step each per round, in a fresh random order each round, the
 hooks attached before the step and removed after it (as torch_overhead_bench; see its
-docstring for the memory and OpenBLAS settings this re-executes itself with):
+docstring for the memory and OpenBLAS settings this re-executes itself with; Python's
+cyclic collector runs between rounds, not inside them: bench_util.collect_between_rounds):
   `plain`    no hooks;
   `floor`    empty hooks at lockstep's hook points (torch's own hook machinery);
   `lockstep` Monitor.watch with the defaults (host_stats_thread="auto");
@@ -50,6 +51,7 @@ BENCH resnet18_step_ms           median plain step time, for context
 BENCH resnet18_tensors_per_step  tensors lockstep records per step
 """
 import copy
+import gc
 import os
 import random
 import statistics
@@ -62,8 +64,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
-from bench_util import (TimedAgent, attach_hooks, reexec_with_quiet_memory,  # noqa: E402
-                        start_collector)
+from bench_util import (TimedAgent, attach_hooks, collect_between_rounds,  # noqa: E402
+                        reexec_with_quiet_memory, start_collector)
 
 WARMUP = 20  # rounds not measured: includes host_stats_thread="auto"'s tuning steps
 STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
@@ -205,6 +207,7 @@ def main():
     tiny_us, tiny_records, tiny_share = tiny_per_tensor_us(endpoint)
     rng = random.Random(0)
     for i in range(WARMUP + STEPS):
+        collect_between_rounds(i)
         order = list(names)
         rng.shuffle(order)
         for kind in order:
@@ -218,6 +221,7 @@ def main():
                 cpu_times[kind].append(dc)
                 if kind == "inline":
                     inline_cxx.append(timed_inline.seconds - before)
+    gc.enable()
     unrecorded = unrecorded_ratio(model, x, y, endpoint, kinds)
     counters = mon.counters()
     per_step = mon_inline.counters()["tensors_recorded"] / (WARMUP + STEPS)
