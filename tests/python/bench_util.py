@@ -42,6 +42,18 @@ def naive_stats(t):
             (t == 0).sum().item())
 
 
+def import_torchvision(bench):
+    """torchvision, or None after saying on stderr that `bench` needs the torch 2.x stack,
+    which has it."""
+    try:
+        import torchvision  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        print("%s: torchvision is not installed in %s (it is in the torch 2.x stack: bash "
+              "scripts/setup)" % (bench, sys.executable), file=sys.stderr)
+        return None
+    return torchvision
+
+
 def collect_between_rounds(round_index, every=10):
     """For benches that watch anew every round and remove the watch after its step.
     Each watch leaves a few thousand objects in reference cycles (hooks and the modules

@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
-from bench_util import attach_hooks, reexec_with_quiet_memory  # noqa: E402
+from bench_util import attach_hooks, import_torchvision, reexec_with_quiet_memory  # noqa: E402
 
 WARMUP = 10
 STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
@@ -93,11 +93,8 @@ class _ParamHandle:
 
 def main():
     reexec_with_quiet_memory(1)
-    try:
-        import torchvision  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        print("cxx_hook_floor_bench: torchvision is not installed in %s (it is in the "
-              "torch 2.x stack: bash scripts/setup)" % sys.executable, file=sys.stderr)
+    torchvision = import_torchvision("cxx_hook_floor_bench")
+    if torchvision is None:
         return 1
     ext = build_extension(tempfile.mkdtemp(prefix="lockstep-cxx-hooks-"))
     torch.set_num_threads(1)

@@ -48,8 +48,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
-from bench_util import (collect_between_rounds, reexec_with_quiet_memory,  # noqa: E402
-                        start_collector)
+from bench_util import (collect_between_rounds, import_torchvision,  # noqa: E402
+                        reexec_with_quiet_memory, start_collector)
 
 WARMUP = 20  # rounds not measured: the first records of each name are computed inline
 ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "50"))
@@ -70,11 +70,8 @@ def configurations():
 
 def main():
     reexec_with_quiet_memory(1)
-    try:
-        import torchvision  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        print("resnet_breakdown_bench: torchvision is not installed in %s (it is in the "
-              "torch 2.x stack: bash scripts/setup)" % sys.executable, file=sys.stderr)
+    torchvision = import_torchvision("resnet_breakdown_bench")
+    if torchvision is None:
         return 1
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -65,7 +65,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
 from bench_util import (TimedAgent, attach_hooks, collect_between_rounds,  # noqa: E402
-                        reexec_with_quiet_memory, start_collector)
+                        import_torchvision, reexec_with_quiet_memory, start_collector)
 
 WARMUP = 20  # rounds not measured: includes host_stats_thread="auto"'s tuning steps
 STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
@@ -158,11 +158,8 @@ def unrecorded_ratio(model, x, y, endpoint, kinds, rounds=UNRECORDED_ROUNDS):
 
 def main():
     reexec_with_quiet_memory(THREADS)
-    try:
-        import torchvision  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        print("resnet_overhead_bench: torchvision is not installed in %s (it is in the "
-              "torch 2.x stack: bash scripts/setup)" % sys.executable, file=sys.stderr)
+    torchvision = import_torchvision("resnet_overhead_bench")
+    if torchvision is None:
         return 1
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
