@@ -11,6 +11,10 @@
     python -m lockstep replay BASELINE_CAPTURE CANDIDATE_CAPTURE (or one capture folder)
                                    re-runs a captured op in float64 on the CPU and says
                                    which run is wrong (lockstep._replay)
+    python -m lockstep build-bridge [--dest DIR]
+                                   builds the torch bridge for this torch (lockstep._bridge:
+                                   reads each recorded tensor in one C++ call; g++, about
+                                   a minute)
     python -m lockstep import-msprobe DUMP -o RUN.lslog [--run ID] [--role R] [--experiment E]
                                    an msprobe tensor dump as a run log with full rows
                                    computed from its tensors by the agent's kernel
@@ -73,6 +77,38 @@ def _torch_line():
     return ", ".join(parts)
 
 
+def _bridge_line():
+    """The torch bridge this torch would use (lockstep._bridge), without loading it."""
+    if importlib.util.find_spec("torch") is None:
+        return "none (no torch)"
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+        from lockstep import _bridge  # pylint: disable=import-outside-toplevel
+        if os.environ.get("LOCKSTEP_TORCH_BRIDGE", "").lower() in ("off", "0", "false", "no"):
+            return "off (LOCKSTEP_TORCH_BRIDGE)"
+        path = _bridge.find(torch)
+    except Exception as e:  # pylint: disable=broad-except
+        return "cannot tell: %s" % e
+    if path is None:
+        return ("none built for torch %s: tensors are read through Python, ~1 us more a "
+                "record (python -m lockstep build-bridge)" % torch.__version__)
+    return "built for this torch (%s)" % path
+
+
+def build_bridge(dest):
+    try:
+        from lockstep import _bridge  # pylint: disable=import-outside-toplevel
+        path = _bridge.build(dest)
+    except ImportError as e:  # torch missing or broken: nothing to build against
+        print("lockstep build-bridge: cannot run: %s" % e)
+        return 2
+    except RuntimeError as e:
+        print("lockstep build-bridge: %s" % e)
+        return 1
+    print(path)
+    return 0
+
+
 def probe(endpoint, timeout):
     """(answers, text) for a ZeroMQ endpoint: connects and reads the peer's ZMTP greeting."""
     try:
@@ -108,6 +144,7 @@ def doctor(timeout):
     core_ok, core = _core_line()
     print("  _core:     %s" % core)
     print("  torch:     %s" % _torch_line())
+    print("  bridge:    %s" % _bridge_line())
     endpoint = os.environ.get("LOCKSTEP_ENDPOINT") or DEFAULT_ENDPOINT
     source = "LOCKSTEP_ENDPOINT" if os.environ.get("LOCKSTEP_ENDPOINT") else "default"
     print("  endpoint:  %s (%s)" % (endpoint, source))
@@ -174,6 +211,18 @@ def main(argv=None):
                    help="the collector's --birth-ulps, to say how far to raise it (default 32)")
     r.add_argument("--birth-gain", type=float, default=8.0,
                    help="the collector's --birth-gain (default 8)")
+    b = sub.add_parser(
+        "build-bridge", help="build the torch bridge for this torch",
+        description="Compiles lockstep's torch bridge (the recorder's reads of each tensor, "
+                    "in C++ against this torch's headers) with g++ (or $CXX) and prints "
+                    "its path. A job started afterwards uses it; without it the agent "
+                    "records the same values, reading tensors through Python.",
+        epilog="Exit status: 0 built, 1 the build failed (the compiler's output is "
+               "printed), 2 torch does not import.")
+    b.add_argument("--dest", metavar="DIR",
+                   help="the folder to build into (default: the package's _bridges/, else "
+                        "${LOCKSTEP_CACHE_DIR:-~/.cache/lockstep}/bridges/); it is looked "
+                        "for in those two only")
     m = sub.add_parser(
         "import-msprobe", help="an msprobe tensor dump as a run log with full rows",
         description="Reads the tensors an msprobe dump in tensor mode saved (torch.load with "
@@ -193,6 +242,8 @@ def main(argv=None):
     m.add_argument("--lockstep", metavar="PATH",
                    help="the lockstep binary (default: $LOCKSTEP_BIN, else lockstep on PATH)")
     args = p.parse_args(argv)
+    if args.command == "build-bridge":
+        return build_bridge(args.dest)
     if args.command == "import-msprobe":
         try:
             from lockstep import _msprobe_rows  # pylint: disable=import-outside-toplevel

@@ -34,7 +34,7 @@ import weakref
 
 import torch
 
-from lockstep import _core, _session
+from lockstep import _bridge, _core, _session
 from lockstep._names import NameFilter, input_names, module_name, output_tensors
 from lockstep._recorder import KIND
 
@@ -182,6 +182,8 @@ def _c_hooks():
 
 
 _C_HOOKS, _C_PARAM_HOOKS = _c_hooks()
+# The recorder reads tensors through the torch bridge built for this torch, if any.
+_bridge.install()
 
 
 def _add_hook(t, fn):

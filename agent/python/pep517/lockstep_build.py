@@ -195,9 +195,10 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     so, temp_dir = _cmake_build()
     pkg = os.path.join(_root(), "agent", "python", "lockstep")
-    # py.typed: the package's type hints are for type checkers too (PEP 561).
+    # py.typed: the package's type hints are for type checkers too (PEP 561). The torch
+    # bridge's source: `python -m lockstep build-bridge` compiles it where it is installed.
     files = [("lockstep/" + n, os.path.join(pkg, n)) for n in sorted(os.listdir(pkg))
-             if n.endswith(".py") or n == "py.typed"]
+             if n.endswith(".py") or n in ("py.typed", "_torch_bridge.cc", "_torch_bridge.h")]
     files.append(("lockstep/" + os.path.basename(so), so))
     if os.environ.get("LOCKSTEP_WHEEL_BUNDLE_LIBS", "") not in ("", "0"):
         files += [("lockstep/_libs/" + name, path) for name, path in _needed_libs(so)]

@@ -12,6 +12,11 @@
 namespace lockstep::python {
 
 void BindRecorder(py::module_& m) {
+  m.def("set_torch_bridge", &SetTorchBridge, py::arg("capsule"),
+        "Reads tensors through this torch bridge's capsule (lockstep._bridge), or through "
+        "their Python attributes when None");
+  m.def("_bridge_facts", &BridgeFacts, py::arg("t"),
+        "What the torch bridge reads of t (a dict), or None (tests)");
   py::class_<RecorderCore>(m, "RecorderCore",
                            "The host path of lockstep._recorder.Recorder (its base class)")
       .def(py::init<py::object, py::iterable, py::object, bool>(), py::arg("agent"),

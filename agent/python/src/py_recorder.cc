@@ -7,9 +7,11 @@
 #include <pythread.h>
 #include <time.h>
 
+#include <cstring>
 #include <utility>
 
 #include "gil.h"
+#include "lockstep/_torch_bridge.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::python {
@@ -86,7 +88,7 @@ uintptr_t DataPtr(py::handle t) { return static_cast<uintptr_t>(AsU64(Call0(t, N
 uint64_t Numel(py::handle t) { return AsU64(Call0(t, N().numel)); }
 
 // t._version; false when the tensor has none (inference tensors raise RuntimeError).
-bool Version(py::handle t, int64_t* v) {
+bool PyVersion(py::handle t, int64_t* v) {
   PyObject* r = PyObject_GetAttr(t.ptr(), N().version);
   if (r == nullptr) {
     if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
@@ -121,6 +123,70 @@ bool Equal(const py::object& a, const py::object& b) {
   if (r < 0) throw py::error_already_set();
   return r != 0;
 }
+
+// The torch bridge's table (SetTorchBridge), or nullptr: tensors are read through Python.
+const bridge::Api* g_bridge = nullptr;
+
+// t._version of a tensor the recorder holds: through the bridge when it takes it.
+bool VersionOf(py::handle t, int64_t* v) {
+  if (g_bridge != nullptr && g_bridge->version(t.ptr(), v) == 1) return true;
+  return PyVersion(t, v);
+}
+
+}  // namespace
+
+// What the recorder reads of one tensor (bridge::TensorFacts), read once: by the torch
+// bridge in one C++ call when one is loaded and it takes the tensor, else from the
+// tensor's Python attributes, each when first asked (a record that stops early reads
+// no more than it did). The same values either way. Lives for one call, under the GIL.
+class Facts {
+ public:
+  explicit Facts(py::handle t) : t_(t) {
+    bridged_ = g_bridge != nullptr && g_bridge->read(t.ptr(), &f_) == 1;
+  }
+  py::handle obj() const { return t_; }
+  bool IsCpu() const { return bridged_ ? f_.is_cpu != 0 : Truth(Attr(t_, N().is_cpu)); }
+  PyObject* DType() {
+    if (bridged_) return f_.dtype;
+    if (!dtype_) dtype_ = Attr(t_, N().dtype);
+    return dtype_.ptr();
+  }
+  // The rest only of a tensor on the CPU (the bridge reads no more of others).
+  bool Contiguous() const {
+    return host() ? f_.contiguous != 0 : Truth(Call0(t_, N().is_contiguous));
+  }
+  uintptr_t Data() const {
+    return host() ? f_.data : static_cast<uintptr_t>(AsU64(Call0(t_, N().data_ptr)));
+  }
+  uint64_t Numel() const { return host() ? f_.numel : AsU64(Call0(t_, N().numel)); }
+  // t._version; false when the tensor has none (inference tensors raise RuntimeError).
+  bool Version(int64_t* v) const {
+    if (!host()) return PyVersion(t_, v);
+    *v = f_.version;
+    return f_.has_version != 0;
+  }
+  // t.layout is `strided` (torch.strided); the bridge takes no other layout.
+  bool Strided(const py::object& strided) const {
+    return host() || Equal(Attr(t_, N().layout), strided);
+  }
+  std::vector<int64_t> Sizes() const {
+    return host() ? std::vector<int64_t>(f_.sizes, f_.sizes + f_.ndim) : Ints(Attr(t_, N().shape));
+  }
+  std::vector<int64_t> Strides() const {
+    return host() ? std::vector<int64_t>(f_.strides, f_.strides + f_.ndim)
+                  : Ints(Call0(t_, N().stride));
+  }
+
+ private:
+  bool host() const { return bridged_ && f_.is_cpu != 0; }
+
+  py::handle t_;
+  bool bridged_;
+  bridge::TensorFacts f_;
+  py::object dtype_;  // Python's answer, alive while DType()'s pointer is used
+};
+
+namespace {
 
 unsigned long Ident() { return PyThread_get_thread_ident(); }
 
@@ -269,6 +335,12 @@ bool RecorderCore::ModeAllows(uint32_t tid) const {
 }
 
 void RecorderCore::Record(py::handle self, py::handle name, int kind, py::handle t) {
+  Facts f(t);
+  RecordFacts(self, name, kind, f);
+}
+
+void RecorderCore::RecordFacts(py::handle self, py::handle name, int kind, Facts& f) {
+  py::handle t = f.obj();
   uint32_t ord = order++;
   if (!t_first) t_first = Now();
   int64_t tid;
@@ -285,24 +357,23 @@ void RecorderCore::Record(py::handle self, py::handle name, int kind, py::handle
     ++skipped;
     return;
   }
-  if (force_device_ || !IsCpu(t)) {
+  if (force_device_ || !f.IsCpu()) {
     self.attr(py::handle(N().record_device))(name, kind, t, tid, ord);
     return;
   }
-  py::object dtype = Attr(t, N().dtype);
-  const HostDType* hd = FindDType(dtype.ptr());
+  const HostDType* hd = FindDType(f.DType());
   if (hd == nullptr) {
     ++skipped;
     return;
   }
-  HostRecord(self, kind, t, *hd, static_cast<uint32_t>(tid), ord);
+  HostRecord(self, kind, f, *hd, static_cast<uint32_t>(tid), ord);
 }
 
-void RecorderCore::HostRecord(py::handle self, int kind, py::handle t, const HostDType& hd,
+void RecorderCore::HostRecord(py::handle self, int kind, Facts& f, const HostDType& hd,
                               uint32_t tid, uint32_t ord) {
   bool repeatable = kind == kAct || kind == kActGrad || kind == kActIn;
   if (!pending_.empty() || !probes_.empty()) SettleDone();
-  if (repeatable && last_ && SameAsLast(t, hd.dtype)) {
+  if (repeatable && last_ && SameAsLast(f, hd.dtype)) {
     if (last_pending_ != nullptr) {  // its statistics are still being computed
       last_pending_->repeats.push_back(RepeatKey{step, micro, tid, ord});
       ++records;
@@ -317,63 +388,63 @@ void RecorderCore::HostRecord(py::handle self, int kind, py::handle t, const Hos
   }
   last_.reset();
   last_pending_ = nullptr;
-  bool contiguous = IsContiguous(t);
+  bool contiguous = f.Contiguous();
   ++records;
-  if (repeatable && threaded_ && SubmitOutput(t, contiguous, tid, ord, hd)) {
+  if (repeatable && threaded_ && SubmitOutput(f, contiguous, tid, ord, hd)) {
     // The thread is woken for batches of tensors; the end of backward wakes it for the
     // rest, so they are done while the optimizer steps.
     if (kind == kActGrad && !end_of_backward_queued) QueueEndOfBackward(self);
     return;
   }
-  if (!Inline(t, contiguous, tid, ord, hd, micro, kind) || !repeatable) return;
+  if (!Inline(f, contiguous, tid, ord, hd, micro, kind) || !repeatable) return;
   int64_t v;
-  if (!Version(t, &v)) return;  // inference tensors have no version counter
-  last_ = Last{py::reinterpret_borrow<py::object>(t), v, Ident()};
+  if (!f.Version(&v)) return;  // inference tensors have no version counter
+  last_ = Last{py::reinterpret_borrow<py::object>(f.obj()), v, Ident()};
   if (threaded_ && mode_.find(tid) == mode_.end()) {
-    probes_.push_back(Probe{tid, py::reinterpret_borrow<py::object>(t), v});
+    probes_.push_back(Probe{tid, py::reinterpret_borrow<py::object>(f.obj()), v});
   }
 }
 
-bool RecorderCore::SameAsLast(py::handle t, PyObject* dtype) const {
+bool RecorderCore::SameAsLast(const Facts& f, PyObject* dtype) const {
   const Last& last = *last_;
   if (last.ident != Ident()) return false;
   try {
     int64_t v;
-    if (!Version(t, &v) || v != last.version) return false;
-    if (t.ptr() == last.tensor.ptr()) return true;
-    return DataPtr(t) == DataPtr(last.tensor) && Attr(last.tensor, N().dtype).ptr() == dtype &&
-           Equal(Attr(t, N().shape), Attr(last.tensor, N().shape)) &&
-           Equal(Call0(t, N().stride), Call0(last.tensor, N().stride));
+    if (!f.Version(&v) || v != last.version) return false;
+    if (f.obj().ptr() == last.tensor.ptr()) return true;
+    Facts l(last.tensor);  // another view of the same memory?
+    return f.Data() == l.Data() && l.DType() == dtype && f.Sizes() == l.Sizes() &&
+           f.Strides() == l.Strides();
   } catch (py::error_already_set& e) {
     if (e.matches(PyExc_RuntimeError)) return false;  // no storage, no version counter
     throw;
   }
 }
 
-bool RecorderCore::SubmitOutput(py::handle t, bool contiguous, uint32_t tid, uint32_t ord,
+bool RecorderCore::SubmitOutput(const Facts& f, bool contiguous, uint32_t tid, uint32_t ord,
                                 const HostDType& hd) {
   if (!ModeAllows(tid)) return false;  // first record (probed inline) or changed before
-  Pending* pend = HandOver(t, contiguous, tid, ord, hd, micro, false);
+  Pending* pend = HandOver(f, contiguous, tid, ord, hd, micro, false);
   if (pend == nullptr) return false;
-  last_ = Last{py::reinterpret_borrow<py::object>(t), pend->version, pend->ident};
+  last_ = Last{py::reinterpret_borrow<py::object>(f.obj()), pend->version, pend->ident};
   last_pending_ = pend;
   return true;
 }
 
-RecorderCore::Pending* RecorderCore::HandOver(py::handle t, bool contiguous, uint32_t tid,
+RecorderCore::Pending* RecorderCore::HandOver(const Facts& f, bool contiguous, uint32_t tid,
                                               uint32_t ord, const HostDType& hd,
                                               uint32_t mic, bool pgrad) {
   int64_t version;
-  if (!Version(t, &version)) return nullptr;  // nothing to check a result against
-  uint64_t numel = Numel(t);
+  if (!f.Version(&version)) return nullptr;  // nothing to check a result against
+  uint64_t numel = f.Numel();
   uint64_t nbytes = numel * hd.itemsize;
   if (pending_bytes_ + nbytes > kMaxPendingBytes) return nullptr;
   RecordKey key = Key(mic, tid, ord);
   HostSubmit s = contiguous
-                     ? agent_.Submit(key, DataPtr(t), numel, hd.code)
-                     : agent_.SubmitStrided(key, DataPtr(t), hd.code, Sizes(t), Strides(t));
+                     ? agent_.Submit(key, f.Data(), numel, hd.code)
+                     : agent_.SubmitStrided(key, f.Data(), hd.code, f.Sizes(), f.Strides());
   if (!s.queued()) return nullptr;  // full, or a layout it cannot read: inline
-  pending_.push_back(Pending{s.ticket, py::reinterpret_borrow<py::object>(t), version, tid,
+  pending_.push_back(Pending{s.ticket, py::reinterpret_borrow<py::object>(f.obj()), version, tid,
                              Ident(), nbytes, pgrad, {}});
   pending_bytes_ += nbytes;
   ++threaded_records;
@@ -381,24 +452,25 @@ RecorderCore::Pending* RecorderCore::HandOver(py::handle t, bool contiguous, uin
   return &pending_.back();
 }
 
-bool RecorderCore::Inline(py::handle t, bool contiguous, uint32_t tid, uint32_t ord,
+bool RecorderCore::Inline(const Facts& f, bool contiguous, uint32_t tid, uint32_t ord,
                           const HostDType& hd, uint32_t mic, int kind) {
   RecordKey key = Key(mic, tid, ord);
   double t0 = kernel_timing ? Now() : 0;
   HostResult r;
   if (contiguous) {
-    r = agent_.Record(key, DataPtr(t), Numel(t), hd.code);
+    r = agent_.Record(key, f.Data(), f.Numel(), hd.code);
   } else {
     // A transposed or sliced view (attention's outputs): read in place, in flat order.
-    r = agent_.RecordStrided(key, DataPtr(t), hd.code, Sizes(t), Strides(t));
+    r = agent_.RecordStrided(key, f.Data(), hd.code, f.Sizes(), f.Strides());
     if (r.outcome == HostOutcome::kBadLayout) {  // one the kernel cannot read: a copy
-      py::object src = Call0(t, N().contiguous);
-      r = agent_.Record(key, DataPtr(src), Numel(src), hd.code);
+      py::object copy = Call0(f.obj(), N().contiguous);
+      Facts src(copy);
+      r = agent_.Record(key, src.Data(), src.Numel(), hd.code);
     }
   }
   if (kernel_timing) {
     kernel_seconds += Now() - t0;
-    kernel_bytes += Numel(t) * hd.itemsize;
+    kernel_bytes += f.Numel() * hd.itemsize;
   }
   if (!r.recorded()) {  // the kernel refused the tensor
     ++failed;
@@ -422,11 +494,11 @@ bool RecorderCore::Inline(py::handle t, bool contiguous, uint32_t tid, uint32_t 
 // be the sum: computed inline in the hook.
 void RecorderCore::RecordParamGrad(py::handle self, py::handle name, py::handle t,
                                    bool fresh) {
-  if (fresh && threaded_ && !force_device_ && IsCpu(t)) {
+  Facts f(t);
+  if (fresh && threaded_ && !force_device_ && f.IsCpu()) {
     int64_t tid;
     bool known = LookupId(name, kParamGrad, &tid) && tid >= 0;
-    if (known && ModeAllows(static_cast<uint32_t>(tid)) &&
-        FindDType(Attr(t, N().dtype).ptr()) != nullptr) {
+    if (known && ModeAllows(static_cast<uint32_t>(tid)) && FindDType(f.DType()) != nullptr) {
       uint32_t ord = order++;
       if (!t_first) t_first = Now();
       ++records;
@@ -438,7 +510,7 @@ void RecorderCore::RecordParamGrad(py::handle self, py::handle name, py::handle 
       probe_grad_[py::cast<std::string>(name)] = static_cast<uint32_t>(tid);
     }
   }
-  Record(self, name, kParamGrad, t);
+  RecordFacts(self, name, kParamGrad, f);
 }
 
 void RecorderCore::ParamAccumulated(py::handle self, py::handle name, py::handle grad) {
@@ -449,7 +521,7 @@ void RecorderCore::ParamAccumulated(py::handle self, py::handle name, py::handle
     uint32_t tid = pg->second;
     probe_grad_.erase(pg);
     int64_t v;
-    if (has_grad && Version(grad, &v)) {
+    if (has_grad && VersionOf(grad, &v)) {
       probes_.push_back(Probe{tid, py::reinterpret_borrow<py::object>(grad), v});
     }
   }
@@ -457,15 +529,20 @@ void RecorderCore::ParamAccumulated(py::handle self, py::handle name, py::handle
   if (it == deferred_.end()) return;
   Deferred d = it->second;
   deferred_.erase(it);
-  const HostDType* hd = has_grad ? FindDType(Attr(grad, N().dtype).ptr()) : nullptr;
-  if (hd == nullptr || !Equal(Attr(grad, N().layout), strided_)) {
-    ++failed;  // .grad went away or changed type in between
+  if (!has_grad) {
+    ++failed;  // .grad went away in between
     return;
   }
-  bool contiguous = IsContiguous(grad);
+  Facts g(grad);
+  const HostDType* hd = FindDType(g.DType());
+  if (hd == nullptr || !g.Strided(strided_)) {
+    ++failed;  // .grad changed type in between
+    return;
+  }
+  bool contiguous = g.Contiguous();
   if (!pending_.empty() || !probes_.empty()) SettleDone();
-  if (HandOver(grad, contiguous, d.tid, d.order, *hd, d.micro, true) == nullptr) {
-    Inline(grad, contiguous, d.tid, d.order, *hd, d.micro, kParamGrad);
+  if (HandOver(g, contiguous, d.tid, d.order, *hd, d.micro, true) == nullptr) {
+    Inline(g, contiguous, d.tid, d.order, *hd, d.micro, kParamGrad);
   } else if (!end_of_backward_queued) {
     QueueEndOfBackward(self);  // wakes the thread for what is left
   }
@@ -499,7 +576,7 @@ void RecorderCore::SettleUpTo(uint64_t done) {
     if (is_last) last_pending_ = nullptr;
     pending_bytes_ -= pend.nbytes;
     int64_t v;
-    bool keep = Version(pend.tensor, &v) && v == pend.version;
+    bool keep = VersionOf(pend.tensor, &v) && v == pend.version;
     HostResult r = agent_.Settle(pend.ticket, keep, keep && (is_last || !pend.repeats.empty()));
     uint64_t n = 1 + pend.repeats.size();
     if (!keep) {
@@ -528,7 +605,7 @@ void RecorderCore::CheckProbes(bool final) {
   for (size_t i = 0; i < probes_.size(); ++i) {
     Probe& p = probes_[i];
     int64_t v;
-    bool changed = !Version(p.tensor, &v) || v != p.version;
+    bool changed = !VersionOf(p.tensor, &v) || v != p.version;
     if (changed) {
       mode_[p.tid] = false;
     } else if (final) {
@@ -559,6 +636,50 @@ void RecorderCore::NewMicro() {
   last_.reset();
   last_pending_ = nullptr;
   ++micro;  // order goes on counting: execution order spans the step's micro steps
+}
+
+void SetTorchBridge(py::object capsule) {
+  static PyObject* held = nullptr;  // the capsule in use (never freed: the bridge's
+                                    // module stays loaded for the process's life)
+  if (capsule.is_none()) {
+    g_bridge = nullptr;
+    return;
+  }
+  auto* api = static_cast<const bridge::Api*>(
+      PyCapsule_GetPointer(capsule.ptr(), bridge::kCapsuleName));
+  if (api == nullptr) throw py::error_already_set();
+  if (api->abi != bridge::kAbi || api->size < sizeof(bridge::Api)) {
+    throw py::value_error("the torch bridge speaks ABI " + std::to_string(api->abi) +
+                          ", this lockstep._core " + std::to_string(bridge::kAbi) +
+                          " (rebuild it: python -m lockstep build-bridge)");
+  }
+  Py_INCREF(capsule.ptr());
+  Py_XDECREF(held);
+  held = capsule.ptr();
+  g_bridge = api;
+}
+
+py::object BridgeFacts(py::handle t) {
+  bridge::TensorFacts f;
+  if (g_bridge == nullptr || g_bridge->read(t.ptr(), &f) != 1) return py::none();
+  py::dict d;
+  d["is_cpu"] = f.is_cpu != 0;
+  d["dtype"] = py::reinterpret_borrow<py::object>(f.dtype);
+  if (f.is_cpu != 0) {
+    d["data_ptr"] = f.data;
+    d["numel"] = f.numel;
+    d["version"] = f.has_version != 0 ? py::object(py::int_(f.version)) : py::none();
+    d["is_contiguous"] = f.contiguous != 0;
+    d["strided"] = f.strided != 0;
+    py::tuple sizes(f.ndim), strides(f.ndim);
+    for (int i = 0; i < f.ndim; ++i) {
+      sizes[i] = f.sizes[i];
+      strides[i] = f.strides[i];
+    }
+    d["shape"] = sizes;
+    d["stride"] = strides;
+  }
+  return std::move(d);
 }
 
 void RecorderCore::QueueEndOfBackward(py::handle self) {

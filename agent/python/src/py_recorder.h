@@ -14,8 +14,10 @@
 // (_record_device), asking autograd for the end of backward (_queue_end_of_backward).
 // This class calls those back on its Python self.
 //
-// Tensors are read through the CPython API (their Python attributes and methods), not
-// libtorch, so the one _core module serves every torch the package runs with.
+// Tensors are read through the torch bridge when one built for the running torch is
+// loaded (lockstep/_torch_bridge.h: one C++ call a tensor), else through the CPython API
+// (their Python attributes and methods); _core itself is built against no torch, so the
+// one module serves every torch the package runs with.
 //
 // The agent is the real _core.Agent (its HostRecorder called directly) or any object
 // with the same methods (the tests' FakeAgent, the benches' timing wrapper), called
@@ -44,6 +46,16 @@
 namespace lockstep::python {
 
 namespace py = pybind11;
+
+class Facts;  // what the recorder reads of a tensor (py_recorder.cc)
+
+// Sets the torch bridge (lockstep/_torch_bridge.h) the recorder reads tensors through:
+// the capsule lockstep._torch_bridge exports, or None for Python's attributes. Raises
+// ValueError for a capsule of another bridge ABI. Called with the GIL (lockstep._bridge).
+void SetTorchBridge(py::object capsule);
+// What the bridge reads of `t` (a dict named as the Python attributes), or None when no
+// bridge is set or it leaves `t` to Python: for tests/python/test_torch_bridge.py.
+py::object BridgeFacts(py::handle t);
 
 // The agent as the recorder calls it: a PyAgent directly, or any Python object with
 // its methods (answers decoded as Python's recorder did: a float is a recorded l2 norm,
@@ -157,15 +169,16 @@ class RecorderCore {
   const HostDType* FindDType(PyObject* dtype) const;
   bool LookupId(py::handle name, int kind, int64_t* tid) const;
   void StoreId(py::handle name, int kind, int64_t tid);
-  void HostRecord(py::handle self, int kind, py::handle t, const HostDType& hd,
-                  uint32_t tid, uint32_t order);
-  bool SameAsLast(py::handle t, PyObject* dtype) const;
-  bool SubmitOutput(py::handle t, bool contiguous, uint32_t tid, uint32_t order,
+  void RecordFacts(py::handle self, py::handle name, int kind, Facts& f);
+  void HostRecord(py::handle self, int kind, Facts& f, const HostDType& hd, uint32_t tid,
+                  uint32_t order);
+  bool SameAsLast(const Facts& f, PyObject* dtype) const;
+  bool SubmitOutput(const Facts& f, bool contiguous, uint32_t tid, uint32_t order,
                     const HostDType& hd);
-  Pending* HandOver(py::handle t, bool contiguous, uint32_t tid, uint32_t order,
+  Pending* HandOver(const Facts& f, bool contiguous, uint32_t tid, uint32_t order,
                     const HostDType& hd, uint32_t micro, bool pgrad);
   // The kernel on this thread; false (counted) when it refused the tensor.
-  bool Inline(py::handle t, bool contiguous, uint32_t tid, uint32_t order,
+  bool Inline(const Facts& f, bool contiguous, uint32_t tid, uint32_t order,
               const HostDType& hd, uint32_t micro, int kind);
   void SettleUpTo(uint64_t done);
   void CheckProbes(bool final);
