@@ -147,6 +147,11 @@ def test_debian_python311_venv_training_loop(tmp_path, collector):
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "torch 1." in doctor.stdout or "torch 2." in doctor.stdout, doctor.stdout
     assert "a ZeroMQ peer answers" in doctor.stdout, doctor.stdout
+    # The wheel carries the torch bridge built for the torch that pip's Python imports,
+    # inside the installed package (lockstep._bridge).
+    bridge = [line for line in doctor.stdout.splitlines() if "bridge:" in line]
+    assert bridge and "built for this torch" in bridge[0], doctor.stdout
+    assert "site-packages" in bridge[0] and "_bridges" in bridge[0], bridge
 
     r = run_py(py, TRAIN, work, LOCKSTEP_ENDPOINT=collector.endpoint)
     assert r.returncode == 0, r.stderr

@@ -9,7 +9,11 @@ with momentum), and one Monitor per configuration:
   `act`, `act_in`, `act_grad`, `param_grad`, `loss`
                    that kind alone, statistics on the host thread;
   `defaults`       Monitor.watch's default kinds, statistics on the host thread;
-  `defaults_inline` the same, statistics on the training thread.
+  `defaults_inline` the same, statistics on the training thread;
+  `defaults_python` `defaults` with the torch bridge off for that step (tensors read
+                   through their Python attributes, the gradient hooks in Python dicts:
+                   lockstep._bridge); only where a bridge is built for this torch, and
+                   every other configuration then runs with it.
 The thread is "on", not "auto": the tuner's choice must not differ between
 configurations. Each round runs one step of every configuration in a fresh random order,
 watch() before the step and the watch removed after it; each step is split into forward,
@@ -47,7 +51,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
-from lockstep import _watch  # noqa: E402
+from lockstep import _bridge, _core, _watch  # noqa: E402
 from bench_util import (collect_between_rounds, import_torchvision,  # noqa: E402
                         reexec_with_quiet_memory, start_collector)
 
@@ -58,13 +62,15 @@ PHASES = ("forward", "backward", "optimizer", "Monitor.step")
 
 
 def configurations():
-    """name -> (kinds, host_stats_thread); plain is (None, None)."""
+    """name -> (kinds, host_stats_thread, torch bridge on); plain is (None, None, True)."""
     defaults = tuple(k for k in _watch.DEFAULT_KINDS if k != "init")
-    out = {"plain": (None, None)}
+    out = {"plain": (None, None, True)}
     for kind in ("act", "act_in", "act_grad", "param_grad", "loss"):
-        out[kind] = ((kind,), "on")
-    out["defaults"] = (defaults, "on")
-    out["defaults_inline"] = (defaults, "off")
+        out[kind] = ((kind,), "on", True)
+    out["defaults"] = (defaults, "on", True)
+    out["defaults_inline"] = (defaults, "off", True)
+    if _bridge.install() is not None:
+        out["defaults_python"] = (defaults, "on", False)
     return out
 
 
@@ -85,7 +91,7 @@ def main():
     configs = configurations()
     monitors = {name: lockstep.Monitor(run="breakdown-" + name, endpoint=endpoint,
                                        host_stats_thread=thread)
-                for name, (kinds, thread) in configs.items() if kinds is not None}
+                for name, (kinds, thread, _) in configs.items() if kinds is not None}
     times = {name: [] for name in configs}  # per round: the four phases' seconds
     rng = random.Random(0)
     try:
@@ -95,6 +101,8 @@ def main():
             rng.shuffle(order)
             for name in order:
                 mon = monitors.get(name)
+                if not configs[name][2]:
+                    _core.set_torch_bridge(None)  # for this step (hooks and recorder read it per call)
                 if mon is not None:
                     mon.watch(model, kinds=configs[name][0])
                 m0, t0 = time.monotonic(), time.thread_time()
@@ -110,6 +118,8 @@ def main():
                 t4, m4 = time.thread_time(), time.monotonic()
                 if mon is not None:
                     mon._watches.pop().remove()  # pylint: disable=protected-access
+                if not configs[name][2]:
+                    _bridge.install()
                 if i >= WARMUP:
                     times[name].append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
                     ranges.append((name, m0, m4))

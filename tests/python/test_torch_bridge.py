@@ -228,3 +228,114 @@ def test_it_refuses_another_torch():
                        env=dict(os.environ, LOCKSTEP_TORCH_BRIDGE="off"))  # not loaded before
     assert "refused: lockstep's torch bridge was built for torch %s, not this torch 0.0.1" \
         % torch.__version__ in r.stdout, r.stdout
+
+
+# ---- gradient hooks in C++ (torch >= 2.0) ----------------------------------------------
+
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+needs_cxx_hooks = pytest.mark.skipif(not (HAS_BRIDGE and TORCH2),
+                                     reason="C++ gradient hooks: a bridge on torch >= 2.0")
+
+
+@needs_bridge
+@pytest.mark.skipif(TORCH2, reason="torch 1.13 only")
+def test_no_cxx_gradient_hooks_on_torch1(bridge_on):
+    """torch < 2.0 keeps a tensor's hooks on its first graph node: the agent's own path."""
+    x = torch.randn(3, requires_grad=True) * 2
+    assert not _core.bridge_add_grad_hook(x, lambda g: None)
+
+
+@needs_cxx_hooks
+def test_a_cxx_gradient_hook_sees_what_register_hook_sees(bridge_on):
+    leaf = torch.randn(4, requires_grad=True)
+    seen, theirs = [], []
+    out = leaf * 3
+    assert _core.bridge_add_grad_hook(out, seen.append)
+    out.register_hook(theirs.append)
+    assert out._backward_hooks is not None  # theirs; ours is not in the dict
+    (out * torch.arange(4.0)).sum().backward()
+    assert len(seen) == 1 and torch.equal(seen[0], theirs[0])
+    assert torch.equal(seen[0], torch.arange(4.0))
+    assert torch.equal(leaf.grad, 3 * torch.arange(4.0))  # the gradient is not changed
+
+
+@needs_cxx_hooks
+def test_a_cxx_gradient_hook_before_an_inplace_change(bridge_on):
+    """Registered before `out.mul_(2)`: the gradient of the value before it, as a hook
+    register_hook put there (both stay on the node they were registered on)."""
+    leaf = torch.randn(3, requires_grad=True)
+    out = leaf + 1
+    seen, theirs = [], []
+    assert _core.bridge_add_grad_hook(out, seen.append)
+    out.register_hook(theirs.append)
+    out.mul_(2)
+    out.sum().backward()
+    assert torch.equal(seen[0], theirs[0]) and torch.equal(seen[0], torch.full((3,), 2.0))
+
+
+@needs_cxx_hooks
+def test_what_a_cxx_gradient_hook_refuses(bridge_on):
+    fn = lambda g: None  # noqa: E731
+    assert not _core.bridge_add_grad_hook(torch.randn(3), fn)  # no grad
+    sub = (torch.randn(3, requires_grad=True) * 2).as_subclass(_Sub)
+    assert not _core.bridge_add_grad_hook(sub, fn)
+    assert not _core.bridge_add_grad_hook("tensor", fn)
+
+
+@needs_cxx_hooks
+def test_an_exception_in_a_cxx_gradient_hook_reaches_backward(bridge_on):
+    def boom(_g):
+        raise KeyboardInterrupt  # not an Exception: the hooks let it through
+
+    out = torch.randn(3, requires_grad=True) * 2
+    assert _core.bridge_add_grad_hook(out, boom)
+    with pytest.raises(KeyboardInterrupt):
+        out.sum().backward()
+
+
+@needs_cxx_hooks
+def test_a_cxx_gradient_hook_lets_go_of_its_callable(bridge_on):
+    import gc
+    import weakref
+
+    class Fn:
+        calls = 0
+
+        def __call__(self, g):
+            Fn.calls += 1
+
+    fn = Fn()
+    ref = weakref.ref(fn)
+    out = torch.randn(3, requires_grad=True) * 2
+    assert _core.bridge_add_grad_hook(out, fn)
+    del fn
+    out.sum().backward()
+    assert Fn.calls == 1
+    del out
+    gc.collect()
+    assert ref() is None
+
+
+@needs_cxx_hooks
+def test_a_watched_training_hooks_outputs_in_cxx(bridge_on):
+    """With the bridge, the C forward hooks put no Python hook dict on the outputs they
+    hook: the gradient hooks are C++. Without it, they do."""
+    def dicts():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+        mon, fake = fake_monitor()
+        mon.watch(model)
+        outs = []
+        model[1].register_forward_hook(lambda m, i, o: outs.append(o))  # after lockstep's
+        for _ in range(2):  # the first step's forward hooks take their Python path
+            outs.clear()
+            loss = model(torch.randn(3, 4)).sum()
+            loss.backward()
+            mon.step(loss=loss)
+        mon.close()
+        assert "0" in fake.names("act_grad") and "1" in fake.names("act_grad")
+        return outs[0]._backward_hooks
+
+    assert dicts() is None
+    _core.set_torch_bridge(None)
+    assert dicts() is not None

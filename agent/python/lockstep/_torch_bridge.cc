@@ -9,9 +9,12 @@
 // bridge is there; tests/python/test_torch_bridge.py checks that on every kind of
 // tensor the recorder meets.
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/version.h>
 
 #include <cstring>
+#include <memory>
 
 #include "_torch_bridge.h"
 
@@ -76,7 +79,63 @@ int Version(PyObject* o, int64_t* out) {
   }
 }
 
-lb::Api g_api = {lb::kAbi, sizeof(lb::Api), &Read, &Version};
+// The GIL for this scope, from any thread (autograd runs hooks without it).
+class Gil {
+ public:
+  Gil() : state_(PyGILState_Ensure()) {}
+  ~Gil() { PyGILState_Release(state_); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// A Python callable owned by a C++ hook. The hook goes with the graph, which autograd
+// may free on a thread without the GIL, or after the interpreter is gone (then it leaks,
+// as torch's own Python hooks do).
+struct Owned {
+  PyObject* fn;
+  explicit Owned(PyObject* f) : fn(f) { Py_INCREF(f); }
+  ~Owned() {
+    if (Py_IsInitialized()) {
+      Gil gil;
+      Py_DECREF(fn);
+    }
+  }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+};
+
+int AddGradHook(PyObject* o, PyObject* fn) {
+#if TORCH_VERSION_MAJOR < 2
+  (void)o;
+  (void)fn;
+  return 0;
+#else
+  try {
+    const at::Tensor* tp = Plain(o);
+    if (tp == nullptr || !tp->requires_grad()) return 0;
+    auto owned = std::make_shared<Owned>(fn);
+    tp->register_hook([owned](const at::Tensor& grad) {
+      if (!grad.defined()) return;
+      Gil gil;
+      PyObject* g = THPVariable_Wrap(grad);
+      if (g == nullptr) throw python_error();
+      PyObject* r = PyObject_CallOneArg(owned->fn, g);
+      Py_DECREF(g);
+      if (r == nullptr) throw python_error();  // raised again in backward()'s caller
+      Py_DECREF(r);
+    });
+    return 1;
+  } catch (...) {
+    PyErr_Clear();
+    return 0;
+  }
+#endif
+}
+
+lb::Api g_api = {lb::kAbi, sizeof(lb::Api), &Read, &Version, &AddGradHook};
 
 // A new reference to module.attr, or nullptr with an error set.
 PyObject* Imported(const char* module, const char* attr) {

@@ -55,6 +55,15 @@ struct Api {
   // t._version of a tensor `read` accepted before (1), or 0 (no version counter, or not
   // such a tensor). Same rules as `read`.
   int (*version)(PyObject* t, int64_t* out);
+  // Registers `fn` (a Python callable, given the gradient as a torch.Tensor; its result is
+  // ignored) as a gradient hook of `t`, as t.register_hook(fn) would, but as a C++ hook:
+  // autograd calls it without a Python hook dict, and no Python object of t's graph node
+  // is made. 1: done (the hook holds a reference to fn, released with the graph); 0: not
+  // taken (not a plain tensor that requires grad, or torch < 2.0, whose hooks do not
+  // follow in-place changes the way the agent expects): the caller registers its own way.
+  // Called with the GIL held; never raises. Inside the hook, an exception fn raises goes
+  // on into the backward, as from a Python hook.
+  int (*add_grad_hook)(PyObject* t, PyObject* fn);
 };
 
 }  // namespace lockstep::bridge

@@ -187,22 +187,24 @@ _bridge.install()
 
 
 def _add_hook(t, fn):
-    """t.register_hook(fn), the handle dropped; faster on plain tensors (above)."""
-    if (_ADD_TENSOR_HOOK is not None and t.__class__ is torch.Tensor
+    """t.register_hook(fn), the handle dropped; faster on plain tensors: a C++ hook
+    through the torch bridge (torch >= 2.0, lockstep._bridge), else straight into the
+    tensor's hook dict (above). A subclass or an active TorchFunctionMode gets
+    register_hook. The C hooks do the same (py_hooks.cc, AddTensorHook)."""
+    if (_HAS_TORCH_FUNCTION is not None and t.__class__ is torch.Tensor
             and not _HAS_TORCH_FUNCTION(t)):
-        _ADD_TENSOR_HOOK(t, fn)
-    else:
-        t.register_hook(fn)
+        if _core.bridge_add_grad_hook(t, fn):
+            return
+        if _ADD_TENSOR_HOOK is not None:
+            _ADD_TENSOR_HOOK(t, fn)
+            return
+    t.register_hook(fn)
 
 
 def _grad_hook(t, fn):
     """Calls fn(gradient of `t` as the module returned it) in backward."""
     if _HOOKS_FOLLOW_INPLACE:  # before t.grad_fn: building that object costs, per output
-        if (_ADD_TENSOR_HOOK is not None and t.__class__ is torch.Tensor
-                and not _HAS_TORCH_FUNCTION(t)):  # _add_hook, written out: once an output
-            _ADD_TENSOR_HOOK(t, fn)
-        else:
-            t.register_hook(fn)
+        _add_hook(t, fn)
         return
     node = t.grad_fn
     if node is None or t._version == 0:

@@ -15,6 +15,9 @@ Environment knobs (all optional):
   LOCKSTEP_WHEEL_BUNDLE_LIBS=1  put the shared libraries _core needs (libzmq and its own,
                           not the C/C++ runtime) in lockstep/_libs/, for a machine that lacks
                           them (the package loads them before _core)
+  LOCKSTEP_NO_TORCH_BRIDGE=1  do not build the torch bridge (by default, where the Python
+                          that builds imports torch, the wheel carries the bridge for that
+                          torch: lockstep._bridge; a failed build of it is a warning)
 """
 import base64
 import hashlib
@@ -192,6 +195,39 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     return _dist_info()
 
 
+def _torch_bridge(work_dir):
+    """[(arcname, path)] of the torch bridge built for the torch this Python imports
+    (lockstep._bridge, `python -m lockstep build-bridge` from the source tree), or []
+    without torch, with LOCKSTEP_NO_TORCH_BRIDGE=1, or when it does not build: the agent
+    works without it, reading tensors through Python."""
+    if os.environ.get("LOCKSTEP_NO_TORCH_BRIDGE", "") not in ("", "0"):
+        return []
+    probe = subprocess.run([sys.executable, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
+    if probe.returncode != 0:
+        return []
+    dest = os.path.join(work_dir, "torch-bridges")
+    shutil.rmtree(dest, ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=os.path.join(_root(), "agent", "python"))
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "lockstep", "build-bridge", "--dest", dest],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       universal_newlines=True, env=env, check=False)
+    if r.returncode != 0:
+        sys.stderr.write("lockstep build: warning: the torch bridge was not built (the agent "
+                         "works without it, ~1 us a tensor slower): %s\n"
+                         % r.stdout.strip().splitlines()[-1:])
+        return []
+    out = []
+    for folder, _, names in os.walk(dest):
+        for n in names:
+            path = os.path.join(folder, n)
+            out.append(("lockstep/_bridges/" + os.path.relpath(path, dest).replace(os.sep, "/"),
+                        path))
+    sys.stderr.write("lockstep build: the torch bridge in %.1f s\n" % (time.time() - t0))
+    return out
+
+
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     so, temp_dir = _cmake_build()
     pkg = os.path.join(_root(), "agent", "python", "lockstep")
@@ -200,6 +236,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files = [("lockstep/" + n, os.path.join(pkg, n)) for n in sorted(os.listdir(pkg))
              if n.endswith(".py") or n in ("py.typed", "_torch_bridge.cc", "_torch_bridge.h")]
     files.append(("lockstep/" + os.path.basename(so), so))
+    # so is <build dir>/python/lockstep/_core...: the bridge is built beside that tree.
+    files += _torch_bridge(temp_dir or os.path.dirname(os.path.dirname(os.path.dirname(so))))
     if os.environ.get("LOCKSTEP_WHEEL_BUNDLE_LIBS", "") not in ("", "0"):
         files += [("lockstep/_libs/" + name, path) for name, path in _needed_libs(so)]
     name = "%s-%s-%s.whl" % (NAME, _version(), _tag())
@@ -214,7 +252,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             records.append(_record_line(arcname, data))
         for arcname, src in files:
             with open(src, "rb") as f:
-                add(arcname, f.read(), 0o755 if src == so else 0o644)
+                add(arcname, f.read(), 0o755 if src == so or src.endswith(".so") else 0o644)
         di = _dist_info()
         add(di + "/METADATA", _metadata().encode())
         add(di + "/WHEEL", _wheel_file().encode())

@@ -17,6 +17,9 @@ void BindRecorder(py::module_& m) {
         "their Python attributes when None");
   m.def("_bridge_facts", &BridgeFacts, py::arg("t"),
         "What the torch bridge reads of t (a dict), or None (tests)");
+  m.def("bridge_add_grad_hook", &BridgeAddGradHook, py::arg("t"), py::arg("fn"),
+        "fn as a C++ gradient hook of t through the torch bridge: True, or False when it is "
+        "not set or does not take t (_watch._add_hook)");
   py::class_<RecorderCore>(m, "RecorderCore",
                            "The host path of lockstep._recorder.Recorder (its base class)")
       .def(py::init<py::object, py::iterable, py::object, bool>(), py::arg("agent"),

@@ -190,16 +190,23 @@ PyObject* RecorderOf(Hook* h, PyObject* sess) {
   return rec;
 }
 
-// A gradient hook on a plain tensor: as _watch._add_hook (straight into its
-// _backward_hooks dict, as Tensor.register_hook puts it there, when the import-time
-// check allowed it; else register_hook). False with an error set.
+// A gradient hook on a plain tensor: a C++ hook through the torch bridge when one is
+// set (no hook dict, no Python object of the graph node: lockstep/_torch_bridge.h);
+// else as _watch._add_hook (straight into its _backward_hooks dict, as
+// Tensor.register_hook puts it there, when the import-time check allowed it; else
+// register_hook). Either way torch calls `fn` with the gradient. A tensor subclass or an
+// active TorchFunctionMode gets register_hook. False with an error set.
 bool AddTensorHook(PyObject* t, PyObject* fn) {
-  bool fast = false;
-  if (g_torch.fast_add && reinterpret_cast<PyObject*>(Py_TYPE(t)) == g_torch.tensor_type) {
+  bool plain = reinterpret_cast<PyObject*>(Py_TYPE(t)) == g_torch.tensor_type &&
+               g_torch.has_torch_function != Py_None;
+  if (plain) {
     Ref has(PyObject_CallOneArg(g_torch.has_torch_function, t));
     if (!has) return false;
-    fast = has.get() == Py_False;
+    plain = has.get() == Py_False;
   }
+  const bridge::Api* b = TorchBridge();
+  if (plain && b != nullptr && b->add_grad_hook(t, fn) == 1) return true;
+  bool fast = plain && g_torch.fast_add;
   if (!fast) {
     Ref r(PyObject_CallMethodOneArg(t, N().register_hook, fn));
     return static_cast<bool>(r);

@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "gil.h"
-#include "lockstep/_torch_bridge.h"
 #include "lockstep/schema/lockstep_generated.h"
 
 namespace lockstep::python {
@@ -657,6 +656,12 @@ void SetTorchBridge(py::object capsule) {
   Py_XDECREF(held);
   held = capsule.ptr();
   g_bridge = api;
+}
+
+const bridge::Api* TorchBridge() { return g_bridge; }
+
+bool BridgeAddGradHook(py::handle t, py::handle fn) {
+  return g_bridge != nullptr && g_bridge->add_grad_hook(t.ptr(), fn.ptr()) == 1;
 }
 
 py::object BridgeFacts(py::handle t) {

@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lockstep/_torch_bridge.h"
 #include "lockstep/agent/host_recorder.h"
 #include "py_agent.h"
 
@@ -53,6 +54,11 @@ class Facts;  // what the recorder reads of a tensor (py_recorder.cc)
 // the capsule lockstep._torch_bridge exports, or None for Python's attributes. Raises
 // ValueError for a capsule of another bridge ABI. Called with the GIL (lockstep._bridge).
 void SetTorchBridge(py::object capsule);
+// The torch bridge set, or nullptr (the hooks register gradient hooks through it).
+const bridge::Api* TorchBridge();
+// The bridge's add_grad_hook(t, fn): true when it took the hook; false when no bridge is
+// set or it did not (_watch._add_hook, for the hooks the Python path registers).
+bool BridgeAddGradHook(py::handle t, py::handle fn);
 // What the bridge reads of `t` (a dict named as the Python attributes), or None when no
 // bridge is set or it leaves `t` to Python: for tests/python/test_torch_bridge.py.
 py::object BridgeFacts(py::handle t);
