@@ -99,6 +99,11 @@ def test_off_means_python():
         _bridge.install()
 
 
+def test_the_abi_is_the_one_of_the_folder_name():
+    assert _bridge.ABI == _core.TORCH_BRIDGE_ABI
+    assert _bridge.key(torch).endswith("-abi%d" % _core.TORCH_BRIDGE_ABI)
+
+
 def test_a_capsule_of_something_else_is_refused():
     import datetime  # its C API capsule: a real capsule of another name
     with pytest.raises(ValueError):
@@ -260,6 +265,22 @@ def test_a_cxx_gradient_hook_sees_what_register_hook_sees(bridge_on):
 
 
 @needs_cxx_hooks
+def test_after_a_users_hook_the_agent_keeps_to_the_hook_dict(bridge_on):
+    """A tensor that has a user's hook before the agent's (registered in the module's
+    forward): torch runs a node's hook dict where the dict was made, so a C++ hook would
+    run after the user's later hooks too. The agent's hook goes in the dict there, in
+    registration order (test_tensor_hooks.py has the order)."""
+    y = torch.ones(3, requires_grad=True) * 2
+    y.register_hook(lambda g: None)
+    n = len(y._backward_hooks)
+    _watch._add_hook(y, lambda g: None)
+    assert len(y._backward_hooks) == n + 1
+    z = torch.ones(3, requires_grad=True) * 2
+    _watch._add_hook(z, lambda g: None)
+    assert z._backward_hooks is None  # C++
+
+
+@needs_cxx_hooks
 def test_a_cxx_gradient_hook_before_an_inplace_change(bridge_on):
     """Registered before `out.mul_(2)`: the gradient of the value before it, as a hook
     register_hook put there (both stay on the node they were registered on)."""
@@ -277,6 +298,9 @@ def test_a_cxx_gradient_hook_before_an_inplace_change(bridge_on):
 def test_what_a_cxx_gradient_hook_refuses(bridge_on):
     fn = lambda g: None  # noqa: E731
     assert not _core.bridge_add_grad_hook(torch.randn(3), fn)  # no grad
+    # A leaf: torch keeps its C++ and Python hooks in one list that either kind's
+    # registration clears.
+    assert not _core.bridge_add_grad_hook(torch.randn(3, requires_grad=True), fn)
     sub = (torch.randn(3, requires_grad=True) * 2).as_subclass(_Sub)
     assert not _core.bridge_add_grad_hook(sub, fn)
     assert not _core.bridge_add_grad_hook("tensor", fn)

@@ -95,20 +95,6 @@ def _bridge_line():
     return "built for this torch (%s)" % path
 
 
-def build_bridge(dest):
-    try:
-        from lockstep import _bridge  # pylint: disable=import-outside-toplevel
-        path = _bridge.build(dest)
-    except ImportError as e:  # torch missing or broken: nothing to build against
-        print("lockstep build-bridge: cannot run: %s" % e)
-        return 2
-    except RuntimeError as e:
-        print("lockstep build-bridge: %s" % e)
-        return 1
-    print(path)
-    return 0
-
-
 def probe(endpoint, timeout):
     """(answers, text) for a ZeroMQ endpoint: connects and reads the peer's ZMTP greeting."""
     try:
@@ -243,7 +229,8 @@ def main(argv=None):
                    help="the lockstep binary (default: $LOCKSTEP_BIN, else lockstep on PATH)")
     args = p.parse_args(argv)
     if args.command == "build-bridge":
-        return build_bridge(args.dest)
+        from lockstep import _bridge  # pylint: disable=import-outside-toplevel
+        return _bridge.main(["--dest", args.dest] if args.dest else [])
     if args.command == "import-msprobe":
         try:
             from lockstep import _msprobe_rows  # pylint: disable=import-outside-toplevel

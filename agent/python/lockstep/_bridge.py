@@ -25,12 +25,16 @@ import tempfile
 import warnings
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_bridge.cc")
+# The bridge's table version: kAbi in _torch_bridge.h (_core.TORCH_BRIDGE_ABI; a test
+# checks they agree). In the folder name, so two lockstep versions sharing the cache
+# folder each find their own.
+ABI = 1
 
 
 def key(torch):
-    """The folder name of `torch`'s bridge: its version and git commit."""
+    """The folder name of `torch`'s bridge: its version and git commit, and the ABI."""
     git = (getattr(torch.version, "git_version", None) or "nogit")[:12]
-    return re.sub(r"[^A-Za-z0-9._-]", "_", "torch-%s-%s" % (torch.__version__, git))
+    return re.sub(r"[^A-Za-z0-9._-]", "_", "torch-%s-%s-abi%d" % (torch.__version__, git, ABI))
 
 
 def filename():
@@ -147,3 +151,31 @@ def build(dest_root=None, quiet=False):
         return path
     raise RuntimeError("no folder to build the torch bridge in is writable (%s): %s"
                        % (", ".join(candidates), last_error))
+
+
+def main(argv=None):
+    """`python -m lockstep build-bridge [--dest DIR]`, and this file run by itself."""
+    import argparse  # pylint: disable=import-outside-toplevel
+    p = argparse.ArgumentParser(prog="python -m lockstep build-bridge",
+                                description="Builds lockstep's torch bridge for this torch.")
+    p.add_argument("--dest", metavar="DIR", help="the folder to build into")
+    args = p.parse_args(argv)
+    try:
+        path = build(args.dest)
+    except ImportError as e:  # torch missing or broken: nothing to build against
+        print("lockstep build-bridge: cannot run: %s" % e)
+        return 2
+    except RuntimeError as e:
+        print("lockstep build-bridge: %s" % e)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as a file (CMake's build tree, the wheel's build): without importing the
+    # package, whose __init__ loads _core (not built yet in a source tree; instrumented in
+    # a sanitizer build). This file's folder is not a place to import from.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
+    sys.exit(main())

@@ -55,7 +55,13 @@ int Read(PyObject* o, lb::TensorFacts* out) {
     out->ndim = static_cast<int32_t>(ndim);
     out->has_version = !t.is_inference();
     if (out->has_version) out->version = static_cast<int64_t>(t._version());
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    // Read only: a copy-on-write tensor stays shared (data_ptr(), which Python's
+    // attribute calls, would copy it); the same pointer for every other tensor.
+    out->data = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+#else
     out->data = reinterpret_cast<uintptr_t>(t.data_ptr());
+#endif
     out->numel = static_cast<uint64_t>(t.numel());
     out->contiguous = t.is_contiguous();
     for (int64_t i = 0; i < ndim; ++i) {
@@ -115,7 +121,9 @@ int AddGradHook(PyObject* o, PyObject* fn) {
 #else
   try {
     const at::Tensor* tp = Plain(o);
-    if (tp == nullptr || !tp->requires_grad()) return 0;
+    // Only a graph node's output: on a leaf torch keeps C++ and Python hooks in one list
+    // that registering either kind clears (a user's register_hook would drop ours).
+    if (tp == nullptr || !tp->requires_grad() || !tp->grad_fn()) return 0;
     auto owned = std::make_shared<Owned>(fn);
     tp->register_hook([owned](const at::Tensor& grad) {
       if (!grad.defined()) return;

@@ -22,6 +22,7 @@
 
 namespace lockstep::bridge {
 
+// lockstep/_bridge.py keeps the same number (ABI), in the folder name it builds into.
 constexpr uint32_t kAbi = 1;
 // The capsule's name (PyCapsule_GetPointer checks it).
 constexpr const char* kCapsuleName = "lockstep._torch_bridge.api";
@@ -59,7 +60,7 @@ struct Api {
   // ignored) as a gradient hook of `t`, as t.register_hook(fn) would, but as a C++ hook:
   // autograd calls it without a Python hook dict, and no Python object of t's graph node
   // is made. 1: done (the hook holds a reference to fn, released with the graph); 0: not
-  // taken (not a plain tensor that requires grad, or torch < 2.0, whose hooks do not
+  // taken (not a plain tensor with a graph node, or torch < 2.0, whose hooks do not
   // follow in-place changes the way the agent expects): the caller registers its own way.
   // Called with the GIL held; never raises. Inside the hook, an exception fn raises goes
   // on into the backward, as from a Python hook.

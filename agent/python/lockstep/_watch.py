@@ -188,12 +188,15 @@ _bridge.install()
 
 def _add_hook(t, fn):
     """t.register_hook(fn), the handle dropped; faster on plain tensors: a C++ hook
-    through the torch bridge (torch >= 2.0, lockstep._bridge), else straight into the
-    tensor's hook dict (above). A subclass or an active TorchFunctionMode gets
-    register_hook. The C hooks do the same (py_hooks.cc, AddTensorHook)."""
+    through the torch bridge (torch >= 2.0, lockstep._bridge) while the tensor has no
+    Python hooks (torch runs a hook dict where it was first made: after one a user
+    registered before ours, a C++ hook would run after the user's later hooks too), else
+    straight into the tensor's hook dict (above). A subclass or an active
+    TorchFunctionMode gets register_hook. The C hooks do the same (py_hooks.cc,
+    AddTensorHook)."""
     if (_HAS_TORCH_FUNCTION is not None and t.__class__ is torch.Tensor
             and not _HAS_TORCH_FUNCTION(t)):
-        if _core.bridge_add_grad_hook(t, fn):
+        if t._backward_hooks is None and _core.bridge_add_grad_hook(t, fn):
             return
         if _ADD_TENSOR_HOOK is not None:
             _ADD_TENSOR_HOOK(t, fn)

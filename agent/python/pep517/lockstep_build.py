@@ -197,7 +197,7 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 def _torch_bridge(work_dir):
     """[(arcname, path)] of the torch bridge built for the torch this Python imports
-    (lockstep._bridge, `python -m lockstep build-bridge` from the source tree), or []
+    (lockstep._bridge, run from the source tree as `python -m lockstep build-bridge`), or []
     without torch, with LOCKSTEP_NO_TORCH_BRIDGE=1, or when it does not build: the agent
     works without it, reading tensors through Python."""
     if os.environ.get("LOCKSTEP_NO_TORCH_BRIDGE", "") not in ("", "0"):
@@ -208,11 +208,11 @@ def _torch_bridge(work_dir):
         return []
     dest = os.path.join(work_dir, "torch-bridges")
     shutil.rmtree(dest, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=os.path.join(_root(), "agent", "python"))
+    # Run as a file: the source tree's package has no _core to import.
+    script = os.path.join(_root(), "agent", "python", "lockstep", "_bridge.py")
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "lockstep", "build-bridge", "--dest", dest],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       universal_newlines=True, env=env, check=False)
+    r = subprocess.run([sys.executable, script, "--dest", dest], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     if r.returncode != 0:
         sys.stderr.write("lockstep build: warning: the torch bridge was not built (the agent "
                          "works without it, ~1 us a tensor slower): %s\n"

@@ -12,6 +12,7 @@
 namespace lockstep::python {
 
 void BindRecorder(py::module_& m) {
+  m.attr("TORCH_BRIDGE_ABI") = bridge::kAbi;
   m.def("set_torch_bridge", &SetTorchBridge, py::arg("capsule"),
         "Reads tensors through this torch bridge's capsule (lockstep._bridge), or through "
         "their Python attributes when None");

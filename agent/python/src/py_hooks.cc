@@ -191,7 +191,8 @@ PyObject* RecorderOf(Hook* h, PyObject* sess) {
 }
 
 // A gradient hook on a plain tensor: a C++ hook through the torch bridge when one is
-// set (no hook dict, no Python object of the graph node: lockstep/_torch_bridge.h);
+// set and the tensor has no Python hooks yet (no hook dict, no Python object of the
+// graph node: lockstep/_torch_bridge.h);
 // else as _watch._add_hook (straight into its _backward_hooks dict, as
 // Tensor.register_hook puts it there, when the import-time check allowed it; else
 // register_hook). Either way torch calls `fn` with the gradient. A tensor subclass or an
@@ -205,7 +206,14 @@ bool AddTensorHook(PyObject* t, PyObject* fn) {
     plain = has.get() == Py_False;
   }
   const bridge::Api* b = TorchBridge();
-  if (plain && b != nullptr && b->add_grad_hook(t, fn) == 1) return true;
+  if (plain && b != nullptr) {
+    // Only on a tensor without Python hooks yet: torch runs a node's hook dict where the
+    // dict was first made, so after one a user registered before ours (in the module's
+    // forward) ours would also run after the user's later hooks, not before them.
+    Ref found(PyObject_GetAttr(t, N().backward_hooks));
+    if (!found) return false;
+    if (found.get() == Py_None && b->add_grad_hook(t, fn) == 1) return true;
+  }
   bool fast = plain && g_torch.fast_add;
   if (!fast) {
     Ref r(PyObject_CallMethodOneArg(t, N().register_hook, fn));
