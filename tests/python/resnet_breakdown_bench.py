@@ -24,6 +24,8 @@ the same round's plain time, per phase, so this VM's drift between rounds cancel
 BENCH resnet18_cost_ms_<configuration>  median of (configuration - plain) training-thread
                                          CPU time a step, ms (the four phases summed
                                          before the median)
+BENCH resnet18_bridge_saves_ms           median of (defaults_python - defaults), the same
+                                         round's steps: what the torch bridge saves a step
 
 Which code the added time is in (perf's samples, each step's attributed to its
 configuration by time):
@@ -148,6 +150,16 @@ def main():
         total = statistics.median(sum(a) - sum(b) for a, b in zip(rows, plain)) * 1e3
         print("%-16s %s %+9.3f" % (name, " ".join("%+12.3f" % v for v in phase), total))
         print("BENCH resnet18_cost_ms_%s %.3f ms" % (name, total))
+    if "defaults_python" in times:
+        # The same round's two steps against each other, without plain's noise.
+        saved = [statistics.median(a[j] - b[j] for a, b in
+                                   zip(times["defaults_python"], times["defaults"])) * 1e3
+                 for j in range(len(PHASES))]
+        total = statistics.median(sum(a) - sum(b) for a, b in
+                                  zip(times["defaults_python"], times["defaults"])) * 1e3
+        print("%-16s %s %+9.3f" % ("bridge saves", " ".join("%+12.3f" % v for v in saved),
+                                   total))
+        print("BENCH resnet18_bridge_saves_ms %.3f ms" % total)
     return 0
 
 
