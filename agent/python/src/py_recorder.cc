@@ -7,7 +7,6 @@
 #include <pythread.h>
 #include <time.h>
 
-#include <cstring>
 #include <utility>
 
 #include "gil.h"
@@ -81,11 +80,6 @@ uint64_t AsU64(const py::object& o) {
   return v;
 }
 
-bool IsCpu(py::handle t) { return Truth(Attr(t, N().is_cpu)); }
-bool IsContiguous(py::handle t) { return Truth(Call0(t, N().is_contiguous)); }
-uintptr_t DataPtr(py::handle t) { return static_cast<uintptr_t>(AsU64(Call0(t, N().data_ptr))); }
-uint64_t Numel(py::handle t) { return AsU64(Call0(t, N().numel)); }
-
 // t._version; false when the tensor has none (inference tensors raise RuntimeError).
 bool PyVersion(py::handle t, int64_t* v) {
   PyObject* r = PyObject_GetAttr(t.ptr(), N().version);
@@ -114,8 +108,6 @@ std::vector<int64_t> Ints(const py::object& seq) {
   }
   return out;
 }
-std::vector<int64_t> Sizes(py::handle t) { return Ints(Attr(t, N().shape)); }
-std::vector<int64_t> Strides(py::handle t) { return Ints(Call0(t, N().stride)); }
 
 bool Equal(const py::object& a, const py::object& b) {
   int r = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_EQ);
