@@ -100,7 +100,7 @@ def install():
 
 
 def status():
-    """One line for `python -m lockstep doctor`: the bridge in use, or why none is."""
+    """What the last install() did: the bridge in use, or why none is (one line)."""
     return ("loaded (%s)" % _STATE["path"]) if _STATE["path"] else _STATE["why"]
 
 
