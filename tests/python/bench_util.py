@@ -140,6 +140,26 @@ class TimedAgent:
 
 TUNABLES = "glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=1073741824"
 
+RESNET_BATCH, RESNET_SIDE, RESNET_CLASSES = 16, 32, 10
+
+
+def sgd(model):
+    """The resnet benches' optimizer: SGD with momentum."""
+    return torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+
+def resnet18_problem(torchvision, threads=1):
+    """What the resnet benches train: torchvision's resnet18 on CIFAR-sized images
+    (3x32x32, batch 16, 10 classes) on `threads` torch threads, seeded. Returns
+    (model, its optimizer (sgd), x, y)."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=RESNET_CLASSES)
+    opt = sgd(model)
+    x = torch.randn(RESNET_BATCH, 3, RESNET_SIDE, RESNET_SIDE)
+    y = torch.randint(0, RESNET_CLASSES, (RESNET_BATCH,))
+    return model, opt, x, y
+
 
 def reexec_with_quiet_memory(threads):
     """Re-executes this script with glibc's malloc trim and mmap thresholds raised and

@@ -55,11 +55,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _bridge, _core, _watch  # noqa: E402
 from bench_util import (collect_between_rounds, import_torchvision,  # noqa: E402
-                        reexec_with_quiet_memory, start_collector)
+                        reexec_with_quiet_memory, resnet18_problem, start_collector)
 
 WARMUP = 20  # rounds not measured: the first records of each name are computed inline
 ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "50"))
-BATCH, SIDE, CLASSES = 16, 32, 10
 PHASES = ("forward", "backward", "optimizer", "Monitor.step")
 
 
@@ -81,12 +80,7 @@ def main():
     torchvision = import_torchvision("resnet_breakdown_bench")
     if torchvision is None:
         return 1
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=CLASSES)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    x = torch.randn(BATCH, 3, SIDE, SIDE)
-    y = torch.randint(0, CLASSES, (BATCH,))
+    model, opt, x, y = resnet18_problem(torchvision)
     ranges_file = os.environ.get("LOCKSTEP_BREAKDOWN_RANGES")
     ranges = []  # (configuration, start, end) of each measured step, CLOCK_MONOTONIC
     proc, endpoint = start_collector(tempfile.mkdtemp(prefix="lockstep-breakdown-"))

@@ -38,7 +38,6 @@ import tempfile
 
 WARMUP = 3   # steps of each before counting: the first records of each name are inline
 ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "4"))
-BATCH, SIDE, CLASSES = 16, 32, 10
 
 
 def child(out_dir):
@@ -47,18 +46,14 @@ def child(out_dir):
     import torch  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import lockstep  # pylint: disable=import-outside-toplevel
-    from bench_util import NO_COLLECTOR, import_torchvision  # pylint: disable=import-outside-toplevel
+    from bench_util import (NO_COLLECTOR, import_torchvision,  # pylint: disable=import-outside-toplevel
+                            resnet18_problem, sgd)
     torchvision = import_torchvision("resnet_instructions_bench")
     if torchvision is None:
         return 1
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    plain = torchvision.models.resnet18(num_classes=CLASSES)
+    plain, opt, x, y = resnet18_problem(torchvision)
     watched = copy.deepcopy(plain)
-    opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
-            for m in (plain, watched)}
-    x = torch.randn(BATCH, 3, SIDE, SIDE)
-    y = torch.randint(0, CLASSES, (BATCH,))
+    opts = {id(plain): opt, id(watched): sgd(watched)}
     mon = lockstep.Monitor(run="instructions", endpoint=NO_COLLECTOR, host_stats_thread="on")
     mon.watch(watched)
 
@@ -127,10 +122,11 @@ def parent():
               "installs it); no figures", file=sys.stderr)
         return 0
     out_dir = tempfile.mkdtemp(prefix="lockstep-instructions-")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_util import TUNABLES  # pylint: disable=import-outside-toplevel
     env = dict(os.environ)
     # As torch_overhead_bench: no mmap/trim churn in the allocator, OpenBLAS on one thread.
-    env.setdefault("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1073741824:"
-                   "glibc.malloc.mmap_threshold=1073741824")
+    env.setdefault("GLIBC_TUNABLES", TUNABLES)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     cmd = [valgrind, "--tool=callgrind", "--dump-before=sched_yield",
            "--zero-before=sched_yield", "--separate-threads=yes",

@@ -65,12 +65,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
 from bench_util import (TimedAgent, attach_hooks, collect_between_rounds,  # noqa: E402
-                        import_torchvision, reexec_with_quiet_memory, start_collector)
+                        import_torchvision, reexec_with_quiet_memory, resnet18_problem, sgd,
+                        start_collector)
 
 WARMUP = 20  # rounds not measured: includes host_stats_thread="auto"'s tuning steps
 STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
 THREADS = int(os.environ.get("LOCKSTEP_BENCH_THREADS", "1"))
-BATCH, SIDE, CLASSES = 16, 32, 10
 TINY_STEPS = 300
 UNRECORDED_ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_UNRECORDED_ROUNDS", "150"))
 
@@ -129,8 +129,7 @@ def unrecorded_ratio(model, x, y, endpoint, kinds, rounds=UNRECORDED_ROUNDS):
     watched with every=10**9: every step after its first is one the watch does not
     record."""
     plain, watched = copy.deepcopy(model), copy.deepcopy(model)
-    opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
-            for m in (plain, watched)}
+    opts = {id(m): sgd(m) for m in (plain, watched)}
     mon = lockstep.Monitor(run="resnet-bench-unrecorded", endpoint=endpoint)
     mon.watch(watched, kinds=kinds, every=10**9)
 
@@ -161,10 +160,7 @@ def main():
     torchvision = import_torchvision("resnet_overhead_bench")
     if torchvision is None:
         return 1
-    torch.set_num_threads(THREADS)
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=CLASSES)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    model, opt, x, y = resnet18_problem(torchvision, THREADS)
     tmp = tempfile.mkdtemp(prefix="lockstep-bench-")
     proc, endpoint = start_collector(tmp)
     mon = lockstep.Monitor(run="resnet-bench", endpoint=endpoint)
@@ -185,8 +181,6 @@ def main():
     attach = {"plain": lambda m: [], "floor": attach_hooks, "lockstep": attacher(mon),
               "inline": attacher(mon_inline)}
     names = list(attach)
-    x = torch.randn(BATCH, 3, SIDE, SIDE)
-    y = torch.randint(0, CLASSES, (BATCH,))
     times = {k: [] for k in names}
     cpu_times = {k: [] for k in names}
     inline_cxx = []
