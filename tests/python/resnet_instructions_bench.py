@@ -13,7 +13,8 @@ boundary (the process calls sched_yield there: --dump-before and --zero-before; 
 dump holds the thread that called it, the training thread). It counts instructions, not time: what the agent costs in cache misses
 or in waiting is not in it, and a step's time is not its instruction count.
 
-Slow: importing torch under callgrind takes minutes; the whole bench ~10-15 minutes.
+Slow: importing torch under callgrind takes minutes; the whole bench ~20 minutes on
+the 2-core build VM.
 Needs valgrind (scripts/setup installs it); without it, one line and no figures.
 
 BENCH resnet18_instructions_ratio        median over rounds of watched / plain step,
