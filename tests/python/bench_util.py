@@ -161,6 +161,17 @@ def resnet18_problem(torchvision, threads=1):
     return model, opt, x, y
 
 
+def train_step(model, opt, x, y, monitor=None):
+    """One training step of the resnet benches (cross entropy, backward, the optimizer,
+    zero_grad), and `monitor.step(loss=...)` when given."""
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if monitor is not None:
+        monitor.step(loss=loss)
+
+
 def reexec_with_quiet_memory(threads):
     """Re-executes this script with glibc's malloc trim and mmap thresholds raised and
     OpenBLAS's pool sized to `threads` (unless the environment sets them), as the

@@ -44,11 +44,10 @@ ROUNDS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "4"))
 def child(out_dir):
     """Runs under callgrind: the steps, a sched_yield at each boundary."""
     import copy  # pylint: disable=import-outside-toplevel
-    import torch  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import lockstep  # pylint: disable=import-outside-toplevel
     from bench_util import (NO_COLLECTOR, import_torchvision,  # pylint: disable=import-outside-toplevel
-                            resnet18_problem, sgd)
+                            resnet18_problem, sgd, train_step)
     torchvision = import_torchvision("resnet_instructions_bench")
     if torchvision is None:
         return 1
@@ -59,12 +58,7 @@ def child(out_dir):
     mon.watch(watched)
 
     def step(model, monitor):
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opts[id(model)].step()
-        opts[id(model)].zero_grad()
-        if monitor is not None:
-            monitor.step(loss=loss)
+        train_step(model, opts[id(model)], x, y, monitor)
 
     for _ in range(WARMUP):
         step(plain, None)

@@ -66,7 +66,7 @@ import lockstep  # noqa: E402
 from lockstep import _watch  # noqa: E402
 from bench_util import (TimedAgent, attach_hooks, collect_between_rounds,  # noqa: E402
                         import_torchvision, reexec_with_quiet_memory, resnet18_problem, sgd,
-                        start_collector)
+                        start_collector, train_step)
 
 WARMUP = 20  # rounds not measured: includes host_stats_thread="auto"'s tuning steps
 STEPS = int(os.environ.get("LOCKSTEP_BENCH_STEPS", "40"))
@@ -135,12 +135,7 @@ def unrecorded_ratio(model, x, y, endpoint, kinds, rounds=UNRECORDED_ROUNDS):
 
     def step(m, monitor):
         t0 = time.thread_time()
-        loss = torch.nn.functional.cross_entropy(m(x), y)
-        loss.backward()
-        opts[id(m)].step()
-        opts[id(m)].zero_grad()
-        if monitor is not None:
-            monitor.step(loss=loss)
+        train_step(m, opts[id(m)], x, y, monitor)
         return time.thread_time() - t0
 
     ratios = []
