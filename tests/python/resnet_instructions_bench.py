@@ -10,12 +10,13 @@ watched step (the same model and data as resnet_overhead_bench: torchvision's re
 3x32x32, batch 16, SGD with momentum, one torch thread; Monitor.watch's defaults, the
 statistics on the host thread), and has callgrind dump its counts at every step
 boundary (the process calls sched_yield there: --dump-before and --zero-before; such a
-dump holds the thread that called it, the training thread). It counts instructions, not time: what the agent costs in cache misses
-or in waiting is not in it, and a step's time is not its instruction count.
+dump holds the thread that called it, the training thread). It counts instructions, not
+time: what the agent costs in cache misses or in waiting is not in it, and a step's time
+is not its instruction count.
 
-Slow: importing torch under callgrind takes minutes; the whole bench ~20 minutes on
-the 2-core build VM.
-Needs valgrind (scripts/setup installs it); without it, one line and no figures.
+Slow: importing torch under callgrind takes minutes; the whole bench ~20 minutes on the
+2-core build VM. Needs valgrind (scripts/setup installs it); without it, one line and no
+figures. A failed run leaves callgrind's files in the folder it names.
 
 BENCH resnet18_instructions_ratio        median over rounds of watched / plain step,
                                          training thread's instructions
@@ -131,8 +132,8 @@ def parent():
                           text=True, check=False)
     if proc.returncode != 0 or not os.path.exists(os.path.join(out_dir, "child.json")):
         print(proc.stdout[-3000:], file=sys.stderr)
-        print("resnet_instructions_bench: the run under callgrind failed (exit %d)"
-              % proc.returncode, file=sys.stderr)
+        print("resnet_instructions_bench: the run under callgrind failed (exit %d); its "
+              "files are in %s" % (proc.returncode, out_dir), file=sys.stderr)
         return 1
     with open(os.path.join(out_dir, "child.json")) as f:
         records = json.load(f)["records_per_step"]
