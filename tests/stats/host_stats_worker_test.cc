@@ -154,6 +154,27 @@ TEST(HostStatsWorker, WaitDoneAndKickWakeItForASingleSmallJob) {
   }
 }
 
+// The wake-up batch is at most a quarter of the capacity: a sleeping worker with 8 slots
+// is woken by the second job waiting, with no Kick, so the producer never fills its
+// slots for want of a wake.
+TEST(HostStatsWorker, SubmitWakesItAtAQuarterOfTheCapacity) {
+  std::vector<float> small = Normal(100, 4);
+  auto w = StartWorker(8);
+  ASSERT_NE(w, nullptr);
+  for (int round = 0; round < 20; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // let it fall asleep
+    ASSERT_NE(w->Submit({}, small.data(), DType::kF32, small.size()), HostStatsWorker::kNoTicket);
+    const uint64_t second = w->Submit({}, small.data(), DType::kF32, small.size());
+    ASSERT_NE(second, HostStatsWorker::kNoTicket);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (w->Done() <= second && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_GT(w->Done(), second) << "round " << round << ": two jobs waited, not woken";
+    w->Release(second + 1);
+  }
+}
+
 TEST(HostStatsWorker, RefusedInputHasNoResultAndIsCounted) {
   auto w = StartWorker(4);
   ASSERT_NE(w, nullptr);

@@ -269,6 +269,14 @@ uint64_t AgentPort::Done() {
   return AsU64(obj_.attr("host_done")());
 }
 
+void AgentPort::Kick() {
+  if (direct_ != nullptr) {
+    direct_->host().Kick();
+    return;
+  }
+  obj_.attr("host_kick")();
+}
+
 void AgentPort::Wait(uint64_t ticket) {
   if (direct_ != nullptr) {
     py::gil_scoped_release release;
@@ -382,9 +390,14 @@ void RecorderCore::HostRecord(py::handle self, int kind, Facts& f, const HostDTy
   bool contiguous = f.Contiguous();
   ++records;
   if (repeatable && threaded_ && SubmitOutput(f, contiguous, tid, ord, hd)) {
-    // The thread is woken for batches of tensors; the end of backward wakes it for the
-    // rest, so they are done while the optimizer steps.
-    if (kind == kActGrad && !end_of_backward_queued) QueueEndOfBackward(self);
+    // The thread is woken for batches of tensors (host_stats_worker.cc). A backward's
+    // first output gradient ends the forward: the thread is woken for the forward's
+    // outputs, to read them while the backward runs, and the end of backward wakes it
+    // for the rest, so they are done while the optimizer steps.
+    if (kind == kActGrad && !end_of_backward_queued) {
+      agent_.Kick();
+      QueueEndOfBackward(self);
+    }
     return;
   }
   if (!Inline(f, contiguous, tid, ord, hd, micro, kind) || !repeatable) return;

@@ -81,6 +81,7 @@ class AgentPort {
                            const std::vector<int64_t>& sizes,
                            const std::vector<int64_t>& strides);
   uint64_t Done();
+  void Kick();  // wakes the host thread for whatever waits
   void Wait(uint64_t ticket);  // releases the GIL meanwhile
   HostResult Settle(uint64_t ticket, bool keep, bool as_last);
 

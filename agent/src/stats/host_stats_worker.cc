@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <system_error>
@@ -16,10 +17,19 @@ namespace {
 // the CPU overhead bench: a 1 ms spin took 27 ms steps to 30 ms; 200 us timed naps took
 // the overhead ratio from 1.048 to 1.078).
 //
-// A sleeping worker is woken once this many jobs or bytes wait (Publish). A wake costs
-// the training thread 3-9 us; the kernel reads ~100 KB in that time.
-constexpr uint32_t kWakeJobs = 4;
-constexpr uint64_t kWakeBytes = uint64_t{4} << 20;
+// A sleeping worker is woken once this many jobs or bytes wait (Publish), at most a
+// quarter of the capacity in jobs, so Submit never runs out of slots for want of a wake.
+// The producer also wakes it where a batch ends (Kick: the recorder at the start and the
+// end of each backward pass; WaitDone at the end of the step). A wake costs more than
+// its futex call: in a VM the sleeping worker's core is woken by an interrupt, and the
+// training thread's time grew by ~15-20 us a wake. With 4 jobs or 4 MB a resnet18 step
+// (CPU, batch 16) woke the worker 36 times; with 64 jobs or 16 MB, 5 times, and the
+// watched step's added time fell by 0.6-0.9 ms of ~3.7 ms (measured in one process,
+// two Monitors of each kind, 52 paired rounds; docs/python.md "The per-tensor cost").
+// Larger batches hold a tensor longer (the producer keeps it alive until read): 16 MB
+// bounds what waits for a wake.
+constexpr uint32_t kWakeJobs = 64;
+constexpr uint64_t kWakeBytes = uint64_t{16} << 20;
 
 // How long WaitDone polls before it sleeps: a job is often a few microseconds from done.
 constexpr auto kWaitSpin = std::chrono::microseconds(20);
@@ -60,7 +70,10 @@ StatusOr<std::unique_ptr<HostStatsWorker>> HostStatsWorker::Start(const StatsCon
 }
 
 HostStatsWorker::HostStatsWorker(const StatsConfig& config, uint32_t capacity)
-    : config_(config), capacity_(capacity), slots_(capacity) {}
+    : config_(config),
+      capacity_(capacity),
+      wake_jobs_(std::max<uint32_t>(1, std::min<uint32_t>(kWakeJobs, capacity / 4))),
+      slots_(capacity) {}
 
 HostStatsWorker::~HostStatsWorker() {
   if (!thread_.joinable()) return;
@@ -107,7 +120,7 @@ uint64_t HostStatsWorker::Publish(uint64_t t, uint64_t bytes) noexcept {
   // or WaitDone().
   ++unwoken_jobs_;
   unwoken_bytes_ += bytes;
-  if (unwoken_jobs_ >= kWakeJobs || unwoken_bytes_ >= kWakeBytes) Wake();
+  if (unwoken_jobs_ >= wake_jobs_ || unwoken_bytes_ >= kWakeBytes) Wake();
   return t;
 }
 

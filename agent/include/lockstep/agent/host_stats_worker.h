@@ -95,6 +95,7 @@ class HostStatsWorker {
 
   const StatsConfig config_;
   const uint64_t capacity_;
+  const uint32_t wake_jobs_;  // a sleeping worker is woken once this many jobs wait
   std::vector<Slot> slots_;  // ticket t lives in slots_[t % capacity_]
   uint64_t tail_ = 0;        // producer's: tickets below are released
   uint32_t unwoken_jobs_ = 0;   // producer's: submitted since the worker went to sleep
