@@ -14,8 +14,10 @@ with momentum), and one Monitor per configuration:
                    through their Python attributes, the gradient hooks in Python dicts:
                    lockstep._bridge); only where a bridge is built for this torch, and
                    every other configuration then runs with it.
-The thread is "on", not "auto": the tuner's choice must not differ between
-configurations. Each round runs one step of every configuration in a fresh random order,
+LOCKSTEP_BREAKDOWN_CONFIGS=defaults,defaults,param_grad (say) measures only those, a name
+given twice twice (`defaults_2`): their difference is the harness's spread, and fewer
+Monitors spread less. The thread is "on", not "auto": the tuner's choice must not differ
+between configurations. Each round runs one step of every configuration in a fresh random order,
 watch() before the step and the watch removed after it; each step is split into forward,
 backward, optimizer (step and zero_grad) and Monitor.step, timed in the training
 thread's CPU time. A figure is the median over rounds of the configuration's time minus
@@ -72,6 +74,27 @@ def configurations():
     out["defaults_inline"] = (defaults, "off", True)
     if _bridge.install() is not None:
         out["defaults_python"] = (defaults, "on", False)
+    return chosen(out)
+
+
+def chosen(configs):
+    """The configurations LOCKSTEP_BREAKDOWN_CONFIGS names (comma-separated), and plain;
+    all of them when it is unset. A name given twice is measured twice (the second as
+    name_2, with a Monitor of its own): the two figures' difference is this harness's
+    spread on this machine. Fewer Monitors also spread less (docs/python.md, "Waking the
+    thread less")."""
+    want = os.environ.get("LOCKSTEP_BREAKDOWN_CONFIGS", "").strip()
+    if not want:
+        return configs
+    out = {"plain": configs["plain"]}
+    for name in (w.strip() for w in want.split(",")):
+        if name not in configs or name == "plain":
+            sys.exit("resnet_breakdown_bench: LOCKSTEP_BREAKDOWN_CONFIGS names %r; give some "
+                     "of: %s" % (name, ", ".join(k for k in configs if k != "plain")))
+        key, n = name, 2
+        while key in out:
+            key, n = "%s_%d" % (name, n), n + 1
+        out[key] = configs[name]
     return out
 
 
@@ -144,7 +167,7 @@ def main():
         total = statistics.median(sum(a) - sum(b) for a, b in zip(rows, plain)) * 1e3
         print("%-16s %s %+9.3f" % (name, " ".join("%+12.3f" % v for v in phase), total))
         print("BENCH resnet18_cost_ms_%s %.3f ms" % (name, total))
-    if "defaults_python" in times:
+    if "defaults_python" in times and "defaults" in times:
         # The same round's two steps against each other, without plain's noise.
         saved = [statistics.median(a[j] - b[j] for a, b in
                                    zip(times["defaults_python"], times["defaults"])) * 1e3
