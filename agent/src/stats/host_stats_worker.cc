@@ -23,13 +23,13 @@ namespace {
 // end of each backward pass; WaitDone at the end of the step). A wake costs more than
 // its futex call: in a VM the sleeping worker's core is woken by an interrupt, and the
 // training thread's time grew by ~15-20 us a wake. With 4 jobs or 4 MB a resnet18 step
-// (CPU, batch 16) woke the worker 36 times; with 64 jobs or 16 MB, 5 times, and the
-// watched step's added time fell by 0.6-0.9 ms of ~3.7 ms (measured in one process,
-// two Monitors of each kind, 52 paired rounds; docs/python.md "The per-tensor cost").
-// Larger batches hold a tensor longer (the producer keeps it alive until read): 16 MB
-// bounds what waits for a wake.
+// (CPU, batch 16: ~290 small tensors) woke the worker 36 times; with 64 jobs or 4 MB,
+// 11 times, and the watched step cost ~0.5-1 % of a step less (docs/python.md "Waking
+// the thread less"). The byte bound stays small: at 16 MB the transformer bench's few
+// large tensors waited so long that the step's end waited for the thread (wall 1.06
+// against 1.035-1.04).
 constexpr uint32_t kWakeJobs = 64;
-constexpr uint64_t kWakeBytes = uint64_t{16} << 20;
+constexpr uint64_t kWakeBytes = uint64_t{4} << 20;
 
 // How long WaitDone polls before it sleeps: a job is often a few microseconds from done.
 constexpr auto kWaitSpin = std::chrono::microseconds(20);
