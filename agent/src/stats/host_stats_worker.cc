@@ -12,7 +12,7 @@ namespace lockstep {
 namespace {
 
 // Between jobs the worker sleeps until woken; it does not spin or nap. Waking it costs
-// the submitting (training) thread a futex call, 3-9 us on these VMs, but anything the
+// the submitting (training) thread a futex call and more (below), but anything the
 // worker does on the other core while idle slowed the training thread more (measured in
 // the CPU overhead bench: a 1 ms spin took 27 ms steps to 30 ms; 200 us timed naps took
 // the overhead ratio from 1.048 to 1.078).
