@@ -10,6 +10,8 @@ with momentum), and one Monitor per configuration:
                    that kind alone, statistics on the host thread;
   `defaults`       Monitor.watch's default kinds, statistics on the host thread;
   `defaults_inline` the same, statistics on the training thread;
+  `defaults-<kind>` the defaults without that kind (`defaults-act_in`): measured only
+                   when LOCKSTEP_BREAKDOWN_CONFIGS names it;
   `defaults_python` `defaults` with the torch bridge off for that step (tensors read
                    through their Python attributes, the gradient hooks in Python dicts:
                    lockstep._bridge); only where a bridge is built for this torch, and
@@ -72,6 +74,8 @@ def configurations():
         out[kind] = ((kind,), "on", True)
     out["defaults"] = (defaults, "on", True)
     out["defaults_inline"] = (defaults, "off", True)
+    for kind in defaults:  # what one kind adds on top of the others
+        out["defaults-" + kind] = (tuple(k for k in defaults if k != kind), "on", True)
     if _bridge.install() is not None:
         out["defaults_python"] = (defaults, "on", False)
     return chosen(out)
@@ -85,7 +89,7 @@ def chosen(configs):
     thread less")."""
     want = os.environ.get("LOCKSTEP_BREAKDOWN_CONFIGS", "").strip()
     if not want:
-        return configs
+        return {k: v for k, v in configs.items() if not k.startswith("defaults-")}
     out = {"plain": configs["plain"]}
     for name in (w.strip() for w in want.split(",")):
         if name not in configs or name == "plain":
