@@ -36,7 +36,7 @@ import torch
 
 from lockstep import _capture_file as cf
 from lockstep._names import call_name, module_name, output_tensors
-from lockstep._watch import _in_backward
+from lockstep._watch import _in_backward, _portable
 
 def _rng(tensors, devices):
     """The RNG states now: the CPU generator's, and each CUDA device's the op uses."""
@@ -186,10 +186,12 @@ class Captures:
 
         m = req.target
         try:  # torch >= 2.0: keyword arguments too
-            req.handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            req.handles.append(m.register_forward_pre_hook(_portable(pre_hook),
+                                                           with_kwargs=True))
         except TypeError:
-            req.handles.append(m.register_forward_pre_hook(lambda mod, a: pre_hook(mod, a)))
-        req.handles.append(m.register_forward_hook(hook))
+            req.handles.append(m.register_forward_pre_hook(
+                _portable(lambda mod, a: pre_hook(mod, a))))
+        req.handles.append(m.register_forward_hook(_portable(hook)))
 
     def answer_after(self, row, step, request_id, detail, send):
         """The collector asked for the capture of `row` at `step` (request `request_id`,

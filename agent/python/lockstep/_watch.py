@@ -91,13 +91,21 @@ def _eager(fn):
         return fn
 
 
+def _portable(fn):
+    """A Python hook as lockstep registers it on a model or optimizer: copied with them as
+    a function is, pickled (torch.save(model)) as a hook that does nothing, so a watched
+    model can be saved whole and loaded without lockstep (agent/python/src/py_portable.h).
+    The C hooks (_core.Hook) do this themselves."""
+    return fn if isinstance(fn, _core.Hook) else _core.portable_hook(fn)
+
+
 def _pre_hook(module, fn):
     """Registers fn(module, args, kwargs=None) as a forward pre-hook; torch < 2.0 has no
     kwargs there, and fn gets the positional ones."""
     try:  # torch >= 2.0: kwargs too
-        return module.register_forward_pre_hook(fn, with_kwargs=True)
+        return module.register_forward_pre_hook(_portable(fn), with_kwargs=True)
     except TypeError:
-        return module.register_forward_pre_hook(lambda m, args: fn(m, args))
+        return module.register_forward_pre_hook(_portable(lambda m, args: fn(m, args)))
 
 
 # torch < 2.0 keeps a tensor's hooks on the graph node it had when its first hook was
@@ -331,16 +339,18 @@ class Watch:
                 p_ref = weakref.ref(p) if post else None
                 self.handles.append(p.register_hook(
                     _core.param_grad_hook(ref, name, p_ref) if _C_PARAM_HOOKS
-                    else functools.partial(_session.param_grad_hook, ref, name, p_ref)))
+                    else _portable(functools.partial(_session.param_grad_hook, ref, name,
+                                                     p_ref))))
                 if post:
                     self.handles.append(p.register_post_accumulate_grad_hook(
                         _core.param_accumulated_hook(ref, name) if _C_PARAM_HOOKS
-                        else functools.partial(_session.param_accumulated_hook, ref, name)))
+                        else _portable(functools.partial(_session.param_accumulated_hook,
+                                                         ref, name))))
         # torch >= 2.0: the optimizer tells us when it is about to step, which is the one
         # moment the accumulated gradients of a gradient-accumulation step are all there.
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             self._fixed.append(optimizer.register_step_pre_hook(
-                functools.partial(_session.optimizer_step_hook, ref)))
+                _portable(functools.partial(_session.optimizer_step_hook, ref))))
 
     def _owned(self, session, model, want_pgrad):
         """{id(module): names of the watched parameters it holds itself}; also notes
@@ -438,7 +448,7 @@ class Watch:
         if _C_HOOKS:  # the common path in C, the rest in forward_hook (_c_hooks)
             hook = _core.forward_hook(ref, root, name, want_act, want_grad, marker, mark,
                                       forward_hook)
-        self.handles.append(module.register_forward_hook(hook))
+        self.handles.append(module.register_forward_hook(_portable(hook)))
 
     def _hook_module_inputs(self, ref, module, name):
         """A forward pre-hook on a module (not the root): its floating-point tensor

@@ -24,7 +24,9 @@ the job (lockstep._guard).
 """
 from __future__ import annotations
 
+import copy
 import functools
+import operator
 
 import torch
 
@@ -32,7 +34,7 @@ from lockstep import _session
 from lockstep._config import safe_repr
 from lockstep._names import call_name, input_names, output_tensors
 from lockstep._recorder import KIND
-from lockstep._watch import _grad_hook, _in_backward
+from lockstep._watch import _grad_hook, _in_backward, _portable
 
 try:  # torch >= 1.13
     from torch.overrides import TorchFunctionMode as _Mode
@@ -103,26 +105,13 @@ class Zoom:
         self._handles = []
         self._orig_forward = module.__dict__.get("forward")
         self._mode = _OpMode(self)
-        zoom = self
-        inner = module.forward
-
-        def forward(*args, **kwargs):
-            base = zoom.enter()
-            if base is None:
-                return inner(*args, **kwargs)
-            try:
-                with zoom._mode:
-                    return inner(*args, **kwargs)
-            finally:
-                zoom.base = None
-
-        self._wrapper = forward
-        module.forward = forward
+        self._wrapper = _ZoomForward(self, module.forward)
+        module.forward = self._wrapper
         for child in module.modules():
             if child is module:
                 continue
-            self._handles.append(child.register_forward_pre_hook(self._down))
-            self._handles.append(child.register_forward_hook(self._up))
+            self._handles.append(child.register_forward_pre_hook(_portable(self._down)))
+            self._handles.append(child.register_forward_hook(_portable(self._up)))
 
     def _down(self, _module, _args):
         self.depth += 1
@@ -179,6 +168,53 @@ class Zoom:
                 del self.module.forward
             else:
                 self.module.forward = self._orig_forward
+
+
+class _ZoomForward:
+    """The zoomed module's forward while the zoom lasts (an instance attribute: torch's
+    _call_impl calls it). It goes with the module as the forward it wraps would: a copy of
+    the module (copy.deepcopy, an EMA model) gets its own forward, not this one, which
+    would run the zoomed module's; a pickle (torch.save(model)) gets the wrapped forward,
+    so the saved module computes as this one and is not zoomed once loaded."""
+
+    __slots__ = ("zoom", "inner")
+
+    def __init__(self, zoom, inner):
+        self.zoom = zoom
+        self.inner = inner
+
+    def __call__(self, *args, **kwargs):
+        zoom, inner = self.zoom, self.inner
+        base = zoom.enter()
+        if base is None:
+            return inner(*args, **kwargs)
+        try:
+            with zoom._mode:  # pylint: disable=protected-access
+                return inner(*args, **kwargs)
+        finally:
+            zoom.base = None
+
+    def _unwrapped(self):
+        """(callable, args) that give the module's forward without the zoom."""
+        orig = self.zoom._orig_forward  # pylint: disable=protected-access
+        if orig is not None:  # someone else's instance forward: itself
+            return operator.itemgetter(0), ((orig,),)
+        # The class's forward, bound: when a pickle or a copy asks, the new module's
+        # own attributes are not set yet, so getattr finds the class's.
+        return getattr, (self.zoom.module, "forward")
+
+    def __reduce__(self):
+        return self._unwrapped()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        orig = self.zoom._orig_forward  # pylint: disable=protected-access
+        if orig is not None:
+            return copy.deepcopy(orig, memo)
+        module = memo.get(id(self.zoom.module), self.zoom.module)
+        return getattr(module, "forward") if module is not self.zoom.module else self
 
 
 class _OpMode(_Mode if _Mode is not None else object):

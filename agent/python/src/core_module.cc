@@ -9,11 +9,13 @@
 // (bind_vocabulary.cc), the kernel's test entry points (bind_host_stats.cc), the Agent
 // class (bind_agent.cc), its host statistics methods (bind_agent_host.cc), and the
 // recorder's host path that the package's Recorder subclasses (bind_recorder.cc), and
-// the watch() hooks that call it (py_hooks.cc).
+// the watch() hooks that call it (py_hooks.cc), and the wrapper that makes lockstep's
+// Python hooks copy and pickle as those do (py_portable.cc).
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
 #include "py_hooks.h"
+#include "py_portable.h"
 #include "py_recorder.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -25,4 +27,5 @@ PYBIND11_MODULE(_core, m) {
   BindAgent(m);
   BindRecorder(m);
   BindHooks(m);
+  BindPortable(m);
 }

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "lockstep/schema/lockstep_generated.h"
+#include "py_portable.h"
 #include "py_recorder.h"
 
 namespace lockstep::python {
@@ -541,17 +542,14 @@ PyObject* Call(PyObject* self, PyObject* args, PyObject* kwargs) {
   return PyVectorcall_Call(self, args, kwargs);
 }
 
-// copy.copy and copy.deepcopy give the hook itself, as they do a Python function: a
-// model copied with its hooks (an EMA copy: copy.deepcopy(model)) shares them, as it
-// shared the Python hooks.
-PyObject* Same(PyObject* self, PyObject*) {
-  Py_INCREF(self);
-  return self;
-}
-
+// Copied as a Python function is (a model copied with its hooks, an EMA copy, shares
+// them, as it shared the Python hooks); pickled as a hook that does nothing
+// (py_portable.h).
 PyMethodDef kMethods[] = {
-    {"__copy__", Same, METH_NOARGS, "The hook itself (as for a function)"},
-    {"__deepcopy__", Same, METH_O, "The hook itself (as for a function)"},
+    {"__copy__", SameHook, METH_NOARGS, "The hook itself (as for a function)"},
+    {"__deepcopy__", SameHook, METH_O, "The hook itself (as for a function)"},
+    {"__reduce__", ReduceHook, METH_NOARGS,
+     "Pickled as a hook that does nothing (contextlib.nullcontext().__exit__)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject HookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -570,7 +568,7 @@ bool ReadyType() {
   HookType.tp_dealloc = Dealloc;
   HookType.tp_repr = Repr;
   HookType.tp_methods = kMethods;
-  if (PyType_Ready(&HookType) < 0) return false;
+  if (PyType_Ready(&HookType) < 0 || !MarkTorchUnserializable(&HookType)) return false;
   ready = true;
   return true;
 }
@@ -613,6 +611,8 @@ py::object Make(Kind kind, py::handle ref, py::handle name) {
 }  // namespace
 
 void BindHooks(py::module_& m) {
+  if (!ReadyType()) throw py::error_already_set();
+  m.attr("Hook") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&HookType));
   m.def(
       "hook_setup",
       [](py::handle tensor_type, py::handle is_grad_enabled, py::handle graph_task_id,
