@@ -46,19 +46,32 @@ class Body(nn.Module):
         return self.act(self.lin(x) * 0.5 + torch.tanh(x))
 
 
-def _model(body=True):
-    """body=False: torch's modules only (a file the subprocess loads needs no class of
-    this test's)."""
-    torch.manual_seed(0)
-    middle = Body() if body else nn.ReLU(inplace=True)
-    return nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), middle, nn.Linear(8, 2))
+class Job:
+    """A model, its optimizer and a Monitor (a FakeAgent's) watching both; zoom: the
+    module to zoom from the first step. One step is taken. body=False: torch's modules
+    only (a file the subprocess loads needs no class of this test's)."""
 
+    def __init__(self, run, body=True, zoom=None):
+        torch.manual_seed(0)
+        middle = Body() if body else nn.ReLU(inplace=True)
+        self.model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), middle, nn.Linear(8, 2))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.mon, self.fake = fake_monitor(run=run)
+        self.mon.watch(self.model, optimizer=self.opt)
+        self.x = torch.randn(3, 4)
+        if zoom is not None:
+            assert self.mon.zoom(zoom, steps=2)
+        self.step()
 
-def _step(model, opt, mon, x):
-    model(x).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    mon.step()
+    def step(self):
+        self.model(self.x).sum().backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        self.mon.step()
+
+    def close(self):
+        assert self.mon.counters()["python_errors"] == 0
+        self.mon.close(timeout=1.0)
 
 
 def _save(obj):
@@ -73,16 +86,12 @@ def _save(obj):
 
 
 def test_a_watched_model_saves_whole_and_loads_without_lockstep(tmp_path):
-    model = _model(body=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mon, fake = fake_monitor(run="pickle")
-    mon.watch(model, optimizer=opt)
-    x = torch.randn(3, 4)
-    _step(model, opt, mon, x)
+    job = Job("pickle", body=False)
     with torch.no_grad():
-        out = model(x)
+        out = job.model(job.x)
     path = tmp_path / "checkpoint.pt"
-    path.write_bytes(_save({"model": model, "optimizer": opt, "x": x, "out": out}).getvalue())
+    path.write_bytes(_save({"model": job.model, "optimizer": job.opt, "x": job.x,
+                            "out": out}).getvalue())
     env = dict(os.environ, PYTHONPATH="")  # lockstep is not on the path either
     r = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_LOCKSTEP, str(path)],
                        capture_output=True, text=True, env=env, timeout=120, check=False)
@@ -90,43 +99,33 @@ def test_a_watched_model_saves_whole_and_loads_without_lockstep(tmp_path):
     assert "computed without lockstep" in r.stdout
     # The watch goes on as before: the next step is recorded as the first one was
     # (less the initial weights, kind "param", recorded once).
-    _step(model, opt, mon, x)
-    rows = [[(r["name"], r["kind"]) for r in fake.records if r["step"] == s
+    job.step()
+    rows = [[(r["name"], r["kind"]) for r in job.fake.records if r["step"] == s
              and r["kind"] != "param"] for s in (0, 1)]
     assert rows[1] == rows[0] and rows[0]
-    assert mon.counters()["python_errors"] == 0
-    mon.close(timeout=1.0)
+    job.close()
 
 
 def test_a_loaded_copy_is_not_watched_and_its_hooks_do_nothing():
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mon, fake = fake_monitor(run="pickle-inert")
-    mon.watch(model, optimizer=opt)
-    x = torch.randn(3, 4)
-    _step(model, opt, mon, x)
-    loaded = torch.load(_save(model), weights_only=False)
-    expected = model(x)
-    recorded = len(fake.records)
+    job = Job("pickle-inert")
+    x = job.x
+    loaded = torch.load(_save(job.model), weights_only=False)
+    expected = job.model(x)
+    recorded = len(job.fake.records)
     out = loaded(x)
     out.sum().backward()
     assert torch.equal(out, expected)
-    assert len(fake.records) == recorded  # nothing of the loaded copy is recorded
+    assert len(job.fake.records) == recorded  # nothing of the loaded copy is recorded
     hooks = [h for m in loaded.modules()
              for h in list(m._forward_hooks.values()) + list(m._forward_pre_hooks.values())]
     assert hooks and all(h(loaded, (x,), out) is None for h in hooks)
-    mon.close(timeout=1.0)
+    job.close()
 
 
 def test_a_zoomed_model_saves_whole_and_copies_with_its_own_weights():
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mon, fake = fake_monitor(run="pickle-zoom")
-    mon.watch(model, optimizer=opt)
-    x = torch.randn(3, 4)
-    assert mon.zoom("2", steps=2)
-    _step(model, opt, mon, x)
-    assert any("2/" in r["name"] for r in fake.records)  # the zoom records calls
+    job = Job("pickle-zoom", zoom="2")
+    model, x = job.model, job.x
+    assert any("2/" in r["name"] for r in job.fake.records)  # the zoom records calls
     # Saved in the middle of the zoom: the file's module computes, unzoomed.
     loaded = torch.load(_save(model), weights_only=False)
     assert torch.equal(loaded(x), model(x))
@@ -138,18 +137,12 @@ def test_a_zoomed_model_saves_whole_and_copies_with_its_own_weights():
         assert torch.equal(twin(x), model(x))
         twin[2].lin.weight.add_(1.0)
         assert not torch.equal(twin(x), model(x))
-    assert mon.counters()["python_errors"] == 0
-    mon.close(timeout=1.0)
+    job.close()
 
 
 def test_a_model_with_a_capture_waiting_saves_whole():
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mon, _ = fake_monitor(run="pickle-capture")
-    mon.watch(model, optimizer=opt)
-    x = torch.randn(3, 4)
-    _step(model, opt, mon, x)
-    assert mon.capture("2.lin")
-    loaded = torch.load(_save(model), weights_only=False)
-    assert torch.equal(loaded(x), model(x))
-    mon.close(timeout=1.0)
+    job = Job("pickle-capture")
+    assert job.mon.capture("2.lin")
+    loaded = torch.load(_save(job.model), weights_only=False)
+    assert torch.equal(loaded(job.x), job.model(job.x))
+    job.close()
