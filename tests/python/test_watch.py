@@ -618,6 +618,29 @@ def test_a_compiled_model_is_watched_through_graph_breaks():
         assert set(fake.names("act_grad", step)) >= {"_orig_mod.0", "_orig_mod.2"}
 
 
+@pytest.mark.skipif(not hasattr(getattr(torch, "compiler", None), "is_exporting"),
+                    reason="torch.export's tracing flag is torch >= 2.4")
+def test_exporting_a_model_in_training_records_nothing_and_changes_no_name():
+    """torch.export traces the model with fake tensors (non-strict mode: outside Dynamo),
+    here in training mode between two steps: nothing of it is recorded, no error is
+    counted (a fake tensor has no data to read), and the next step's rows are named as
+    the first one's (the traced calls are not counted as calls of a micro step)."""
+    mon, fake = fake_monitor()
+    model = mlp()
+    mon.watch(model)
+    x = torch.randn(2, 4)
+    train_step(model, x, mon)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        torch.export.export(model, (x,))
+    train_step(model, x, mon)
+    c = mon.counters()
+    assert c["python_errors"] == 0, c["last_python_error"]
+    rows = [sorted((r["name"], r["kind"]) for r in fake.records
+                   if r["step"] == step and r["kind"] != "param") for step in (0, 1)]
+    assert rows[1] == rows[0] and rows[0]
+
+
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="torch < 2.0 has no torch.compile")
 @pytest.mark.parametrize("what", ["model", "submodule"])
 def test_a_model_compiled_with_the_default_backend_gives_the_rows_of_eager(what):

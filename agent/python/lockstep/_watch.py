@@ -79,6 +79,11 @@ def _compile_parts():
 # 2.11, CPU), and torch.compiler.disable's own wrapper costs ~4 us a call even when
 # nothing is compiled.
 _IS_COMPILING, _DISABLE = _compile_parts()
+# torch.export (torch >= 2.4) traces the model with fake tensors, outside Dynamo in its
+# default (non-strict) mode: nothing of such a call is a training step, and a fake
+# tensor has no data to read. The hooks that see one (the C hooks hand any tensor
+# subclass to these Python twins) record nothing while it traces.
+_IS_EXPORTING = getattr(getattr(torch, "compiler", None), "is_exporting", None)
 
 
 def _eager(fn):
@@ -388,6 +393,8 @@ class Watch:
         def forward_hook(_module, _inputs, output):
             if _IS_COMPILING is not None and _IS_COMPILING():
                 return eager(_module, _inputs, output)
+            if _IS_EXPORTING is not None and _IS_EXPORTING():
+                return None
             sess = ref()
             if sess is None or not sess.active or not root.training:
                 return None
@@ -464,6 +471,8 @@ class Watch:
         def pre_hook(_module, args, kwargs=None):
             if _IS_COMPILING is not None and _IS_COMPILING():
                 return eager(_module, args, kwargs)
+            if _IS_EXPORTING is not None and _IS_EXPORTING():
+                return None
             sess = ref()
             if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
@@ -505,6 +514,8 @@ class Watch:
         def pre_hook(_module, args, kwargs=None):
             if _IS_COMPILING is not None and _IS_COMPILING():
                 return eager(_module, args, kwargs)
+            if _IS_EXPORTING is not None and _IS_EXPORTING():
+                return None
             sess = ref()
             if sess is None or not sess.active or not root.training or not torch.is_grad_enabled():
                 return None
