@@ -194,17 +194,14 @@ class _ZoomForward:
         finally:
             zoom.base = None
 
-    def _unwrapped(self):
-        """(callable, args) that give the module's forward without the zoom."""
+    def __reduce__(self):
+        """The module's forward without the zoom, as pickle's (callable, args)."""
         orig = self.zoom._orig_forward  # pylint: disable=protected-access
         if orig is not None:  # someone else's instance forward: itself
             return operator.itemgetter(0), ((orig,),)
-        # The class's forward, bound: when a pickle or a copy asks, the new module's
-        # own attributes are not set yet, so getattr finds the class's.
+        # The class's forward, bound: when the pickle is loaded, the new module's own
+        # attributes are not set yet, so getattr finds the class's (deepcopy likewise).
         return getattr, (self.zoom.module, "forward")
-
-    def __reduce__(self):
-        return self._unwrapped()
 
     def __copy__(self):
         return self
